@@ -1,0 +1,97 @@
+//! Composite string keys, `(vault, key)` and `(app, vault, key)`, that the caches look up with
+//! borrowed `&str`s, so a lookup allocates nothing.
+//!
+//! `LruCache::get` takes any `Q` the stored key can `Borrow` as. A tuple of `String`s can only
+//! borrow as itself, which would cost two or three `String` allocations on every cache hit. Here
+//! the stored [`OwnedKey`] and a borrowed `[&str; N]` both present themselves as
+//! `dyn KeyParts<N>`, whose `Hash` and `Eq` look only at the parts, so either finds the same entry.
+
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
+
+/// Anything that is `N` strings in a fixed order: a stored key or a borrowed probe.
+pub(crate) trait KeyParts<const N: usize> {
+    fn parts(&self) -> [&str; N];
+}
+
+/// The stored form of a composite key.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedKey<const N: usize>([String; N]);
+
+impl<const N: usize> OwnedKey<N> {
+    pub(crate) fn new(parts: [&str; N]) -> Self {
+        Self(parts.map(str::to_owned))
+    }
+}
+
+impl<const N: usize> KeyParts<N> for OwnedKey<N> {
+    fn parts(&self) -> [&str; N] {
+        self.0.each_ref().map(String::as_str)
+    }
+}
+
+impl<const N: usize> KeyParts<N> for [&str; N] {
+    fn parts(&self) -> [&str; N] {
+        *self
+    }
+}
+
+// `Borrow` requires the owned and the borrowed form to hash and compare alike, so all four impls
+// below go through `parts()` and nothing else.
+
+impl<const N: usize> Hash for dyn KeyParts<N> + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+impl<const N: usize> PartialEq for dyn KeyParts<N> + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl<const N: usize> Eq for dyn KeyParts<N> + '_ {}
+
+impl<const N: usize> Hash for OwnedKey<N> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+impl<const N: usize> PartialEq for OwnedKey<N> {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl<const N: usize> Eq for OwnedKey<N> {}
+
+impl<'a, const N: usize> Borrow<dyn KeyParts<N> + 'a> for OwnedKey<N> {
+    fn borrow(&self) -> &(dyn KeyParts<N> + 'a) {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn borrowed_probe_finds_owned_key() {
+        let mut map = HashMap::new();
+        map.insert(OwnedKey::new(["notes", "todo"]), 1);
+        let probe: &dyn KeyParts<2> = &["notes", "todo"];
+        assert_eq!(map.get(probe), Some(&1));
+    }
+
+    #[test]
+    fn part_boundaries_matter() {
+        // ("ab", "c") and ("a", "bc") concatenate alike but are different keys.
+        let mut map = HashMap::new();
+        map.insert(OwnedKey::new(["ab", "c"]), 1);
+        let probe: &dyn KeyParts<2> = &["a", "bc"];
+        assert_eq!(map.get(probe), None);
+    }
+}

@@ -1,0 +1,217 @@
+//! Admin calls: read-only views for people and scripts, and the CLI's few mutations
+//! (`/v1/admin/*`, documented as the CLI's, not part of the app contract).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ferry_peer::routes::Route;
+use ferry_ticket::NodeId;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::ApiError;
+use crate::gateway::Gateway;
+use crate::names;
+use crate::store::vaults;
+use crate::store::StoreError;
+
+fn store_error(err: StoreError) -> ApiError {
+    match err {
+        StoreError::VaultExists { .. } => ApiError::new(409, "conflict", err.to_string()),
+        StoreError::LabelTaken { .. } | StoreError::NodeTaken { .. } => {
+            ApiError::new(409, "conflict", err.to_string())
+        }
+        other => ApiError::internal(other),
+    }
+}
+
+pub async fn status(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
+    let api = gateway.api_addr.get().map(|a| a.to_string());
+    Json(json!({
+        "node_id": gateway.node_id().to_string(),
+        "short_id": gateway.node_id().short(),
+        "label": gateway.label,
+        "api": api,
+        "addresses": [gateway.quic_addr.to_string()],
+        "uptime_s": gateway.started.elapsed().as_secs(),
+        "peers": gateway.peers.all().len(),
+        "home": gateway.home.root().display().to_string(),
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+fn peer_json(peer: &crate::store::trust::TrustedPeer) -> Value {
+    json!({
+        "label": peer.label,
+        "node_id": peer.node_id.to_string(),
+        "trusted": true,
+        "routes": peer.routes.iter().map(|r| json!({"kind": r.kind.as_str(), "address": r.addr.to_string()})).collect::<Vec<_>>(),
+    })
+}
+
+pub async fn peers(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
+    Json(Value::Array(
+        gateway.peers.all().iter().map(peer_json).collect(),
+    ))
+}
+
+/// Routes as configured. Health (state, RTT, last heard, last error) comes with route probing;
+/// until then a route's state is `probing`, never a guess at `up`.
+pub async fn routes(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
+    let mut rows = Vec::new();
+    for peer in gateway.peers.all() {
+        for route in &peer.routes {
+            rows.push(json!({
+                "peer": peer.label,
+                "kind": route.kind.as_str(),
+                "address": route.addr.to_string(),
+                "state": "probing",
+                "rtt_ms": null,
+                "last_heard_ms_ago": null,
+                "last_error": null,
+                "carried_last_call": false,
+            }));
+        }
+    }
+    Json(Value::Array(rows))
+}
+
+pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, ApiError> {
+    let local = gateway
+        .reader
+        .run(vaults::list)
+        .await
+        .map_err(ApiError::internal)?;
+    let me = gateway.node_id();
+    let label_of = |node: &NodeId| {
+        if *node == me {
+            gateway.label.clone()
+        } else {
+            gateway.peers.label_of(node).unwrap_or_else(|| node.short())
+        }
+    };
+    let mut rows: Vec<Value> = local
+        .iter()
+        .map(|v| {
+            json!({
+                "name": v.name,
+                "owner": label_of(&v.owner),
+                "role": v.role.as_str(),
+                "revision": v.revision,
+                "lag_revisions": 0,
+                "lag_s": 0,
+            })
+        })
+        .collect();
+    for (name, owner) in gateway.directory.remote_vaults() {
+        if local.iter().any(|v| v.name == name) {
+            continue;
+        }
+        rows.push(json!({
+            "name": name,
+            "owner": label_of(&owner),
+            "role": "remote",
+            "revision": null,
+            "lag_revisions": null,
+            "lag_s": null,
+        }));
+    }
+    Ok(Json(Value::Array(rows)))
+}
+
+pub async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+    let mut response = gateway.metrics.render().into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TrustBody {
+    node_id: String,
+    label: String,
+    #[serde(default)]
+    routes: Vec<String>,
+}
+
+pub async fn trust(
+    State(gateway): State<Arc<Gateway>>,
+    Json(body): Json<TrustBody>,
+) -> Result<Json<Value>, ApiError> {
+    let (node, routes) = parse_trust_request(&body)?;
+    let peer = gateway
+        .trust(body.label, node, routes)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(peer_json(&peer)))
+}
+
+/// Checks a trust request: the label, the node id and each route; shared with the CLI's
+/// offline path.
+pub fn parse_trust_request(body: &TrustBody) -> Result<(NodeId, Vec<Route>), ApiError> {
+    names::check_label(&body.label).map_err(ApiError::bad_request)?;
+    let node: NodeId = body
+        .node_id
+        .parse()
+        .map_err(|err: ferry_ticket::ParseNodeIdError| ApiError::bad_request(err.to_string()))?;
+    let routes = body
+        .routes
+        .iter()
+        .map(|text| Route::parse(text).map_err(ApiError::bad_request))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((node, routes))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct UntrustBody {
+    label: String,
+}
+
+pub async fn untrust(
+    State(gateway): State<Arc<Gateway>>,
+    Json(body): Json<UntrustBody>,
+) -> Result<Json<Value>, ApiError> {
+    match gateway
+        .untrust(body.label.clone())
+        .await
+        .map_err(store_error)?
+    {
+        Some(node) => Ok(Json(
+            json!({"label": body.label, "node_id": node.to_string()}),
+        )),
+        None => Err(ApiError::new(
+            404,
+            "not_found",
+            format!(
+                "no peer is trusted under the label {:?}; `ferry peers` lists them",
+                body.label
+            ),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct VaultBody {
+    name: String,
+}
+
+pub async fn create_vault(
+    State(gateway): State<Arc<Gateway>>,
+    Json(body): Json<VaultBody>,
+) -> Result<Json<Value>, ApiError> {
+    names::check_vault(&body.name).map_err(ApiError::bad_request)?;
+    let row = gateway.create_vault(body.name).await.map_err(store_error)?;
+    Ok(Json(
+        json!({"name": row.name, "owner": gateway.label, "role": "owner", "revision": row.revision}),
+    ))
+}
+
+pub async fn stop(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
+    gateway.begin_stop();
+    Json(json!({"stopping": true}))
+}

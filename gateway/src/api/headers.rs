@@ -1,0 +1,106 @@
+//! Parsing the headers a call may carry. Each parser's error says which header and what it
+//! accepts; a bad header is `400 bad_request` and nothing is sent.
+
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use ferry_peer::wire::RequestId;
+
+use super::ApiError;
+use crate::names;
+
+/// The longest `X-Ferry-Timeout` allowed, and the default.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("header {name} is not plain ASCII text"))),
+    }
+}
+
+/// `X-Ferry-App`: required on record calls.
+pub fn app(headers: &HeaderMap) -> Result<String, ApiError> {
+    let app = text(headers, "x-ferry-app")?.ok_or_else(|| {
+        ApiError::bad_request(
+            "header X-Ferry-App is missing; name your app in it (e.g. X-Ferry-App: notes)",
+        )
+    })?;
+    names::check_app(app).map_err(ApiError::bad_request)?;
+    Ok(app.to_string())
+}
+
+/// `X-Ferry-Timeout`: decimal seconds, greater than 0, at most 600; default 30.
+pub fn timeout(headers: &HeaderMap) -> Result<Duration, ApiError> {
+    let Some(raw) = text(headers, "x-ferry-timeout")? else {
+        return Ok(DEFAULT_TIMEOUT);
+    };
+    parse_timeout(raw).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "X-Ferry-Timeout {raw:?} is not a decimal number of seconds greater than 0 and at most 600 (e.g. 2.5); nothing was sent"
+        ))
+    })
+}
+
+/// Digits with at most one decimal point; nothing else (no sign, exponent, or `inf`).
+pub fn parse_timeout(raw: &str) -> Option<Duration> {
+    let well_formed = !raw.is_empty()
+        && raw.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && raw.matches('.').count() <= 1
+        && raw.chars().any(|c| c.is_ascii_digit());
+    if !well_formed {
+        return None;
+    }
+    let seconds: f64 = raw.parse().ok()?;
+    (seconds > 0.0 && seconds <= MAX_TIMEOUT.as_secs_f64())
+        .then(|| Duration::from_secs_f64(seconds))
+}
+
+/// `X-Ferry-Request-Id`: a hyphenated UUIDv7; made here when absent.
+pub fn request_id(headers: &HeaderMap) -> Result<RequestId, ApiError> {
+    match text(headers, "x-ferry-request-id")? {
+        None => Ok(RequestId::generate()),
+        Some(raw) => RequestId::parse(raw).map_err(|err| {
+            ApiError::bad_request(format!(
+                "X-Ferry-Request-Id {raw:?}: {err}; nothing was sent"
+            ))
+        }),
+    }
+}
+
+/// `If-Match`: the revision a compare-and-swap expects (0 = must not exist). Quotes allowed.
+pub fn if_match(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(raw) = text(headers, "if-match")? else {
+        return Ok(None);
+    };
+    raw.trim()
+        .trim_matches('"')
+        .parse::<u64>()
+        .map(Some)
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "If-Match {raw:?} is not a revision number (0 means the record must not exist); nothing was sent"
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_outside_the_contract_are_refused() {
+        for bad in [
+            "0", "-1", "601", "abc", "", "1e2", "inf", "NaN", ".", "1.2.3", " 5", "600.01",
+        ] {
+            assert_eq!(parse_timeout(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_timeout("600"), Some(Duration::from_secs(600)));
+        assert_eq!(parse_timeout("0.25"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_timeout("1"), Some(Duration::from_secs(1)));
+    }
+}

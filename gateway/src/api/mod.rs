@@ -1,0 +1,89 @@
+//! The local API: HTTP/1.1 on loopback for this machine's apps (SPEC 5).
+//!
+//! Every request must carry the bearer token from the state directory; without it the answer
+//! is `401 unauthorized` and nothing else happens. Record calls also name their app in
+//! `X-Ferry-App`. Errors are JSON with a code, a sentence a person can act on, and the request
+//! id when there is one.
+
+mod admin;
+mod error;
+mod headers;
+mod records;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+use tracing::warn;
+
+use crate::gateway::Gateway;
+pub use admin::{parse_trust_request, TrustBody};
+pub use error::ApiError;
+
+/// Serves the API on `listener` until the gateway stops.
+pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) {
+    let mut stopping = gateway.stopping();
+    let app = router(gateway);
+    let shutdown = async move {
+        let _ = stopping.wait_for(|stopping| *stopping).await;
+    };
+    if let Err(err) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        warn!(%err, "local API stopped with an error");
+    }
+}
+
+/// The routes. Public so tests and benchmarks can drive it without a socket.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route(
+            "/v1/vaults/{vault}/records/{*key}",
+            get(records::get_record)
+                .put(records::put_record)
+                .delete(records::delete_record),
+        )
+        .route("/v1/vaults/{vault}/records", get(records::list_records))
+        .route("/v1/status", get(admin::status))
+        .route("/v1/peers", get(admin::peers))
+        .route("/v1/routes", get(admin::routes))
+        .route("/v1/vaults", get(admin::vaults))
+        .route("/metrics", get(admin::metrics))
+        .route("/v1/admin/trust", post(admin::trust))
+        .route("/v1/admin/untrust", post(admin::untrust))
+        .route("/v1/admin/vaults", post(admin::create_vault))
+        .route("/v1/admin/stop", post(admin::stop))
+        // Bodies are read by the handlers with the configured value limit, so an oversized
+        // value gets Ferry's own 400 rather than a bare 413.
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(gateway.clone(), guard))
+        .with_state(gateway)
+}
+
+/// The token check, and the refusal of new calls once the gateway is stopping.
+async fn guard(State(gateway): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    if !presented.is_some_and(|token| constant_time_eq(token.as_bytes(), gateway.token.as_bytes()))
+    {
+        return ApiError::unauthorized().into_response();
+    }
+    if gateway.is_stopping() {
+        return ApiError::stopping().into_response();
+    }
+    next.run(request).await
+}
+
+/// Compares without an early exit, so response timing does not reveal how much of a guessed
+/// token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,334 @@
+//! Record calls: get, list, put, delete.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ferry_peer::outcome::{Refusal, UnknownReason, WriteOutcome};
+use ferry_peer::wire::{ReadAnswer, ReadVerb, RequestId, WriteAnswer, WriteVerb};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::headers;
+use super::ApiError;
+use crate::gateway::{Gateway, LocalRefusal, ReadFailure};
+use crate::metrics::{ReadSource as MetricSource, WriteKind};
+use crate::names;
+use crate::reader::MAX_PAGE;
+
+fn check_vault_and_key(vault: &str, key: &str) -> Result<(), ApiError> {
+    names::check_vault(vault).map_err(ApiError::bad_request)?;
+    names::check_key(key)
+        .map_err(|detail| ApiError::bad_request(format!("{detail}; nothing was sent")))
+}
+
+fn refusal_error(refusal: &Refusal) -> ApiError {
+    let mut error = ApiError::new(
+        refusal.code.http_status(),
+        refusal.code.as_str(),
+        refusal.detail.clone(),
+    );
+    if let Some(revision) = refusal.current_revision {
+        error = error.with("current_revision", revision);
+    }
+    if let Some(reason) = &refusal.reason {
+        error = error.with("reason", reason.clone());
+    }
+    if refusal.at_door {
+        error = error.with("at_door", true);
+    }
+    // Retry-After is whole seconds; round up so a client never comes back early.
+    error.retry_after_s = refusal.retry_after_ms.map(|ms| ms.div_ceil(1000));
+    error
+}
+
+fn local_refusal(refusal: LocalRefusal) -> ApiError {
+    ApiError::new(
+        refusal.code.http_status(),
+        refusal.code.as_str(),
+        format!("{}; nothing was sent", refusal.detail),
+    )
+}
+
+fn read_failure(failure: ReadFailure) -> ApiError {
+    match failure {
+        ReadFailure::Refused(refusal) => local_refusal(refusal),
+        ReadFailure::Unavailable { detail } => ApiError::new(
+            503,
+            "unavailable",
+            format!("no source answered and nothing usable is cached ({detail}); try again later"),
+        ),
+    }
+}
+
+pub async fn get_record(
+    State(gateway): State<Arc<Gateway>>,
+    Path((vault, key)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let app = headers::app(&headers)?;
+    check_vault_and_key(&vault, &key)?;
+    let deadline = started + headers::timeout(&headers)?;
+    let verb = ReadVerb::Get {
+        key: key.clone(),
+        known_revision: None,
+    };
+    let (answer, source) = match gateway.read(app, vault, verb, deadline).await {
+        Ok(found) => found,
+        Err(failure) => {
+            gateway
+                .metrics
+                .read(MetricSource::Unavailable, started.elapsed());
+            return Err(read_failure(failure));
+        }
+    };
+    gateway.metrics.read(
+        match source {
+            crate::gateway::ReadSource::Local => MetricSource::Local,
+            crate::gateway::ReadSource::Owner => MetricSource::Owner,
+        },
+        started.elapsed(),
+    );
+    match answer {
+        ReadAnswer::Record { record, .. } => {
+            let mut response = Response::new(Body::from(record.value));
+            let h = response.headers_mut();
+            h.insert("x-ferry-revision", HeaderValue::from(record.revision));
+            h.insert("x-ferry-source", HeaderValue::from_static(source.header()));
+            h.insert(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            Ok(response)
+        }
+        ReadAnswer::NotFound { .. } => Err(ApiError::new(
+            404,
+            "not_found",
+            format!("there is no record {key:?} in this vault"),
+        )),
+        ReadAnswer::Refused(refusal) => Err(refusal_error(&refusal)),
+        other => Err(ApiError::internal(format!(
+            "unexpected answer to a get: {other:?}"
+        ))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    prefix: String,
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+pub async fn list_records(
+    State(gateway): State<Arc<Gateway>>,
+    Path(vault): Path<String>,
+    Query(query): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let app = headers::app(&headers)?;
+    names::check_vault(&vault).map_err(ApiError::bad_request)?;
+    let deadline = started + headers::timeout(&headers)?;
+    let verb = ReadVerb::List {
+        prefix: query.prefix,
+        after: query.after,
+        limit: query.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE),
+    };
+    let (answer, source) = gateway
+        .read(app, vault, verb, deadline)
+        .await
+        .map_err(read_failure)?;
+    match answer {
+        ReadAnswer::Page {
+            keys,
+            more,
+            vault_revision,
+        } => {
+            let next_after = if more {
+                keys.last().map(|k| k.key.clone())
+            } else {
+                None
+            };
+            let keys: Vec<_> = keys
+                .into_iter()
+                .map(|k| json!({"key": k.key, "revision": k.revision}))
+                .collect();
+            let mut response = axum::Json(json!({
+                "keys": keys,
+                "more": more,
+                "next_after": next_after,
+                "vault_revision": vault_revision,
+            }))
+            .into_response();
+            response
+                .headers_mut()
+                .insert("x-ferry-source", HeaderValue::from_static(source.header()));
+            Ok(response)
+        }
+        ReadAnswer::Refused(refusal) => Err(refusal_error(&refusal)),
+        other => Err(ApiError::internal(format!(
+            "unexpected answer to a list: {other:?}"
+        ))),
+    }
+}
+
+pub async fn put_record(
+    State(gateway): State<Arc<Gateway>>,
+    Path((vault, key)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let prepared = async {
+        let app = headers::app(&headers)?;
+        let request_id = headers::request_id(&headers)?;
+        let timeout = headers::timeout(&headers)?;
+        let if_revision = headers::if_match(&headers)?;
+        check_vault_and_key(&vault, &key)?;
+        let value = read_value(body, gateway.config.max_value_bytes).await?;
+        Ok::<_, ApiError>((
+            app,
+            request_id,
+            timeout,
+            WriteVerb::Put {
+                key,
+                value: value.to_vec(),
+                if_revision,
+            },
+        ))
+    }
+    .await;
+    write(gateway, vault, started, &headers, prepared).await
+}
+
+pub async fn delete_record(
+    State(gateway): State<Arc<Gateway>>,
+    Path((vault, key)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let prepared = (|| {
+        let app = headers::app(&headers)?;
+        let request_id = headers::request_id(&headers)?;
+        let timeout = headers::timeout(&headers)?;
+        let if_revision = headers::if_match(&headers)?;
+        check_vault_and_key(&vault, &key)?;
+        Ok::<_, ApiError>((
+            app,
+            request_id,
+            timeout,
+            WriteVerb::Delete { key, if_revision },
+        ))
+    })();
+    write(gateway, vault, started, &headers, prepared).await
+}
+
+/// Reads the body up to `max` bytes; one byte more is a clear 400, nothing sent.
+async fn read_value(body: Body, max: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, max).await.map_err(|_| {
+        ApiError::bad_request(format!(
+            "the value is larger than this gateway's limit of {max} bytes (or the body broke off); nothing was sent"
+        ))
+    })
+}
+
+type Prepared = Result<(String, RequestId, std::time::Duration, WriteVerb), ApiError>;
+
+async fn write(
+    gateway: Arc<Gateway>,
+    vault: String,
+    started: Instant,
+    headers: &HeaderMap,
+    prepared: Prepared,
+) -> Response {
+    let (app, request_id, timeout, verb) = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            gateway
+                .metrics
+                .write(WriteKind::BadRequest, started.elapsed());
+            // Echo the app's request id when it gave a valid one.
+            let error = match headers::request_id(headers) {
+                Ok(id) if headers.contains_key("x-ferry-request-id") => {
+                    error.with("request_id", id.to_string())
+                }
+                _ => error,
+            };
+            return error.into_response();
+        }
+    };
+    let deadline = started + timeout;
+    let result = gateway.write(app, vault, verb, request_id, deadline).await;
+    let (kind, mut response) = match result {
+        Err(refusal) => (
+            WriteKind::BadRequest,
+            local_refusal(refusal)
+                .with("request_id", request_id.to_string())
+                .into_response(),
+        ),
+        Ok((outcome, owner)) => answer(outcome, request_id, owner),
+    };
+    gateway.metrics.write(kind, started.elapsed());
+    if let Ok(value) = HeaderValue::from_str(&request_id.to_string()) {
+        response.headers_mut().insert("x-ferry-request-id", value);
+    }
+    response
+}
+
+/// The one place a write's outcome becomes an HTTP answer (SPEC 5's table).
+fn answer(
+    outcome: WriteOutcome,
+    request_id: RequestId,
+    owner: Option<String>,
+) -> (WriteKind, Response) {
+    let id = request_id.to_string();
+    match outcome {
+        WriteOutcome::Answered(WriteAnswer::Done { revision }) => (
+            WriteKind::Done,
+            (StatusCode::OK, axum::Json(json!({"revision": revision, "request_id": id}))).into_response(),
+        ),
+        WriteOutcome::Answered(WriteAnswer::Refused(refusal)) => (
+            WriteKind::Refused,
+            refusal_error(&refusal).with("request_id", id).into_response(),
+        ),
+        WriteOutcome::NotCarriedOut { reason } => (
+            WriteKind::NotCarriedOut,
+            ApiError::new(
+                503,
+                "not_carried_out",
+                "the request left, the connection broke, and the owner confirmed it was not carried out and never will be; send it again under a new request id",
+            )
+            .with("request_id", id)
+            .with("reason", reason.as_str())
+            .into_response(),
+        ),
+        WriteOutcome::NotSent { reason, detail } => (
+            WriteKind::Unavailable,
+            ApiError::new(503, "unavailable", format!("{detail}; nothing was sent"))
+                .with("request_id", id)
+                .with("reason", reason.as_str())
+                .into_response(),
+        ),
+        WriteOutcome::Unknown { reason, detail } => (
+            WriteKind::OutcomeUnknown,
+            ApiError::new(
+                502,
+                "outcome_unknown",
+                format!("the request left and no answer came back ({detail}); settle it with GET /v1/calls/{id}, never send it under a new id"),
+            )
+            .with("request_id", id)
+            .with("owner", owner.unwrap_or_default())
+            .with("reason", match reason {
+                UnknownReason::TimedOut => "timed_out",
+                UnknownReason::ConnectionLost => "connection_lost",
+            })
+            .into_response(),
+        ),
+    }
+}

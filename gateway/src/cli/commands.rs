@@ -1,0 +1,546 @@
+//! What each command does. Commands that talk to a gateway use the [`Kit`]; `trust`,
+//! `untrust`, `vault create` and `id` also work with no gateway running, on the state
+//! directory directly (the gateway reads it when it starts).
+
+use std::io::Read;
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+use super::output::{self, cell};
+use super::{Cli, Command, Exit, ServeArgs, VaultCommand, WriteFlags};
+use crate::config::Config;
+use crate::home::Home;
+use crate::kit::{Kit, KitError, WriteOptions, WriteResult};
+use crate::names;
+use crate::store::{self, trust, vaults};
+
+/// The app name the CLI calls as.
+const CLI_APP: &str = "ferry-cli";
+
+pub async fn run(cli: Cli) -> Exit {
+    let home = match Home::locate(cli.home.clone()) {
+        Ok(home) => home,
+        Err(err) => return fail(Exit::Usage, &err.to_string()),
+    };
+    let kit = Kit::from_home(&home, CLI_APP);
+    let json = cli.json;
+    match cli.command {
+        Command::Serve(args) => serve(home, args).await,
+        Command::Stop => stop(&kit, json).await,
+        Command::Status => status(&kit, json).await,
+        Command::Id => id(&home, &kit, json).await,
+        Command::Trust {
+            node_id,
+            label,
+            addrs,
+        } => trust_peer(&home, &kit, json, node_id, label, addrs).await,
+        Command::Untrust { label } => untrust_peer(&home, &kit, json, label).await,
+        Command::Peers => peers(&kit, json).await,
+        Command::Routes => routes(&kit, json).await,
+        Command::Vault(VaultCommand::Create { name }) => {
+            create_vault(&home, &kit, json, name).await
+        }
+        Command::Vault(VaultCommand::List) => list_vaults(&kit, json).await,
+        Command::Put {
+            vault,
+            key,
+            value,
+            file,
+            write,
+        } => {
+            let value = match read_value(value, file) {
+                Ok(value) => value,
+                Err(detail) => return fail(Exit::Usage, &detail),
+            };
+            let result = kit.put(&vault, &key, value, &options(write)).await;
+            report_write(result, json)
+        }
+        Command::Delete { vault, key, write } => {
+            let result = kit.delete(&vault, &key, &options(write)).await;
+            report_write(result, json)
+        }
+        Command::Get { vault, key } => get(&kit, json, &vault, &key).await,
+        Command::List {
+            vault,
+            prefix,
+            limit,
+        } => list(&kit, json, &vault, &prefix, limit).await,
+    }
+}
+
+fn fail(exit: Exit, message: &str) -> Exit {
+    eprintln!("ferry: {message}");
+    exit
+}
+
+/// Maps a failed non-write call to a message and an exit code.
+fn kit_failure(err: KitError) -> Exit {
+    match &err {
+        KitError::LocalGatewayDown { .. } => fail(Exit::NothingWritten, &err.to_string()),
+        KitError::Answered {
+            status,
+            code,
+            detail,
+        } => {
+            let exit = match status {
+                400 | 401 => Exit::Usage,
+                503 => Exit::NothingWritten,
+                _ => Exit::Refused,
+            };
+            fail(exit, &format!("{code}: {detail}"))
+        }
+        KitError::Protocol(_) => fail(Exit::Unknown, &err.to_string()),
+    }
+}
+
+async fn serve(home: Home, args: ServeArgs) -> Exit {
+    let mut config = match Config::load(&home.config_path()) {
+        Ok(config) => config,
+        Err(err) => return fail(Exit::Usage, &err.to_string()),
+    };
+    if let Some(api) = args.api {
+        config.api = api;
+    }
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if args.label.is_some() {
+        config.label = args.label;
+    }
+    if args.no_mdns {
+        config.mdns = false;
+    }
+    config.tailnet.extend(args.tailnet);
+    match crate::daemon::run(home, config).await {
+        Ok(()) => Exit::Done,
+        Err(err) => fail(Exit::Usage, &err.to_string()),
+    }
+}
+
+async fn stop(kit: &Kit, json: bool) -> Exit {
+    match kit.post_json("/v1/admin/stop", &json!({})).await {
+        Ok(answer) => {
+            if json {
+                output::json(&answer);
+            } else {
+                println!("stopping: in-flight writes drain, then the gateway exits");
+            }
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}
+
+async fn status(kit: &Kit, json: bool) -> Exit {
+    match kit.get_json("/v1/status").await {
+        Ok(status) => {
+            if json {
+                output::json(&status);
+            } else {
+                for field in [
+                    "node_id",
+                    "label",
+                    "api",
+                    "addresses",
+                    "uptime_s",
+                    "peers",
+                    "home",
+                ] {
+                    println!("{field:<10} {}", cell(status.get(field)));
+                }
+            }
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}
+
+async fn id(home: &Home, kit: &Kit, json: bool) -> Exit {
+    let key = match home.node_key() {
+        Ok(key) => key,
+        Err(err) => return fail(Exit::Usage, &err.to_string()),
+    };
+    let config = Config::load(&home.config_path()).unwrap_or_default();
+    // A running gateway knows the addresses it actually bound; otherwise the configured one.
+    let (label, addresses) = match kit.get_json("/v1/status").await {
+        Ok(status) => (
+            cell(status.get("label")),
+            status.get("addresses").cloned().unwrap_or(json!([])),
+        ),
+        Err(_) => (
+            config.label_or_hostname(),
+            json!([config.listen.to_string()]),
+        ),
+    };
+    if json {
+        output::json(
+            &json!({"node_id": key.node_id().to_string(), "label": label, "addresses": addresses}),
+        );
+    } else {
+        println!("{}", key.node_id());
+    }
+    Exit::Done
+}
+
+async fn trust_peer(
+    home: &Home,
+    kit: &Kit,
+    json: bool,
+    node_id: String,
+    label: String,
+    addrs: Vec<String>,
+) -> Exit {
+    let body = json!({"node_id": node_id, "label": label, "routes": addrs});
+    let answer = match kit.post_json("/v1/admin/trust", &body).await {
+        Ok(answer) => answer,
+        Err(KitError::LocalGatewayDown { .. }) => {
+            // No gateway running: check the same way and write the trust store directly.
+            let parsed = serde_json::from_value(body)
+                .map_err(|err| err.to_string())
+                .and_then(|body| crate::api::parse_trust_request(&body).map_err(|err| err.detail));
+            let (node, routes) = match parsed {
+                Ok(parsed) => parsed,
+                Err(detail) => return fail(Exit::Usage, &detail),
+            };
+            let added = store::open(&home.db_path())
+                .and_then(|conn| trust::add(&conn, &label, node, &routes, store::unix_ms()));
+            match added {
+                Ok(peer) => {
+                    json!({"label": peer.label, "node_id": peer.node_id.to_string(), "trusted": true,
+                    "routes": peer.routes.iter().map(|r| json!({"kind": r.kind.as_str(), "address": r.addr.to_string()})).collect::<Vec<_>>()})
+                }
+                Err(err) => return fail(Exit::Usage, &err.to_string()),
+            }
+        }
+        Err(err) => return kit_failure(err),
+    };
+    if json {
+        output::json(&answer);
+    } else {
+        println!(
+            "trusted {} as {}",
+            cell(answer.get("node_id")),
+            cell(answer.get("label"))
+        );
+    }
+    Exit::Done
+}
+
+async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: String) -> Exit {
+    let answer = match kit
+        .post_json("/v1/admin/untrust", &json!({"label": label}))
+        .await
+    {
+        Ok(answer) => answer,
+        Err(KitError::LocalGatewayDown { .. }) => {
+            match store::open(&home.db_path()).and_then(|conn| trust::remove(&conn, &label)) {
+                Ok(Some(node)) => json!({"label": label, "node_id": node.to_string()}),
+                Ok(None) => return fail(
+                    Exit::Usage,
+                    &format!(
+                        "no peer is trusted under the label {label:?}; `ferry peers` lists them"
+                    ),
+                ),
+                Err(err) => return fail(Exit::Usage, &err.to_string()),
+            }
+        }
+        Err(err) => return kit_failure(err),
+    };
+    if json {
+        output::json(&answer);
+    } else {
+        println!("no longer trusting {}", cell(answer.get("label")));
+    }
+    Exit::Done
+}
+
+async fn peers(kit: &Kit, json: bool) -> Exit {
+    match kit.get_json("/v1/peers").await {
+        Ok(peers) => {
+            if json {
+                output::json(&peers);
+                return Exit::Done;
+            }
+            let rows: Vec<Vec<String>> = peers
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    let routes = p
+                        .get("routes")
+                        .and_then(Value::as_array)
+                        .map(|r| r.len())
+                        .unwrap_or(0);
+                    let trusted = if p.get("trusted") == Some(&json!(true)) {
+                        "trusted"
+                    } else {
+                        "untrusted"
+                    };
+                    vec![
+                        cell(p.get("label")),
+                        cell(p.get("node_id")),
+                        trusted.into(),
+                        routes.to_string(),
+                    ]
+                })
+                .collect();
+            output::table(&["label", "node id", "trust", "routes"], &rows);
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}
+
+async fn routes(kit: &Kit, json: bool) -> Exit {
+    match kit.get_json("/v1/routes").await {
+        Ok(routes) => {
+            if json {
+                output::json(&routes);
+                return Exit::Done;
+            }
+            let rows: Vec<Vec<String>> = routes
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    [
+                        "peer",
+                        "kind",
+                        "address",
+                        "state",
+                        "rtt_ms",
+                        "last_heard_ms_ago",
+                        "last_error",
+                    ]
+                    .iter()
+                    .map(|f| cell(r.get(*f)))
+                    .collect()
+                })
+                .collect();
+            output::table(
+                &[
+                    "peer",
+                    "kind",
+                    "address",
+                    "state",
+                    "rtt ms",
+                    "heard ms ago",
+                    "last error",
+                ],
+                &rows,
+            );
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}
+
+async fn create_vault(home: &Home, kit: &Kit, json: bool, name: String) -> Exit {
+    let answer = match kit
+        .post_json("/v1/admin/vaults", &json!({"name": name}))
+        .await
+    {
+        Ok(answer) => answer,
+        Err(KitError::LocalGatewayDown { .. }) => {
+            if let Err(detail) = names::check_vault(&name) {
+                return fail(Exit::Usage, &detail);
+            }
+            let owner = match home.node_key() {
+                Ok(key) => key.node_id(),
+                Err(err) => return fail(Exit::Usage, &err.to_string()),
+            };
+            match store::open(&home.db_path())
+                .and_then(|conn| vaults::create_owned(&conn, &name, owner, store::unix_ms()))
+            {
+                Ok(row) => json!({"name": row.name, "role": "owner", "revision": row.revision}),
+                Err(err) => return fail(Exit::Usage, &err.to_string()),
+            }
+        }
+        Err(err) => return kit_failure(err),
+    };
+    if json {
+        output::json(&answer);
+    } else {
+        println!("created vault {} (owned here)", cell(answer.get("name")));
+    }
+    Exit::Done
+}
+
+async fn list_vaults(kit: &Kit, json: bool) -> Exit {
+    match kit.get_json("/v1/vaults").await {
+        Ok(vaults) => {
+            if json {
+                output::json(&vaults);
+                return Exit::Done;
+            }
+            let rows: Vec<Vec<String>> = vaults
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| {
+                    [
+                        "name",
+                        "owner",
+                        "role",
+                        "revision",
+                        "lag_revisions",
+                        "lag_s",
+                    ]
+                    .iter()
+                    .map(|f| cell(v.get(*f)))
+                    .collect()
+                })
+                .collect();
+            output::table(
+                &["name", "owner", "role", "revision", "lag revs", "lag s"],
+                &rows,
+            );
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}
+
+fn read_value(value: Option<String>, file: Option<std::path::PathBuf>) -> Result<Vec<u8>, String> {
+    match (value, file) {
+        (_, Some(path)) => {
+            std::fs::read(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))
+        }
+        (Some(dash), None) if dash == "-" => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .map_err(|err| format!("cannot read standard input: {err}"))?;
+            Ok(buf)
+        }
+        (Some(text), None) => Ok(text.into_bytes()),
+        (None, None) => Err("give the value, `-` to read standard input, or --file F".into()),
+    }
+}
+
+fn options(flags: WriteFlags) -> WriteOptions {
+    WriteOptions {
+        if_revision: flags.if_revision,
+        request_id: flags.request_id,
+        timeout: flags.timeout,
+    }
+}
+
+/// Prints a write's result and returns its exit code (SPEC 13).
+fn report_write(result: WriteResult, json: bool) -> Exit {
+    let (exit, object) = match &result {
+        WriteResult::Done {
+            revision,
+            request_id,
+        } => (
+            Exit::Done,
+            json!({"outcome": "done", "request_id": request_id, "revision": revision}),
+        ),
+        WriteResult::Refused {
+            code, detail, body, ..
+        } => {
+            let mut object = json!({"outcome": "refused", "request_id": body.get("request_id"), "error": code, "detail": detail});
+            if let Some(revision) = body.get("current_revision") {
+                object["current_revision"] = revision.clone();
+            }
+            (Exit::Refused, object)
+        }
+        WriteResult::NotCarriedOut { request_id, detail } => (
+            Exit::NothingWritten,
+            json!({"outcome": "not_carried_out", "request_id": request_id, "error": "not_carried_out", "detail": detail}),
+        ),
+        WriteResult::Unavailable { request_id, detail } => (
+            Exit::NothingWritten,
+            json!({"outcome": "unavailable", "request_id": request_id, "error": "unavailable", "detail": detail}),
+        ),
+        WriteResult::OutcomeUnknown {
+            request_id,
+            owner,
+            detail,
+        } => (
+            Exit::Unknown,
+            json!({"outcome": "outcome_unknown", "request_id": request_id, "owner": owner, "error": "outcome_unknown", "detail": detail}),
+        ),
+        WriteResult::Invalid { code, detail, .. } => (
+            Exit::Usage,
+            json!({"outcome": "refused", "request_id": null, "error": code, "detail": detail}),
+        ),
+        WriteResult::LocalGatewayDown { detail } => (
+            Exit::NothingWritten,
+            json!({"outcome": "unavailable", "request_id": null, "error": "local_gateway_down", "detail": detail}),
+        ),
+    };
+    if json {
+        output::json(&object);
+    } else if let WriteResult::Done {
+        revision,
+        request_id,
+    } = &result
+    {
+        println!("done: revision {revision} (request {request_id})");
+    } else {
+        eprintln!(
+            "ferry: {}: {}",
+            cell(object.get("error")),
+            cell(object.get("detail"))
+        );
+        if let WriteResult::OutcomeUnknown { request_id, .. } = &result {
+            eprintln!("ferry: the write may or may not have happened; do not resend it under a new id (request {request_id})");
+        }
+    }
+    exit
+}
+
+async fn get(kit: &Kit, json: bool, vault: &str, key: &str) -> Exit {
+    match kit.get(vault, key).await {
+        Ok(record) => {
+            if json {
+                let mut object = json!({"revision": record.revision, "source": record.source, "stale": record.stale});
+                match String::from_utf8(record.value) {
+                    Ok(text) => object["value"] = json!(text),
+                    Err(bytes) => {
+                        object["value_base64"] =
+                            json!(base64::engine::general_purpose::STANDARD
+                                .encode(bytes.into_bytes()))
+                    }
+                }
+                output::json(&object);
+            } else {
+                use std::io::Write;
+                let mut stdout = std::io::stdout();
+                if stdout
+                    .write_all(&record.value)
+                    .and_then(|()| stdout.flush())
+                    .is_err()
+                {
+                    return fail(Exit::Unknown, "standard output closed");
+                }
+            }
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}
+
+async fn list(kit: &Kit, json: bool, vault: &str, prefix: &str, limit: Option<usize>) -> Exit {
+    match kit.list(vault, prefix, limit).await {
+        Ok(keys) => {
+            if json {
+                output::json(&Value::Array(
+                    keys.iter()
+                        .map(|(key, revision)| json!({"key": key, "revision": revision}))
+                        .collect(),
+                ));
+            } else {
+                let rows: Vec<Vec<String>> = keys
+                    .iter()
+                    .map(|(k, r)| vec![k.clone(), r.to_string()])
+                    .collect();
+                output::table(&["key", "revision"], &rows);
+            }
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}

@@ -1,0 +1,185 @@
+//! The `ferry` command line (SPEC 13). `main` is ten lines; this module parses the arguments,
+//! runs the command, and turns its result into output and an exit code.
+//!
+//! Exit codes: 0 done, 1 refused by the owner, 2 usage or bad request, 3 nothing was written
+//! (`unavailable` or `not_carried_out`, including no gateway running), 4 outcome unknown.
+
+mod commands;
+mod output;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// What a command ended as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Done = 0,
+    Refused = 1,
+    Usage = 2,
+    NothingWritten = 3,
+    Unknown = 4,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> Self {
+        ExitCode::from(exit as u8)
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ferry",
+    version,
+    about = "Ferry: a peer-to-peer replication gateway"
+)]
+pub struct Cli {
+    /// Which gateway's state directory (and so which running gateway) to use.
+    #[arg(long, global = true, env = "FERRY_HOME")]
+    pub home: Option<PathBuf>,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve(ServeArgs),
+    /// Stop the running gateway (drains in-flight writes first).
+    Stop,
+    /// This gateway: node id, label, addresses, uptime.
+    Status,
+    /// Print this node's id.
+    Id,
+    /// Trust a peer's node key under a label.
+    Trust {
+        node_id: String,
+        #[arg(long)]
+        label: String,
+        /// HOST:PORT[,kind] with kind thunderbolt, lan or tailnet; repeatable.
+        #[arg(long = "addr")]
+        addrs: Vec<String>,
+    },
+    /// Stop trusting the peer with this label.
+    Untrust { label: String },
+    /// Trusted peers.
+    Peers,
+    /// Routes to peers.
+    Routes,
+    /// Vaults: create, list.
+    #[command(subcommand)]
+    Vault(VaultCommand),
+    /// Write a record.
+    Put {
+        vault: String,
+        key: String,
+        /// The value; `-` reads standard input. Or use --file.
+        value: Option<String>,
+        #[arg(long, conflicts_with = "value")]
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        write: WriteFlags,
+    },
+    /// Delete a record.
+    Delete {
+        vault: String,
+        key: String,
+        #[command(flatten)]
+        write: WriteFlags,
+    },
+    /// Read a record; the value goes to standard output as bytes.
+    Get { vault: String, key: String },
+    /// List keys.
+    List {
+        vault: String,
+        #[arg(long, default_value = "")]
+        prefix: String,
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Local API address; port 0 picks a free port (written to api.addr).
+    #[arg(long)]
+    pub api: Option<SocketAddr>,
+    /// QUIC peer address.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// This gateway's label hint.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Do not advertise or browse on mDNS.
+    #[arg(long)]
+    pub no_mdns: bool,
+    /// A tailnet address of this gateway; repeatable.
+    #[arg(long)]
+    pub tailnet: Vec<SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+pub struct WriteFlags {
+    /// Compare-and-swap: the revision the record must have (0 = must not exist).
+    #[arg(long)]
+    pub if_revision: Option<u64>,
+    /// The write's request id (a UUIDv7); made by the gateway when absent.
+    #[arg(long)]
+    pub request_id: Option<String>,
+    /// Seconds the write may take (0 < t <= 600; default 30).
+    #[arg(long)]
+    pub timeout: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VaultCommand {
+    /// Create a vault owned by this gateway.
+    Create { name: String },
+    /// Vaults here and at peers.
+    List,
+}
+
+/// Parses the command line, runs the command, and returns its exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return if err.use_stderr() {
+                Exit::Usage.into()
+            } else {
+                Exit::Done.into()
+            };
+        }
+    };
+    init_tracing(matches!(cli.command, Command::Serve(_)));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("ferry: cannot start the async runtime: {err}");
+            return Exit::NothingWritten.into();
+        }
+    };
+    runtime.block_on(commands::run(cli)).into()
+}
+
+/// Logs go to standard error, filtered by `RUST_LOG` (default: info for `serve`, warnings
+/// otherwise, so a command's own output stays clean).
+fn init_tracing(serving: bool) {
+    let default = if serving { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}

@@ -1,0 +1,193 @@
+//! The gateway's settings: documented defaults, an optional `config.toml` in the state
+//! directory, command-line overrides, and validation that names the bad key.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The largest value the owner accepts unless the config says otherwise (SPEC 4).
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 4 * 1024 * 1024;
+/// Keys are UTF-8 and at most this many bytes (SPEC 4).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// Every setting, with its default. Unknown keys in `config.toml` are an error, so a typo never
+/// silently leaves a default in force.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The local API address. Loopback only unless `dangerous_api_on_any_address`.
+    pub api: SocketAddr,
+    /// The QUIC peer endpoint address.
+    pub listen: SocketAddr,
+    /// This gateway's own label hint for peers (default: the host name).
+    pub label: Option<String>,
+    /// Advertise and browse on mDNS.
+    pub mdns: bool,
+    /// Tailnet addresses of this gateway, to tell peers.
+    pub tailnet: Vec<SocketAddr>,
+    /// The largest value a write may carry.
+    pub max_value_bytes: usize,
+    /// The most one connection attempt may take.
+    pub connect_timeout_ms: u64,
+    /// A pooled connection carries a write only if its peer was heard this recently.
+    pub write_liveness_ms: u64,
+    /// How long a stop waits for in-flight writes.
+    pub drain_ms: u64,
+    /// How long the owner's journal remembers a request id.
+    pub journal_retention_days: u64,
+    /// Let the local API listen on a non-loopback address. Anyone who can reach it and read
+    /// the token can write; leave this off.
+    pub dangerous_api_on_any_address: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            api: SocketAddr::from(([127, 0, 0, 1], 7420)),
+            listen: SocketAddr::from(([0, 0, 0, 0], 7420)),
+            label: None,
+            mdns: true,
+            tailnet: Vec::new(),
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            connect_timeout_ms: 2_000,
+            write_liveness_ms: 1_000,
+            drain_ms: 5_000,
+            journal_retention_days: 7,
+            dangerous_api_on_any_address: false,
+        }
+    }
+}
+
+/// A setting that cannot be used, naming the key and what would be accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid: {detail}")]
+    Parse { path: String, detail: String },
+    #[error("config key `{key}`: {detail}")]
+    Invalid { key: &'static str, detail: String },
+}
+
+impl Config {
+    /// Reads `config.toml` if it exists; no file means every default.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        };
+        toml::from_str(&text).map_err(|err| ConfigError::Parse {
+            path: path.display().to_string(),
+            detail: err.to_string(),
+        })
+    }
+
+    /// Checks every setting; the error names the first bad key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.api.ip().is_loopback() && !self.dangerous_api_on_any_address {
+            return Err(ConfigError::Invalid {
+                key: "api",
+                detail: format!("{} is not a loopback address; the local API serves this machine's apps only (set dangerous_api_on_any_address = true to override)", self.api),
+            });
+        }
+        let frame_room = ferry_peer::codec::MAX_FRAME_LEN - 64 * 1024;
+        if self.max_value_bytes == 0 || self.max_value_bytes > frame_room {
+            return Err(ConfigError::Invalid {
+                key: "max_value_bytes",
+                detail: format!("must be between 1 and {frame_room}"),
+            });
+        }
+        if self.connect_timeout_ms == 0 || self.connect_timeout_ms > 600_000 {
+            return Err(ConfigError::Invalid {
+                key: "connect_timeout_ms",
+                detail: "must be between 1 and 600000".into(),
+            });
+        }
+        if self.write_liveness_ms < 100 {
+            return Err(ConfigError::Invalid {
+                key: "write_liveness_ms",
+                detail: "must be at least 100 (keep-alives arrive every 300 ms)".into(),
+            });
+        }
+        if self.journal_retention_days == 0 {
+            return Err(ConfigError::Invalid {
+                key: "journal_retention_days",
+                detail: "must be at least 1".into(),
+            });
+        }
+        if let Some(label) = &self.label {
+            crate::names::check_label(label).map_err(|detail| ConfigError::Invalid {
+                key: "label",
+                detail,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The label to announce: the configured one, else the host name, else "ferry".
+    pub fn label_or_hostname(&self) -> String {
+        if let Some(label) = &self.label {
+            return label.clone();
+        }
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|name| name.trim().to_string())
+            .filter(|name| crate::names::check_label(name).is_ok())
+            .unwrap_or_else(|| "ferry".to_string())
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+
+    pub fn write_liveness(&self) -> Duration {
+        Duration::from_millis(self.write_liveness_ms)
+    }
+
+    pub fn drain(&self) -> Duration {
+        Duration::from_millis(self.drain_ms)
+    }
+
+    pub fn journal_retention(&self) -> Duration {
+        Duration::from_secs(self.journal_retention_days * 86_400)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_file_means_defaults_and_defaults_are_valid() {
+        let config = Config::load(Path::new("/nonexistent/config.toml")).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.api.to_string(), "127.0.0.1:7420");
+    }
+
+    #[test]
+    fn a_typo_is_an_error_naming_the_key() {
+        let err = toml::from_str::<Config>("max_valu_bytes = 3").unwrap_err();
+        assert!(err.to_string().contains("max_valu_bytes"), "{err}");
+    }
+
+    #[test]
+    fn a_non_loopback_api_needs_the_dangerous_option() {
+        let config: Config = toml::from_str("api = \"0.0.0.0:7420\"").unwrap();
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("`api`"), "{err}");
+        let config: Config =
+            toml::from_str("api = \"0.0.0.0:7420\"\ndangerous_api_on_any_address = true").unwrap();
+        config.validate().unwrap();
+    }
+}

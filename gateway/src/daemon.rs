@@ -1,0 +1,202 @@
+//! `ferry serve`: build the gateway, listen, serve, and stop in order.
+//!
+//! Start: state directory, key and token, database, executor, trust book, QUIC endpoint, local
+//! API; `api.addr` is written only once the API listens, so a client that reads it can connect.
+//!
+//! Stop (SIGTERM, SIGINT or `ferry stop`), in this order:
+//! 1. new local calls and new peer streams are refused at once; the QUIC port stops taking
+//!    new connections;
+//! 2. in-flight writes finish within the drain bound;
+//! 3. connections close with "going away", so peers mark this gateway's routes down at once;
+//! 4. `api.addr` is removed and the process exits 0.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_peer::call::{CallTuning, Caller};
+use ferry_peer::door;
+use ferry_peer::pool::Pool;
+use ferry_peer::tls::peer_node_id;
+use ferry_peer::transport::{BindError, PeerEndpoint, TransportTuning};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::api;
+use crate::config::{Config, ConfigError};
+use crate::gateway::{Gateway, Parts};
+use crate::home::{Home, HomeError};
+use crate::owner::executor::Executor;
+use crate::owner::verbs::WriteLimits;
+use crate::peers::PeerBook;
+use crate::reader::Reader;
+use crate::service::PeerService;
+use crate::store::{self, trust, StoreError};
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Home(#[from] HomeError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error("cannot listen for apps on {addr}: {source}; is another gateway running? (`ferry status`), or choose another address with --api")]
+    Api {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Runs a gateway until it is told to stop; returns once it has stopped cleanly.
+pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
+    config.validate()?;
+    home.ensure()?;
+    let key = home.node_key()?;
+    let token = home.local_token()?;
+    let db_path = home.db_path();
+    let setup = store::open(&db_path)?;
+    let peers = Arc::new(PeerBook::default());
+    peers.replace_all(trust::list(&setup)?);
+    drop(setup);
+    let executor = Executor::start(
+        &db_path,
+        WriteLimits {
+            max_value_bytes: config.max_value_bytes,
+            journal_retention: config.journal_retention(),
+        },
+    )?;
+    let reader = Reader::open(&db_path)?;
+    let endpoint = PeerEndpoint::bind(
+        config.listen,
+        key.clone(),
+        peers.clone(),
+        TransportTuning::default(),
+    )?;
+    let quic_addr = endpoint.local_addr().map_err(|source| BindError::Socket {
+        addr: config.listen,
+        source,
+    })?;
+    let caller = Caller::new(
+        endpoint.clone(),
+        Arc::new(Pool::default()),
+        CallTuning {
+            connect_timeout: config.connect_timeout(),
+            write_liveness: config.write_liveness(),
+        },
+    );
+    let listener = TcpListener::bind(config.api)
+        .await
+        .map_err(|source| StartError::Api {
+            addr: config.api,
+            source,
+        })?;
+    let api_addr = listener.local_addr().map_err(|source| StartError::Api {
+        addr: config.api,
+        source,
+    })?;
+    let label = config.label_or_hostname();
+    let gateway = Arc::new(Gateway::new(Parts {
+        home: home.clone(),
+        config,
+        key,
+        label,
+        token,
+        executor,
+        reader,
+        peers,
+        caller,
+        quic_addr,
+    }));
+    let _ = gateway.api_addr.set(api_addr);
+
+    let mut tasks = JoinSet::new();
+    tasks.spawn(accept_peers(gateway.clone(), endpoint.clone()));
+    tasks.spawn(api::serve(gateway.clone(), listener));
+    let greeter = gateway.clone();
+    tasks.spawn(async move { greeter.hello_all(Duration::from_secs(2)).await });
+    home.write_api_addr(api_addr)?;
+    info!(node = %gateway.node_id().short(), label = %gateway.label, api = %api_addr, quic = %quic_addr, "gateway running");
+
+    wait_for_stop(&gateway).await;
+    info!("stopping: refusing new calls, draining in-flight writes");
+    gateway.begin_stop();
+    endpoint.refuse_new_connections();
+    let drained = gateway.executor.drain(gateway.config.drain()).await;
+    if !drained {
+        warn!("in-flight writes did not finish within the drain bound");
+    }
+    endpoint.close_going_away().await;
+    home.remove_api_addr();
+    // Every task watches the stop signal; give them the rest of a short bound, then abort.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    tasks.abort_all();
+    info!("stopped");
+    Ok(())
+}
+
+/// Waits for SIGTERM, SIGINT or a stop requested through the API.
+async fn wait_for_stop(gateway: &Gateway) {
+    let mut stop_requested = gateway.stopping();
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                warn!(%err, "cannot watch SIGTERM; stop with SIGINT or `ferry stop`");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+        _ = stop_requested.wait_for(|stopping| *stopping) => {}
+    }
+}
+
+/// Accepts peer connections until the stop; each is served until it closes.
+async fn accept_peers(gateway: Arc<Gateway>, endpoint: PeerEndpoint) {
+    let mut connections = JoinSet::new();
+    let mut stopping = gateway.stopping();
+    let service = Arc::new(PeerService(gateway.clone()));
+    loop {
+        tokio::select! {
+            incoming = endpoint.accept() => {
+                let Some(incoming) = incoming else { break };
+                let service = service.clone();
+                let stopping = gateway.stopping();
+                connections.spawn(async move {
+                    let conn = match incoming.await {
+                        Ok(conn) => conn,
+                        Err(err) => {
+                            debug!(%err, "peer handshake failed");
+                            return;
+                        }
+                    };
+                    let Some(peer) = peer_node_id(&conn) else {
+                        conn.close(quinn_close_code(), b"no node key");
+                        return;
+                    };
+                    door::serve_connection(service, conn, peer, stopping).await;
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = stopping.wait_for(|stopping| *stopping) => break,
+        }
+    }
+    // Connections keep serving in-flight streams (new ones are answered "going away") until
+    // the endpoint closes them.
+    while connections.join_next().await.is_some() {}
+}
+
+fn quinn_close_code() -> quinn::VarInt {
+    quinn::VarInt::from_u32(ferry_peer::transport::CLOSE_UNTRUSTED)
+}

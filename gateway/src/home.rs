@@ -1,0 +1,212 @@
+//! The state directory: where a gateway keeps its key, its local token, its database and the
+//! address its local API bound. Its layout is part of the contract (SPEC 2):
+//!
+//! | file          | what                                   | mode |
+//! |---------------|----------------------------------------|------|
+//! | `node.key`    | the ed25519 secret seed, 64 hex digits | 0600 |
+//! | `local-token` | the bearer token apps present, one line| 0600 |
+//! | `api.addr`    | `HOST:PORT` the local API bound, one line, written once it listens | 0644 |
+//! | `ferry.db`    | SQLite (WAL)                           | 0600 |
+//! | `config.toml` | optional                               |      |
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use ferry_ticket::NodeKey;
+
+/// A problem with the state directory, naming the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    #[error("cannot use state directory {path}: {source}; pass --home DIR or set FERRY_HOME to a writable directory")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read or write {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a Ferry node key (expected 64 hex digits); restore it from a backup, or move it away to make a new identity (peers must then trust the new id)")]
+    BadKey { path: PathBuf },
+    #[error("{path} is empty; delete it and start the gateway again to make a new token (apps must then read the new one)")]
+    EmptyToken { path: PathBuf },
+    #[error("no platform data directory is known here; pass --home DIR or set FERRY_HOME")]
+    NoDefault,
+    #[error("the operating system gave no randomness: {0}")]
+    Random(String),
+}
+
+/// A gateway's state directory.
+#[derive(Debug, Clone)]
+pub struct Home {
+    root: PathBuf,
+}
+
+impl Home {
+    /// `explicit` (from `--home` or `FERRY_HOME`), else the platform data directory.
+    pub fn locate(explicit: Option<PathBuf>) -> Result<Self, HomeError> {
+        let root = match explicit {
+            Some(path) => path,
+            None => dirs::data_dir().ok_or(HomeError::NoDefault)?.join("ferry"),
+        };
+        Ok(Self { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.root.join("ferry.db")
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join("config.toml")
+    }
+
+    fn key_path(&self) -> PathBuf {
+        self.root.join("node.key")
+    }
+
+    fn token_path(&self) -> PathBuf {
+        self.root.join("local-token")
+    }
+
+    fn api_addr_path(&self) -> PathBuf {
+        self.root.join("api.addr")
+    }
+
+    /// Creates the directory (0700) if needed.
+    pub fn ensure(&self) -> Result<(), HomeError> {
+        let dir_err = |source| HomeError::Dir {
+            path: self.root.clone(),
+            source,
+        };
+        fs::create_dir_all(&self.root).map_err(dir_err)?;
+        fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700)).map_err(dir_err)
+    }
+
+    /// The node key, made on first use.
+    pub fn node_key(&self) -> Result<NodeKey, HomeError> {
+        self.ensure()?;
+        let path = self.key_path();
+        if !path.exists() {
+            let key = NodeKey::generate().map_err(|err| HomeError::Random(err.to_string()))?;
+            write_secret(&path, &hex::encode(key.secret_bytes()))?;
+        }
+        // Read back even after making it: if another process raced us, what is on disk wins.
+        let text = fs::read_to_string(&path).map_err(|source| HomeError::File {
+            path: path.clone(),
+            source,
+        })?;
+        let mut seed = [0u8; 32];
+        hex::decode_to_slice(text.trim(), &mut seed).map_err(|_| HomeError::BadKey { path })?;
+        Ok(NodeKey::from_secret_bytes(seed))
+    }
+
+    /// The local bearer token, made on first use.
+    pub fn local_token(&self) -> Result<String, HomeError> {
+        self.ensure()?;
+        let path = self.token_path();
+        if !path.exists() {
+            let mut bytes = [0u8; 32];
+            getrandom::fill(&mut bytes).map_err(|err| HomeError::Random(err.to_string()))?;
+            write_secret(&path, &hex::encode(bytes))?;
+        }
+        let token = self.read_token()?;
+        if token.is_empty() {
+            return Err(HomeError::EmptyToken { path });
+        }
+        Ok(token)
+    }
+
+    /// The token as it is on disk (for clients; never creates one).
+    pub fn read_token(&self) -> Result<String, HomeError> {
+        let path = self.token_path();
+        fs::read_to_string(&path)
+            .map(|text| text.trim().to_string())
+            .map_err(|source| HomeError::File { path, source })
+    }
+
+    /// Records the address the local API bound; written atomically (temp file, then rename) so
+    /// a reader never sees half a line.
+    pub fn write_api_addr(&self, addr: SocketAddr) -> Result<(), HomeError> {
+        let path = self.api_addr_path();
+        let tmp = self.root.join("api.addr.tmp");
+        fs::write(&tmp, format!("{addr}\n")).map_err(|source| HomeError::File {
+            path: tmp.clone(),
+            source,
+        })?;
+        fs::rename(&tmp, &path).map_err(|source| HomeError::File { path, source })
+    }
+
+    /// The address a running gateway's API bound, if one wrote it.
+    pub fn read_api_addr(&self) -> Option<SocketAddr> {
+        fs::read_to_string(self.api_addr_path())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    pub fn remove_api_addr(&self) {
+        let _ = fs::remove_file(self.api_addr_path());
+    }
+}
+
+/// Writes a secret file that only the owner may read, refusing to follow an existing file.
+fn write_secret(path: &Path, contents: &str) -> Result<(), HomeError> {
+    let file_err = |source| HomeError::File {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(file) => file,
+        // Someone else made it first; the caller reads whatever is there.
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(err) => return Err(file_err(err)),
+    };
+    file.write_all(format!("{contents}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(file_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_and_token_are_made_once_with_mode_0600() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::locate(Some(dir.path().join("h"))).unwrap();
+        let key = home.node_key().unwrap();
+        assert_eq!(home.node_key().unwrap().node_id(), key.node_id());
+        let token = home.local_token().unwrap();
+        assert_eq!(token.len(), 64);
+        assert_eq!(home.local_token().unwrap(), token);
+        for file in ["node.key", "local-token"] {
+            let mode = fs::metadata(dir.path().join("h").join(file))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{file}");
+        }
+    }
+
+    #[test]
+    fn a_corrupt_key_file_is_a_clear_error_not_a_new_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::locate(Some(dir.path().to_path_buf())).unwrap();
+        fs::write(dir.path().join("node.key"), "not hex").unwrap();
+        assert!(matches!(home.node_key(), Err(HomeError::BadKey { .. })));
+    }
+}

@@ -1,0 +1,29 @@
+//! The Ferry gateway: the `ferry` binary's library.
+//!
+//! A tour, from the outside in:
+//! - [`cli`]: the command line; thin, built on the [`kit`].
+//! - [`kit`]: the client library apps use to call their local gateway, with typed outcomes.
+//! - [`daemon`]: `ferry serve`: builds the [`gateway::Gateway`], listens, stops in order.
+//! - [`api`]: the local HTTP API on loopback.
+//! - [`gateway`]: the running gateway's state and the operations behind the API.
+//! - [`service`]: what the gateway does with requests from peers.
+//! - [`owner`]: the executor that carries out writes, and the verbs themselves.
+//! - [`store`] and [`reader`]: SQLite (WAL, synchronous=FULL): vaults, records, trust, journal.
+//! - [`peers`]: the trust book the TLS server consults, and who owns which vault.
+//! - [`home`], [`config`], [`names`], [`metrics`]: the state directory, settings, validation of
+//!   names, and counters.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod gateway;
+pub mod home;
+pub mod kit;
+pub mod metrics;
+pub mod names;
+pub mod owner;
+pub mod peers;
+pub mod reader;
+pub mod service;
+pub mod store;

@@ -1,0 +1,177 @@
+//! Counters and a latency histogram, rendered in the Prometheus text format at `/metrics`.
+//! Plain atomics: recording is a few nanoseconds on any path.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// Write outcomes as the app sees them.
+#[derive(Debug, Clone, Copy)]
+pub enum WriteKind {
+    Done,
+    Refused,
+    NotCarriedOut,
+    Unavailable,
+    OutcomeUnknown,
+    BadRequest,
+}
+
+const WRITE_KINDS: [(&str, WriteKind); 6] = [
+    ("done", WriteKind::Done),
+    ("refused", WriteKind::Refused),
+    ("not_carried_out", WriteKind::NotCarriedOut),
+    ("unavailable", WriteKind::Unavailable),
+    ("outcome_unknown", WriteKind::OutcomeUnknown),
+    ("bad_request", WriteKind::BadRequest),
+];
+
+/// Where a read's answer came from.
+#[derive(Debug, Clone, Copy)]
+pub enum ReadSource {
+    Local,
+    Owner,
+    Unavailable,
+}
+
+const READ_SOURCES: [(&str, ReadSource); 3] = [
+    ("local", ReadSource::Local),
+    ("owner", ReadSource::Owner),
+    ("unavailable", ReadSource::Unavailable),
+];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    fn record(&self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
+            if secs <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{}}} {}",
+            labels.trim_end_matches(','),
+            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "{name}_count{{{}}} {count}",
+            labels.trim_end_matches(',')
+        );
+    }
+}
+
+/// All of the gateway's metrics.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    writes: [AtomicU64; WRITE_KINDS.len()],
+    reads: [AtomicU64; READ_SOURCES.len()],
+    write_latency: Histogram,
+    read_latency: Histogram,
+    peer_writes_served: AtomicU64,
+    peer_reads_served: AtomicU64,
+}
+
+impl Metrics {
+    pub fn write(&self, kind: WriteKind, elapsed: Duration) {
+        self.writes[kind as usize].fetch_add(1, Ordering::Relaxed);
+        self.write_latency.record(elapsed);
+    }
+
+    pub fn read(&self, source: ReadSource, elapsed: Duration) {
+        self.reads[source as usize].fetch_add(1, Ordering::Relaxed);
+        self.read_latency.record(elapsed);
+    }
+
+    pub fn peer_write_served(&self) {
+        self.peer_writes_served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn peer_read_served(&self) {
+        self.peer_reads_served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP ferry_writes_total Writes answered to local apps, by outcome.\n# TYPE ferry_writes_total counter\n");
+        for ((name, _), count) in WRITE_KINDS.iter().zip(&self.writes) {
+            let _ = writeln!(
+                out,
+                "ferry_writes_total{{outcome=\"{name}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP ferry_reads_total Reads answered to local apps, by source.\n# TYPE ferry_reads_total counter\n");
+        for ((name, _), count) in READ_SOURCES.iter().zip(&self.reads) {
+            let _ = writeln!(
+                out,
+                "ferry_reads_total{{source=\"{name}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP ferry_peer_requests_served_total Requests from peers this gateway served.\n# TYPE ferry_peer_requests_served_total counter\n");
+        let _ = writeln!(
+            out,
+            "ferry_peer_requests_served_total{{kind=\"write\"}} {}",
+            self.peer_writes_served.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "ferry_peer_requests_served_total{{kind=\"read\"}} {}",
+            self.peer_reads_served.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP ferry_call_latency_seconds Latency of local API calls.\n# TYPE ferry_call_latency_seconds histogram\n");
+        self.write_latency
+            .render(&mut out, "ferry_call_latency_seconds", "call=\"write\",");
+        self.read_latency
+            .render(&mut out, "ferry_call_latency_seconds", "call=\"read\",");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_histograms_render() {
+        let metrics = Metrics::default();
+        metrics.write(WriteKind::Done, Duration::from_micros(700));
+        metrics.write(WriteKind::OutcomeUnknown, Duration::from_secs(2));
+        let text = metrics.render();
+        assert!(
+            text.contains("ferry_writes_total{outcome=\"done\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("ferry_writes_total{outcome=\"outcome_unknown\"} 1"));
+        assert!(text.contains("ferry_call_latency_seconds_bucket{call=\"write\",le=\"0.001\"} 1"));
+        assert!(text.contains("ferry_call_latency_seconds_count{call=\"write\"} 2"));
+    }
+}

@@ -1,0 +1,48 @@
+//! What counts as a valid vault name, app name, peer label and record key. Checked at the
+//! edge (local API, CLI, peer frames) so nothing deeper has to wonder.
+
+use crate::config::MAX_KEY_BYTES;
+
+fn check_token(what: &str, text: &str, max: usize) -> Result<(), String> {
+    if text.is_empty() || text.len() > max {
+        return Err(format!("{what} must be 1 to {max} characters"));
+    }
+    if !text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "{what} {text:?} may contain only letters, digits, '-', '_' and '.'"
+        ));
+    }
+    Ok(())
+}
+
+/// Vault names: 1-128 of `[A-Za-z0-9._-]`.
+pub fn check_vault(name: &str) -> Result<(), String> {
+    check_token("a vault name", name, 128)
+}
+
+/// App names (`X-Ferry-App`): 1-64 of `[A-Za-z0-9._-]`.
+pub fn check_app(name: &str) -> Result<(), String> {
+    check_token("an app name (X-Ferry-App)", name, 64)
+}
+
+/// Peer labels: 1-64 of `[A-Za-z0-9._-]`.
+pub fn check_label(name: &str) -> Result<(), String> {
+    check_token("a peer label", name, 64)
+}
+
+/// Record keys: non-empty UTF-8 (guaranteed by `&str`), at most 1 KiB.
+pub fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("the record key is empty".into());
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(format!(
+            "the record key is {} bytes; keys are at most {MAX_KEY_BYTES} bytes",
+            key.len()
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! Who this gateway trusts and which vaults they own, in memory.
+//!
+//! [`PeerBook`] mirrors the trust store table; the QUIC server asks it at every handshake, so
+//! `ferry trust` and `ferry untrust` take effect for the next connection without a restart.
+//! [`Directory`] remembers which trusted peer owns which vault, learned from hellos.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use ferry_peer::call::Target;
+use ferry_peer::tls::TrustedKeys;
+use ferry_ticket::NodeId;
+
+use crate::store::trust::TrustedPeer;
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    // Every writer replaces whole values; a panic mid-write cannot leave a half state.
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The trusted peers, by label.
+#[derive(Debug, Default)]
+pub struct PeerBook {
+    peers: RwLock<Vec<TrustedPeer>>,
+}
+
+impl PeerBook {
+    pub fn replace_all(&self, peers: Vec<TrustedPeer>) {
+        *write(&self.peers) = peers;
+    }
+
+    pub fn upsert(&self, peer: TrustedPeer) {
+        let mut peers = write(&self.peers);
+        peers.retain(|p| p.label != peer.label);
+        peers.push(peer);
+        peers.sort_by(|a, b| a.label.cmp(&b.label));
+    }
+
+    pub fn remove(&self, label: &str) {
+        write(&self.peers).retain(|p| p.label != label);
+    }
+
+    pub fn all(&self) -> Vec<TrustedPeer> {
+        read(&self.peers).clone()
+    }
+
+    pub fn by_node(&self, node: &NodeId) -> Option<TrustedPeer> {
+        read(&self.peers)
+            .iter()
+            .find(|p| p.node_id == *node)
+            .cloned()
+    }
+
+    pub fn label_of(&self, node: &NodeId) -> Option<String> {
+        self.by_node(node).map(|p| p.label)
+    }
+
+    /// A call target for a trusted peer: its routes, best first.
+    pub fn target(&self, node: &NodeId) -> Option<Target> {
+        let peer = self.by_node(node)?;
+        let mut routes = peer.routes.clone();
+        // Stable: within a kind the admin's order stands until RTTs are measured.
+        routes.sort_by_key(|route| route.kind);
+        Some(Target {
+            node: peer.node_id,
+            label: peer.label,
+            routes,
+        })
+    }
+}
+
+impl TrustedKeys for PeerBook {
+    fn is_trusted(&self, id: &NodeId) -> bool {
+        read(&self.peers).iter().any(|p| p.node_id == *id)
+    }
+}
+
+/// Which peer owns which vault, as the peers said in their hellos.
+#[derive(Debug, Default)]
+pub struct Directory {
+    owners: RwLock<HashMap<String, NodeId>>,
+}
+
+impl Directory {
+    /// Replaces what `peer` owns with `vaults` (a hello is the whole list, not a delta).
+    pub fn learn(&self, peer: NodeId, vaults: &[String]) {
+        let mut owners = write(&self.owners);
+        owners.retain(|_, owner| *owner != peer);
+        for vault in vaults {
+            // Two peers claiming one vault name is a misconfiguration; the first claim stands
+            // until its owner stops claiming it, so answers do not flap between machines.
+            owners.entry(vault.clone()).or_insert(peer);
+        }
+    }
+
+    pub fn forget(&self, peer: NodeId) {
+        write(&self.owners).retain(|_, owner| *owner != peer);
+    }
+
+    pub fn owner_of(&self, vault: &str) -> Option<NodeId> {
+        read(&self.owners).get(vault).copied()
+    }
+
+    pub fn remote_vaults(&self) -> Vec<(String, NodeId)> {
+        let mut list: Vec<_> = read(&self.owners)
+            .iter()
+            .map(|(vault, owner)| (vault.clone(), *owner))
+            .collect();
+        list.sort();
+        list
+    }
+}

@@ -1,0 +1,153 @@
+//! Records: get, put, delete (a tombstone), list by prefix, and the change log.
+
+use ferry_peer::wire::{KeyRevision, WireChange};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::StoreError;
+
+/// A record's row, tombstones included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordRow {
+    pub revision: u64,
+    /// `None`: deleted at `revision`.
+    pub value: Option<Vec<u8>>,
+}
+
+pub fn get(conn: &Connection, vault: &str, key: &str) -> Result<Option<RecordRow>, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT revision, value FROM records WHERE vault = ?1 AND key = ?2")?
+        .query_row(params![vault, key], |row| {
+            Ok(RecordRow {
+                revision: row.get::<_, i64>(0)? as u64,
+                value: row.get(1)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The revision a compare-and-swap compares against: 0 when the record does not exist
+/// (never written, or deleted).
+pub fn live_revision(conn: &Connection, vault: &str, key: &str) -> Result<u64, StoreError> {
+    Ok(match get(conn, vault, key)? {
+        Some(RecordRow {
+            revision,
+            value: Some(_),
+        }) => revision,
+        _ => 0,
+    })
+}
+
+/// Writes `value` (or a tombstone when `None`) at `revision`.
+pub fn set(
+    conn: &Connection,
+    vault: &str,
+    key: &str,
+    revision: u64,
+    value: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO records (vault, key, revision, value) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (vault, key) DO UPDATE SET revision = excluded.revision, value = excluded.value",
+    )?
+    .execute(params![vault, key, revision as i64, value])?;
+    Ok(())
+}
+
+/// Live keys starting with `prefix`, after `after`, in key order; `more` says a next page exists.
+pub fn list(
+    conn: &Connection,
+    vault: &str,
+    prefix: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<(Vec<KeyRevision>, bool), StoreError> {
+    // Keys sort bytewise; everything with the prefix is >= the prefix and contiguous, so scan
+    // from the later of (prefix, after) and stop at the first key without the prefix.
+    let (start, sql) = match after {
+        Some(after) if after >= prefix => (
+            after,
+            "SELECT key, revision FROM records WHERE vault = ?1 AND key > ?2 AND value IS NOT NULL ORDER BY key LIMIT ?3",
+        ),
+        _ => (
+            prefix,
+            "SELECT key, revision FROM records WHERE vault = ?1 AND key >= ?2 AND value IS NOT NULL ORDER BY key LIMIT ?3",
+        ),
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(params![vault, start, i64::from(limit) + 1], |row| {
+        Ok(KeyRevision {
+            key: row.get(0)?,
+            revision: row.get::<_, i64>(1)? as u64,
+        })
+    })?;
+    let mut keys = Vec::new();
+    for row in rows {
+        let row = row?;
+        if !row.key.starts_with(prefix) {
+            return Ok((keys, false));
+        }
+        if keys.len() == limit as usize {
+            return Ok((keys, true));
+        }
+        keys.push(row);
+    }
+    Ok((keys, false))
+}
+
+/// Every key changed after `since_revision`, oldest change first, with its latest state.
+pub fn changes(
+    conn: &Connection,
+    vault: &str,
+    since_revision: u64,
+    limit: u32,
+) -> Result<(Vec<WireChange>, bool), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT key, revision, value FROM records WHERE vault = ?1 AND revision > ?2
+         ORDER BY revision LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(
+        params![vault, since_revision as i64, i64::from(limit) + 1],
+        |row| {
+            Ok(WireChange {
+                key: row.get(0)?,
+                revision: row.get::<_, i64>(1)? as u64,
+                value: row.get(2)?,
+            })
+        },
+    )?;
+    let mut changes = rows.collect::<Result<Vec<_>, _>>()?;
+    let more = changes.len() > limit as usize;
+    changes.truncate(limit as usize);
+    Ok((changes, more))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{open_temp, vaults};
+    use ferry_ticket::NodeKey;
+
+    #[test]
+    fn list_pages_through_a_prefix_and_skips_deleted_keys() {
+        let (_dir, conn) = open_temp();
+        let owner = NodeKey::from_secret_bytes([1; 32]).node_id();
+        vaults::create_owned(&conn, "v", owner, 0).unwrap();
+        for (i, key) in ["a/1", "a/2", "a/3", "b/1", "a/0"].iter().enumerate() {
+            set(&conn, "v", key, i as u64 + 1, Some(b"x")).unwrap();
+        }
+        set(&conn, "v", "a/2", 9, None).unwrap();
+        let (page, more) = list(&conn, "v", "a/", None, 2).unwrap();
+        let keys: Vec<_> = page.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!((keys, more), (vec!["a/0", "a/1"], true));
+        let (page, more) = list(&conn, "v", "a/", Some("a/1"), 2).unwrap();
+        let keys: Vec<_> = page.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!((keys, more), (vec!["a/3"], false));
+        assert_eq!(live_revision(&conn, "v", "a/2").unwrap(), 0);
+        let (changes, more) = changes(&conn, "v", 3, 10).unwrap();
+        assert!(!more);
+        assert_eq!(
+            changes.last().map(|c| (c.key.as_str(), c.value.is_none())),
+            Some(("a/2", true))
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! The trust store: peers by label, each with its node id and the routes the admin gave.
+
+use ferry_peer::routes::Route;
+use ferry_ticket::NodeId;
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::StoreError;
+
+/// A trusted peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedPeer {
+    pub label: String,
+    pub node_id: NodeId,
+    pub routes: Vec<Route>,
+}
+
+/// Trusts `node_id` under `label`, adding `routes`. Trusting the same node under the same label
+/// again adds routes; a label or node already used otherwise is refused with what to do.
+pub fn add(
+    conn: &Connection,
+    label: &str,
+    node_id: NodeId,
+    routes: &[Route],
+    now_ms: u64,
+) -> Result<TrustedPeer, StoreError> {
+    let tx = conn.unchecked_transaction()?;
+    let by_label: Option<String> = tx
+        .query_row("SELECT node_id FROM peers WHERE label = ?1", [label], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let by_node: Option<String> = tx
+        .query_row(
+            "SELECT label FROM peers WHERE node_id = ?1",
+            [node_id.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match (by_label, by_node) {
+        (Some(existing), _) if existing != node_id.to_string() => {
+            return Err(StoreError::LabelTaken {
+                label: label.into(),
+            })
+        }
+        (_, Some(other)) if other != label => {
+            return Err(StoreError::NodeTaken {
+                node: node_id.to_string(),
+                label: other,
+            })
+        }
+        (Some(_), _) => {}
+        (None, _) => {
+            tx.execute(
+                "INSERT INTO peers (label, node_id, added_ms) VALUES (?1, ?2, ?3)",
+                params![label, node_id.to_string(), now_ms as i64],
+            )?;
+        }
+    }
+    for route in routes {
+        tx.execute(
+            "INSERT OR IGNORE INTO peer_routes (label, route) VALUES (?1, ?2)",
+            params![label, route.to_string()],
+        )?;
+    }
+    tx.commit()?;
+    get(conn, label)?.ok_or_else(|| StoreError::Corrupt(format!("peer {label:?} vanished")))
+}
+
+/// Forgets the peer called `label`; returns its node id if it was trusted.
+pub fn remove(conn: &Connection, label: &str) -> Result<Option<NodeId>, StoreError> {
+    let Some(peer) = get(conn, label)? else {
+        return Ok(None);
+    };
+    conn.execute("DELETE FROM peers WHERE label = ?1", [label])?;
+    Ok(Some(peer.node_id))
+}
+
+pub fn get(conn: &Connection, label: &str) -> Result<Option<TrustedPeer>, StoreError> {
+    Ok(list(conn)?.into_iter().find(|peer| peer.label == label))
+}
+
+pub fn list(conn: &Connection) -> Result<Vec<TrustedPeer>, StoreError> {
+    let mut peers = Vec::new();
+    let mut stmt = conn.prepare_cached("SELECT label, node_id FROM peers ORDER BY label")?;
+    let rows = stmt.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+    })?;
+    for row in rows {
+        let (label, node_id) = row?;
+        let node_id = node_id
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("peer {label:?} has a bad node id")))?;
+        let mut route_stmt =
+            conn.prepare_cached("SELECT route FROM peer_routes WHERE label = ?1 ORDER BY rowid")?;
+        let routes = route_stmt
+            .query_map([&label], |row| row.get::<_, String>(0))?
+            .map(|text| {
+                let text = text?;
+                Route::parse(&text).map_err(|_| {
+                    StoreError::Corrupt(format!("peer {label:?} has a bad route {text:?}"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        peers.push(TrustedPeer {
+            label,
+            node_id,
+            routes,
+        });
+    }
+    Ok(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::open_temp;
+    use ferry_ticket::NodeKey;
+
+    #[test]
+    fn labels_and_nodes_are_each_trusted_once() {
+        let (_dir, conn) = open_temp();
+        let a = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let b = NodeKey::from_secret_bytes([2; 32]).node_id();
+        let route = Route::parse("127.0.0.1:7000").unwrap();
+        add(&conn, "a", a, &[route], 0).unwrap();
+        let again = add(
+            &conn,
+            "a",
+            a,
+            &[Route::parse("100.77.0.1:7000").unwrap()],
+            0,
+        )
+        .unwrap();
+        assert_eq!(again.routes.len(), 2);
+        assert!(matches!(
+            add(&conn, "a", b, &[], 0),
+            Err(StoreError::LabelTaken { .. })
+        ));
+        assert!(matches!(
+            add(&conn, "z", a, &[], 0),
+            Err(StoreError::NodeTaken { .. })
+        ));
+        assert_eq!(remove(&conn, "a").unwrap(), Some(a));
+        assert_eq!(list(&conn).unwrap(), vec![]);
+    }
+}

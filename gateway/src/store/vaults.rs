@@ -1,0 +1,105 @@
+//! The vaults table: which vaults this gateway owns or replicates, and each one's revision.
+
+use ferry_ticket::NodeId;
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::StoreError;
+
+/// This gateway's relation to a vault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Owner,
+    Replica,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Owner => "owner",
+            Self::Replica => "replica",
+        }
+    }
+}
+
+/// A vault as stored here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VaultRow {
+    pub name: String,
+    pub owner: NodeId,
+    pub role: Role,
+    pub revision: u64,
+}
+
+fn row_to_vault(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String, i64)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+}
+
+fn parse(raw: (String, String, String, i64)) -> Result<VaultRow, StoreError> {
+    let (name, owner, role, revision) = raw;
+    let owner = owner
+        .parse()
+        .map_err(|_| StoreError::Corrupt(format!("vault {name:?} has a bad owner id")))?;
+    let role = match role.as_str() {
+        "owner" => Role::Owner,
+        "replica" => Role::Replica,
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "vault {name:?} has role {other:?}"
+            )))
+        }
+    };
+    Ok(VaultRow {
+        name,
+        owner,
+        role,
+        revision: revision as u64,
+    })
+}
+
+/// Creates a vault owned by this gateway.
+pub fn create_owned(
+    conn: &Connection,
+    name: &str,
+    owner: NodeId,
+    now_ms: u64,
+) -> Result<VaultRow, StoreError> {
+    let inserted = conn.execute(
+        "INSERT INTO vaults (name, owner, role, revision, created_ms) VALUES (?1, ?2, 'owner', 0, ?3)
+         ON CONFLICT (name) DO NOTHING",
+        params![name, owner.to_string(), now_ms as i64],
+    )?;
+    if inserted == 0 {
+        return Err(StoreError::VaultExists { name: name.into() });
+    }
+    Ok(VaultRow {
+        name: name.into(),
+        owner,
+        role: Role::Owner,
+        revision: 0,
+    })
+}
+
+pub fn get(conn: &Connection, name: &str) -> Result<Option<VaultRow>, StoreError> {
+    let raw = conn
+        .prepare_cached("SELECT name, owner, role, revision FROM vaults WHERE name = ?1")?
+        .query_row([name], row_to_vault)
+        .optional()?;
+    raw.map(parse).transpose()
+}
+
+pub fn list(conn: &Connection) -> Result<Vec<VaultRow>, StoreError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT name, owner, role, revision FROM vaults ORDER BY name")?;
+    let rows = stmt.query_map([], row_to_vault)?;
+    rows.map(|raw| parse(raw?)).collect()
+}
+
+/// Moves the vault's revision on by one and returns the new revision.
+pub fn next_revision(conn: &Connection, name: &str) -> Result<u64, StoreError> {
+    let revision: i64 = conn
+        .prepare_cached(
+            "UPDATE vaults SET revision = revision + 1 WHERE name = ?1 RETURNING revision",
+        )?
+        .query_row([name], |row| row.get(0))?;
+    Ok(revision as u64)
+}

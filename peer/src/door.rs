@@ -1,0 +1,126 @@
+//! The serving side of a connection: every stream a peer opens carries one request frame,
+//! which is length-capped, decoded under a limit and only then handed to the [`Service`].
+//!
+//! A stream whose frame is malformed is reset with [`RESET_MALFORMED`] and nothing runs. A
+//! frame of a protocol version this gateway does not speak is answered with the range it does.
+//! While the gateway stops, new streams are answered "going away" at once.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_ticket::NodeId;
+use quinn::{Connection, RecvStream, SendStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+use crate::transport::{self, ReadFrameError, RESET_MALFORMED};
+use crate::wire::{
+    Extensions, Hello, ProtocolFailure, ReadAnswer, ReadRequest, Request, RequestFrame, Response,
+    ResponseFrame, WriteAnswer, WriteRequest, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
+
+/// A peer that opens a stream must send its whole request within this time, or the stream is
+/// dropped: a slow or stuck sender must not hold a handler forever.
+const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a gateway does with the requests peers send it.
+pub trait Service: Send + Sync + 'static {
+    /// A peer introduced itself; answer with this gateway's own account.
+    fn hello(&self, from: NodeId, hello: Hello) -> impl Future<Output = Hello> + Send;
+    /// A write for a vault this gateway owns. The caller's key is the TLS-proven `from`.
+    fn write(
+        &self,
+        from: NodeId,
+        request: WriteRequest,
+    ) -> impl Future<Output = WriteAnswer> + Send;
+    /// A read of a vault this gateway owns or replicates.
+    fn read(&self, from: NodeId, request: ReadRequest) -> impl Future<Output = ReadAnswer> + Send;
+}
+
+/// Serves one connection until it closes. `stopping` turns new streams away ("going away");
+/// streams already being served finish before this returns.
+pub async fn serve_connection<S: Service>(
+    service: Arc<S>,
+    conn: Connection,
+    peer: NodeId,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut streams = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = conn.accept_bi() => {
+                let (send, recv) = match accepted {
+                    Ok(stream) => stream,
+                    Err(err) => {
+                        debug!(peer = %peer.short(), %err, "connection ended");
+                        break;
+                    }
+                };
+                let going_away = *stopping.borrow();
+                streams.spawn(serve_stream(service.clone(), peer, send, recv, going_away));
+            }
+            Some(_) = streams.join_next(), if !streams.is_empty() => {}
+            changed = stopping.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    while streams.join_next().await.is_some() {}
+}
+
+async fn serve_stream<S: Service>(
+    service: Arc<S>,
+    peer: NodeId,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    going_away: bool,
+) {
+    let read = tokio::time::timeout(
+        REQUEST_READ_TIMEOUT,
+        transport::read_frame::<RequestFrame>(&mut recv),
+    )
+    .await;
+    let response = match read {
+        Err(_) => {
+            debug!(peer = %peer.short(), "request not received in time; stream dropped");
+            let _ = recv.stop(quinn::VarInt::from_u32(RESET_MALFORMED));
+            let _ = send.reset(quinn::VarInt::from_u32(RESET_MALFORMED));
+            return;
+        }
+        Ok(Err(ReadFrameError::UnsupportedVersion { version })) => {
+            debug!(peer = %peer.short(), version, "request in an unsupported protocol version");
+            Response::Failed(ProtocolFailure::UnsupportedVersion {
+                oldest: OLDEST_PROTOCOL_VERSION,
+                newest: PROTOCOL_VERSION,
+            })
+        }
+        Ok(Err(err)) => {
+            warn!(peer = %peer.short(), %err, "malformed request; stream reset, nothing ran");
+            let _ = recv.stop(quinn::VarInt::from_u32(RESET_MALFORMED));
+            let _ = send.reset(quinn::VarInt::from_u32(RESET_MALFORMED));
+            return;
+        }
+        Ok(Ok(_)) if going_away => Response::Failed(ProtocolFailure::GoingAway),
+        Ok(Ok((_, frame))) => match frame.body {
+            Request::Hello(hello) => Response::Hello(service.hello(peer, hello).await),
+            Request::Write(request) => Response::Write(service.write(peer, request).await),
+            Request::Read(request) => Response::Read(service.read(peer, request).await),
+        },
+    };
+    let frame = ResponseFrame {
+        body: response,
+        ext: Extensions::default(),
+    };
+    match transport::encode(&frame) {
+        Ok(bytes) => {
+            if let Err(err) = transport::write_frame(&mut send, &bytes).await {
+                debug!(peer = %peer.short(), %err, "answer could not be sent; the caller will settle");
+            }
+        }
+        Err(err) => warn!(peer = %peer.short(), %err, "answer could not be encoded"),
+    }
+}

@@ -1,0 +1,23 @@
+//! Everything that crosses between gateways.
+//!
+//! - [`codec`]: the only module that knows bincode; length-capped, limit-decoded frames.
+//! - [`wire`]: the request and response types and the protocol version.
+//! - [`tls`]: mutual TLS 1.3 with raw ed25519 public keys, pinned on both sides.
+//! - [`transport`]: the QUIC endpoint, dialing under a connect timeout, frame IO on streams.
+//! - [`outcome`]: what became of a call, as types (answered, not carried out, not sent, unknown).
+//! - [`routes`]: route kinds, parsing, and the preference order.
+//! - [`pool`]: open connections and when each peer was last heard (write liveness).
+//! - [`call`]: the caller's write (at most once) and read (retry, next route) paths.
+//! - [`door`]: the serving side: one request per stream, decoded under limits, then the service.
+
+pub mod call;
+pub mod codec;
+pub mod door;
+pub mod outcome;
+pub mod pool;
+pub mod routes;
+pub mod tls;
+pub mod transport;
+pub mod wire;
+
+pub use ferry_ticket::{NodeId, NodeKey};

@@ -1,0 +1,143 @@
+//! Open connections to peers, one per (peer, address), and how recently each was heard.
+//!
+//! Reads reuse any open connection. Writes need more: a connection that is not *proven alive*
+//! (a packet from the peer within `write_liveness`) may be dead without knowing it, and a write
+//! sent on it could vanish into an outcome nobody can tell. Keep-alives make a live peer audible
+//! several times a second; a small watcher per connection notes when its receive counter last
+//! moved.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferry_ticket::NodeId;
+use tokio::task::JoinSet;
+
+/// How often a watcher samples its connection's receive counter. Bounds the error of
+/// "last heard" from below; far smaller than any liveness window worth using.
+const WATCH_INTERVAL: Duration = Duration::from_millis(50);
+
+#[derive(Debug)]
+struct Pooled {
+    conn: quinn::Connection,
+    /// Milliseconds since `Pool::epoch` when a packet from the peer last arrived.
+    heard_at_ms: Arc<AtomicU64>,
+}
+
+/// A pooled connection and how long ago its peer was last heard.
+#[derive(Debug, Clone)]
+pub struct PooledConnection {
+    pub conn: quinn::Connection,
+    pub heard_ago: Duration,
+}
+
+/// The connection pool. Dropping it stops every watcher.
+#[derive(Debug)]
+pub struct Pool {
+    epoch: Instant,
+    conns: Mutex<HashMap<(NodeId, SocketAddr), Pooled>>,
+    watchers: Mutex<JoinSet<()>>,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Self {
+            epoch: Instant::now(),
+            conns: Mutex::new(HashMap::new()),
+            watchers: Mutex::new(JoinSet::new()),
+        }
+    }
+}
+
+impl Pool {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(NodeId, SocketAddr), Pooled>> {
+        // A panic while holding this lock leaves the map consistent (every operation is a single
+        // insert or remove), so a poisoned lock is still safe to use.
+        self.conns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The open connection to `peer` at `addr`, if any. Closed ones are dropped on the way.
+    pub fn get(&self, peer: NodeId, addr: SocketAddr) -> Option<PooledConnection> {
+        let mut conns = self.lock();
+        let pooled = conns.get(&(peer, addr))?;
+        if pooled.conn.close_reason().is_some() {
+            conns.remove(&(peer, addr));
+            return None;
+        }
+        let heard = pooled.heard_at_ms.load(Ordering::Relaxed);
+        Some(PooledConnection {
+            conn: pooled.conn.clone(),
+            heard_ago: Duration::from_millis(self.now_ms().saturating_sub(heard)),
+        })
+    }
+
+    /// Adds a fresh connection (replacing any older one to the same place) and starts watching it.
+    pub fn insert(&self, peer: NodeId, addr: SocketAddr, conn: quinn::Connection) {
+        let heard_at_ms = Arc::new(AtomicU64::new(self.now_ms()));
+        let watched = conn.clone();
+        let heard = heard_at_ms.clone();
+        let epoch = self.epoch;
+        if let Some(old) = self
+            .lock()
+            .insert((peer, addr), Pooled { conn, heard_at_ms })
+        {
+            if old.conn.stable_id() != watched.stable_id() {
+                old.conn.close(quinn::VarInt::from_u32(0), b"replaced");
+            }
+        }
+        let mut watchers = self
+            .watchers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Reap finished watchers so the set does not grow with every reconnect.
+        while watchers.try_join_next().is_some() {}
+        watchers.spawn(watch(watched, heard, epoch));
+    }
+
+    /// Every open connection, for telling peers about a change.
+    pub fn open_connections(&self) -> Vec<(NodeId, quinn::Connection)> {
+        let mut conns = self.lock();
+        conns.retain(|_, pooled| pooled.conn.close_reason().is_none());
+        conns
+            .iter()
+            .map(|((peer, _), pooled)| (*peer, pooled.conn.clone()))
+            .collect()
+    }
+
+    /// Closes and forgets every connection to `peer` (it was untrusted).
+    pub fn drop_peer(&self, peer: NodeId, code: u32, reason: &[u8]) {
+        self.lock().retain(|(id, _), pooled| {
+            if *id == peer {
+                pooled.conn.close(quinn::VarInt::from_u32(code), reason);
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+async fn watch(conn: quinn::Connection, heard_at_ms: Arc<AtomicU64>, epoch: Instant) {
+    let mut last_count = conn.stats().udp_rx.datagrams;
+    let mut ticker = tokio::time::interval(WATCH_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = conn.closed() => return,
+            _ = ticker.tick() => {
+                let count = conn.stats().udp_rx.datagrams;
+                if count != last_count {
+                    last_count = count;
+                    heard_at_ms.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Ways to reach a peer and which one to try first.
+//!
+//! A route is a kind (`thunderbolt`, `lan`, `tailnet`) and an address. Preference is by kind,
+//! then by measured RTT (SPEC 8). Route health (heartbeats, backoff) builds on this table; the
+//! choice itself is a plain function of the table and the time.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of network a route crosses; the order is the preference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RouteKind {
+    Thunderbolt,
+    Lan,
+    Tailnet,
+}
+
+impl RouteKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Thunderbolt => "thunderbolt",
+            Self::Lan => "lan",
+            Self::Tailnet => "tailnet",
+        }
+    }
+
+    /// The kind an address most likely is when nobody said: tailnets hand out addresses from
+    /// 100.64.0.0/10 (CGNAT space) and fd7a:115c:a1e0::/48; everything else is taken as LAN.
+    pub fn guess(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => {
+                let [a, b, ..] = v4.octets();
+                if a == 100 && (64..128).contains(&b) {
+                    Self::Tailnet
+                } else {
+                    Self::Lan
+                }
+            }
+            IpAddr::V6(v6) => {
+                let s = v6.segments();
+                if s[0] == 0xfd7a && s[1] == 0x115c && s[2] == 0xa1e0 {
+                    Self::Tailnet
+                } else {
+                    Self::Lan
+                }
+            }
+        }
+    }
+
+    /// Kinds that fail over on a pre-send failure (SPEC 6 rule 4): local links, where a failure
+    /// is cheap to detect and another way likely exists.
+    pub fn fails_over(self) -> bool {
+        matches!(self, Self::Thunderbolt | Self::Lan)
+    }
+}
+
+impl fmt::Display for RouteKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RouteKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "thunderbolt" => Ok(Self::Thunderbolt),
+            "lan" => Ok(Self::Lan),
+            "tailnet" => Ok(Self::Tailnet),
+            other => Err(format!(
+                "unknown route kind {other:?}; use thunderbolt, lan or tailnet"
+            )),
+        }
+    }
+}
+
+/// One way to reach a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Route {
+    pub kind: RouteKind,
+    pub addr: SocketAddr,
+}
+
+impl Route {
+    /// Parses `HOST:PORT[,kind]` (the `--addr` form of `ferry trust`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (addr_text, kind) = match text.split_once(',') {
+            Some((addr, kind)) => (addr, Some(kind.trim().parse::<RouteKind>()?)),
+            None => (text, None),
+        };
+        let addr: SocketAddr = addr_text.trim().parse().map_err(|_| {
+            format!(
+                "{addr_text:?} is not HOST:PORT with a numeric IP address (e.g. 192.168.1.20:7420)"
+            )
+        })?;
+        Ok(Self {
+            kind: kind.unwrap_or_else(|| RouteKind::guess(addr.ip())),
+            addr,
+        })
+    }
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{},{}", self.addr, self.kind)
+    }
+}
+
+/// What is known about a route's health, for choosing and for `ferry routes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RouteState {
+    Up,
+    Down,
+    Probing,
+}
+
+/// Orders candidate routes best first: usable before down, then by kind, then by RTT (unknown
+/// RTT last within a kind). Ties keep the caller's order, so config order is respected.
+pub fn rank_routes(candidates: &mut [(Route, RouteState, Option<Duration>)]) {
+    candidates.sort_by_key(|(route, state, rtt)| {
+        (
+            *state == RouteState::Down,
+            route.kind,
+            rtt.unwrap_or(Duration::MAX),
+        )
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(text: &str) -> Route {
+        Route::parse(text).expect("valid route")
+    }
+
+    #[test]
+    fn kinds_are_guessed_from_tailnet_address_space() {
+        assert_eq!(route("100.77.0.2:7420").kind, RouteKind::Tailnet);
+        assert_eq!(route("100.128.0.2:7420").kind, RouteKind::Lan);
+        assert_eq!(route("10.77.0.2:7420").kind, RouteKind::Lan);
+        assert_eq!(
+            route("10.77.0.2:7420,thunderbolt").kind,
+            RouteKind::Thunderbolt
+        );
+        assert!(Route::parse("host:7420").is_err());
+        assert!(Route::parse("10.0.0.1:7420,wifi").is_err());
+    }
+
+    #[test]
+    fn ranking_prefers_up_then_kind_then_rtt() {
+        let ms = Duration::from_millis;
+        let mut c = vec![
+            (route("100.77.0.2:1"), RouteState::Up, Some(ms(1))),
+            (route("10.0.0.2:1"), RouteState::Down, Some(ms(1))),
+            (route("10.0.0.3:1"), RouteState::Up, Some(ms(9))),
+            (route("10.0.0.4:1"), RouteState::Up, Some(ms(2))),
+            (route("10.0.0.5:1,thunderbolt"), RouteState::Probing, None),
+        ];
+        rank_routes(&mut c);
+        let order: Vec<String> = c.iter().map(|(r, ..)| r.addr.to_string()).collect();
+        assert_eq!(
+            order,
+            [
+                "10.0.0.5:1",
+                "10.0.0.4:1",
+                "10.0.0.3:1",
+                "100.77.0.2:1",
+                "10.0.0.2:1"
+            ]
+        );
+    }
+}

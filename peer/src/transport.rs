@@ -1,0 +1,248 @@
+//! The QUIC endpoint: bind, dial a pinned peer under a connect timeout, accept, and move one
+//! frame each way on a bidirectional stream.
+//!
+//! One UDP socket serves both directions. Every connection is mutually authenticated by node
+//! key ([`crate::tls`]). Keep-alives make a live peer audible every
+//! [`TransportTuning::keep_alive`], which is what lets the pool tell a connection that is
+//! proven alive from one that merely has not failed yet.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_ticket::{NodeId, NodeKey};
+use quinn::{ConnectionError, RecvStream, SendStream};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::codec::{self, DecodeError, EncodeError};
+use crate::tls::{self, TlsConfigError, TrustedKeys};
+use crate::wire::{OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION};
+
+/// Application close code: the peer is stopping on purpose ("going away"); mark its routes down
+/// at once rather than waiting for an idle timeout.
+pub const CLOSE_GOING_AWAY: u32 = 0x1;
+/// Application close code: this peer is no longer trusted.
+pub const CLOSE_UNTRUSTED: u32 = 0x2;
+/// Stream reset code: the request frame was malformed; nothing ran.
+pub const RESET_MALFORMED: u32 = 0x10;
+
+/// Timers of every connection.
+#[derive(Debug, Clone, Copy)]
+pub struct TransportTuning {
+    /// How often an idle connection sends a keep-alive. Both sides send them, so a live peer is
+    /// heard at least this often.
+    pub keep_alive: Duration,
+    /// How long a silent connection lives before QUIC declares it dead.
+    pub idle_timeout: Duration,
+}
+
+impl Default for TransportTuning {
+    fn default() -> Self {
+        Self {
+            keep_alive: Duration::from_millis(300),
+            // Far below quinn's 30 s: a dead LAN peer must be noticed in seconds.
+            idle_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl TransportTuning {
+    fn config(&self) -> Arc<quinn::TransportConfig> {
+        let mut config = quinn::TransportConfig::default();
+        config.keep_alive_interval(Some(self.keep_alive));
+        // An idle timeout this small always fits a VarInt.
+        config.max_idle_timeout(quinn::IdleTimeout::try_from(self.idle_timeout).ok());
+        Arc::new(config)
+    }
+}
+
+/// Why the endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error(
+        "cannot listen for peers on UDP {addr}: {source}; choose another address with --listen"
+    )]
+    Socket {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] TlsConfigError),
+}
+
+/// Why a dial did not produce a connection. In every case nothing was sent on it.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error("no answer from {addr} within {timeout_ms} ms")]
+    TimedOut { addr: SocketAddr, timeout_ms: u64 },
+    #[error("the gateway at {addr} is not the node trusted under that name (its key differs)")]
+    KeyMismatch { addr: SocketAddr },
+    #[error("the gateway at {addr} refused the connection ({detail}); it may not trust this node")]
+    Refused { addr: SocketAddr, detail: String },
+    #[error("cannot connect to {addr}: {detail}")]
+    Failed { addr: SocketAddr, detail: String },
+}
+
+/// A Ferry peer endpoint.
+#[derive(Debug, Clone)]
+pub struct PeerEndpoint {
+    endpoint: quinn::Endpoint,
+    key: NodeKey,
+    tuning: TransportTuning,
+}
+
+impl PeerEndpoint {
+    /// Binds the UDP socket and starts accepting connections from trusted keys.
+    pub fn bind(
+        addr: SocketAddr,
+        key: NodeKey,
+        trusted: Arc<dyn TrustedKeys>,
+        tuning: TransportTuning,
+    ) -> Result<Self, BindError> {
+        let crypto = tls::server_crypto(&key, trusted)?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(tuning.config());
+        // Connections are cheap to refuse but not free: bound the handshakes a stranger can start.
+        server.max_incoming(256);
+        let endpoint = quinn::Endpoint::server(server, addr)
+            .map_err(|source| BindError::Socket { addr, source })?;
+        Ok(Self {
+            endpoint,
+            key,
+            tuning,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.key.node_id()
+    }
+
+    /// The next incoming connection attempt; `None` once the endpoint is closed.
+    pub async fn accept(&self) -> Option<quinn::Incoming> {
+        self.endpoint.accept().await
+    }
+
+    /// Refuses new connections from now on (existing ones continue). Used at the start of a stop.
+    pub fn refuse_new_connections(&self) {
+        self.endpoint.set_server_config(None);
+    }
+
+    /// Closes every connection with "going away" and waits briefly for the close to be sent.
+    pub async fn close_going_away(&self) {
+        self.endpoint
+            .close(quinn::VarInt::from_u32(CLOSE_GOING_AWAY), b"going away");
+        let _ = tokio::time::timeout(Duration::from_millis(500), self.endpoint.wait_idle()).await;
+    }
+
+    /// Opens a connection to `addr`, accepting only the node `expected`, within `timeout`.
+    /// Never uses 0-RTT.
+    pub async fn dial(
+        &self,
+        addr: SocketAddr,
+        expected: NodeId,
+        timeout: Duration,
+    ) -> Result<quinn::Connection, DialError> {
+        let crypto = tls::client_crypto(&self.key, expected).map_err(|err| DialError::Failed {
+            addr,
+            detail: err.to_string(),
+        })?;
+        let mut client = quinn::ClientConfig::new(Arc::new(crypto));
+        client.transport_config(self.tuning.config());
+        let connecting = self
+            .endpoint
+            .connect_with(client, addr, tls::SERVER_NAME)
+            .map_err(|err| DialError::Failed {
+                addr,
+                detail: err.to_string(),
+            })?;
+        match tokio::time::timeout(timeout, connecting).await {
+            Err(_) => Err(DialError::TimedOut {
+                addr,
+                timeout_ms: timeout.as_millis() as u64,
+            }),
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(err)) => Err(classify_dial_failure(addr, err)),
+        }
+    }
+}
+
+/// A local TLS failure during the handshake is our verifier refusing the server's key; a
+/// close from the other side is the server refusing us.
+fn classify_dial_failure(addr: SocketAddr, err: ConnectionError) -> DialError {
+    match err {
+        // TLS alerts travel as QUIC's "crypto error" codes 0x100-0x1ff.
+        ConnectionError::TransportError(ref transport)
+            if (0x100..0x200).contains(&u64::from(transport.code)) =>
+        {
+            DialError::KeyMismatch { addr }
+        }
+        ConnectionError::ConnectionClosed(close) => DialError::Refused {
+            addr,
+            detail: close.to_string(),
+        },
+        ConnectionError::TimedOut => DialError::TimedOut {
+            addr,
+            timeout_ms: 0,
+        },
+        other => DialError::Failed {
+            addr,
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// Why a frame could not be read from a stream.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadFrameError {
+    /// The stream or connection ended or broke before a whole frame arrived.
+    #[error("the stream broke before a whole frame arrived: {0}")]
+    Broken(String),
+    /// The bytes that arrived are not a frame this gateway accepts.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// The frame's protocol version is outside [OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION].
+    #[error("protocol version {version} is not spoken here (this gateway speaks {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}); upgrade the older gateway")]
+    UnsupportedVersion { version: u16 },
+}
+
+/// Reads one frame: the length prefix is checked against the cap before the body is read.
+pub async fn read_frame<T: DeserializeOwned>(
+    recv: &mut RecvStream,
+) -> Result<(u16, T), ReadFrameError> {
+    let mut prefix = [0u8; 4];
+    recv.read_exact(&mut prefix)
+        .await
+        .map_err(|err| ReadFrameError::Broken(err.to_string()))?;
+    let len = codec::frame_len(prefix)?;
+    let mut rest = vec![0u8; len];
+    recv.read_exact(&mut rest).await.map_err(|err| match err {
+        quinn::ReadExactError::FinishedEarly(got) => {
+            ReadFrameError::Decode(DecodeError::Truncated { expected: len, got })
+        }
+        quinn::ReadExactError::ReadError(err) => ReadFrameError::Broken(err.to_string()),
+    })?;
+    let (version, body) = codec::split_version(&rest)?;
+    if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
+        return Err(ReadFrameError::UnsupportedVersion { version });
+    }
+    Ok((version, codec::decode_body(body)?))
+}
+
+/// Encodes `body` at this build's protocol version.
+pub fn encode<T: Serialize>(body: &T) -> Result<Vec<u8>, EncodeError> {
+    codec::encode_frame(PROTOCOL_VERSION, body)
+}
+
+/// Writes a whole frame and finishes the stream.
+pub async fn write_frame(send: &mut SendStream, frame: &[u8]) -> Result<(), quinn::WriteError> {
+    send.write_all(frame).await?;
+    // finish() only fails if the stream was already finished or reset; either way the peer has
+    // what it will get.
+    let _ = send.finish();
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! The codec on hostile input: round trips, and no panic or large allocation on truncated,
+//! bit-flipped, or length-forged frames.
+
+// Tests may unwrap: a panic here is a failed test, not a crashed gateway.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use ferry_peer::codec::{self, DecodeError, MAX_FRAME_LEN};
+use ferry_peer::wire::{
+    Extension, Extensions, Priority, Request, RequestFrame, RequestId, WriteRequest, WriteVerb,
+};
+use proptest::prelude::*;
+
+fn write_frame(
+    key: String,
+    value: Vec<u8>,
+    if_revision: Option<u64>,
+    deadline_ms: u32,
+) -> RequestFrame {
+    RequestFrame {
+        body: Request::Write(WriteRequest {
+            request_id: RequestId::generate(),
+            app: "notes-app".into(),
+            vault: "notes".into(),
+            verb: WriteVerb::Put {
+                key,
+                value,
+                if_revision,
+            },
+            deadline_ms,
+            priority: Priority::Interactive,
+        }),
+        ext: Extensions(vec![Extension {
+            tag: 7,
+            value: vec![1, 2, 3],
+        }]),
+    }
+}
+
+proptest! {
+    #[test]
+    fn frames_round_trip(key in ".{0,64}", value in proptest::collection::vec(any::<u8>(), 0..2048),
+                         rev in proptest::option::of(any::<u64>()), deadline in any::<u32>(), version in any::<u16>()) {
+        let frame = write_frame(key, value, rev, deadline);
+        let bytes = codec::encode_frame(version, &frame).unwrap();
+        prop_assert_eq!(u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize, bytes.len() - 4);
+        let (got_version, decoded) = codec::decode_frame::<RequestFrame>(&bytes).unwrap();
+        prop_assert_eq!(got_version, version);
+        prop_assert_eq!(decoded, frame);
+    }
+
+    #[test]
+    fn truncated_frames_are_refused(value in proptest::collection::vec(any::<u8>(), 0..512), cut in any::<prop::sample::Index>()) {
+        let bytes = codec::encode_frame(1, &write_frame("k".into(), value, None, 1000)).unwrap();
+        let cut = cut.index(bytes.len());
+        prop_assert!(codec::decode_frame::<RequestFrame>(&bytes[..cut]).is_err());
+    }
+
+    #[test]
+    fn bit_flips_never_panic(value in proptest::collection::vec(any::<u8>(), 0..512), bit in any::<prop::sample::Index>()) {
+        let mut bytes = codec::encode_frame(1, &write_frame("k".into(), value, Some(3), 1000)).unwrap();
+        let bit = bit.index(bytes.len() * 8);
+        bytes[bit / 8] ^= 1 << (bit % 8);
+        // Either a clean error or some other valid frame; never a panic or an abort.
+        let _ = codec::decode_frame::<RequestFrame>(&bytes);
+    }
+
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..1024)) {
+        let _ = codec::decode_frame::<RequestFrame>(&bytes);
+        let _ = codec::decode_body::<RequestFrame>(&bytes);
+    }
+}
+
+#[test]
+fn a_length_prefix_over_the_cap_is_refused_before_reading() {
+    let prefix = ((MAX_FRAME_LEN + 1) as u32).to_be_bytes();
+    assert_eq!(
+        codec::frame_len(prefix),
+        Err(DecodeError::TooLong {
+            len: MAX_FRAME_LEN + 1,
+            cap: MAX_FRAME_LEN
+        })
+    );
+}
+
+#[test]
+fn a_hostile_length_inside_the_body_is_a_clean_error() {
+    // A Write request whose value claims u64::MAX bytes: bincode's u64 varint marker (253)
+    // then 8 bytes. Without the decode limit this aborts the process trying to allocate.
+    let good = codec::encode_frame(1, &write_frame("k".into(), vec![], None, 1)).unwrap();
+    let body = &good[6..];
+    // Find the value's length byte (0 for an empty value) after the key "k" (len 1, 'k').
+    let at = body
+        .windows(2)
+        .position(|w| w == [1, b'k'])
+        .expect("key in body")
+        + 2;
+    let mut hostile = body[..at].to_vec();
+    hostile.push(253);
+    hostile.extend_from_slice(&u64::MAX.to_le_bytes());
+    hostile.extend_from_slice(&body[at + 1..]);
+    let err = codec::decode_body::<RequestFrame>(&hostile).expect_err("refused");
+    match err {
+        DecodeError::Malformed { reason } => {
+            assert!(reason.to_lowercase().contains("limit"), "{reason}")
+        }
+        other => panic!("expected the size limit to refuse it, got {other:?}"),
+    }
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    let mut bytes = codec::encode_frame(1, &write_frame("k".into(), vec![1], None, 1)).unwrap();
+    bytes.push(0);
+    let len = u32::from_be_bytes(bytes[..4].try_into().unwrap()) + 1;
+    bytes[..4].copy_from_slice(&len.to_be_bytes());
+    assert_eq!(
+        codec::decode_frame::<RequestFrame>(&bytes),
+        Err(DecodeError::TrailingBytes { extra: 1 })
+    );
+}
+
+#[test]
+fn request_ids_must_be_hyphenated_uuid_v7() {
+    let id = RequestId::generate();
+    assert_eq!(RequestId::parse(&id.to_string()), Ok(id));
+    assert!(RequestId::parse("not-a-uuid").is_err());
+    assert!(
+        RequestId::parse("67e55044-10b1-426f-9247-bb680e5fe0c8").is_err(),
+        "v4 refused"
+    );
+    let simple = id.to_string().replace('-', "");
+    assert!(
+        RequestId::parse(&simple).is_err(),
+        "only the hyphenated form"
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(id.unix_ms().abs_diff(now_ms) < 60_000);
+}
