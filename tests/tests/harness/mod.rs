@@ -1,0 +1,258 @@
+//! A harness for tests with real `ferry` processes: each [`Gateway`] is `ferry serve` in its
+//! own temporary state directory, on loopback ports the kernel picks, with no mDNS.
+//!
+//! Every wait is bounded and fails with a message saying what did not happen. A gateway's
+//! process is killed when its handle drops, so a failing test leaves nothing running.
+
+// Not every test file uses every helper.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The binary under test.
+pub fn ferry_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ferry-under-test")
+}
+
+/// How long a gateway may take to start listening.
+pub const START_BOUND: Duration = Duration::from_secs(15);
+
+/// Polls `done` until it returns `Some`, at most `bound`; panics with `what` otherwise.
+pub fn wait_for<T>(what: &str, bound: Duration, mut done: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = done() {
+            return value;
+        }
+        assert!(started.elapsed() < bound, "gave up after {bound:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A fresh UUIDv7 in its text form, stamped with the current time.
+pub fn fresh_request_id() -> String {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "{:08x}-{:04x}-7{:03x}-8{:03x}-{:012x}",
+        ms >> 16,
+        ms & 0xffff,
+        nanos & 0xfff,
+        count & 0xfff,
+        (u64::from(std::process::id()) << 24) | (count & 0xff_ffff)
+    )
+}
+
+static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// One running `ferry serve`.
+#[derive(Debug)]
+pub struct Gateway {
+    pub label: String,
+    pub home: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+    child: Option<Child>,
+    pub api: String,
+    pub token: String,
+    pub node_id: String,
+    pub quic: String,
+    http: reqwest::blocking::Client,
+}
+
+impl Gateway {
+    /// Starts a gateway labelled `label` in a fresh temporary home.
+    pub fn start(label: &str) -> Self {
+        let dir = tempfile::Builder::new().prefix(&format!("ferry-{label}-")).tempdir().unwrap();
+        let home = dir.path().to_path_buf();
+        let mut gateway = Self::start_in(label, &home, "127.0.0.1:0");
+        gateway._dir = Some(dir);
+        gateway
+    }
+
+    /// Starts (or restarts) a gateway in `home`, its QUIC endpoint on `listen`.
+    pub fn start_in(label: &str, home: &Path, listen: &str) -> Self {
+        std::fs::create_dir_all(home).unwrap();
+        let _ = std::fs::remove_file(home.join("api.addr"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(home.join("serve.log"))
+            .unwrap();
+        let child = Command::new(ferry_bin())
+            .args(["--home", home.to_str().unwrap(), "serve", "--api", "127.0.0.1:0", "--listen", listen, "--no-mdns", "--label", label])
+            .env("RUST_LOG", "info,ferry_peer=debug,ferry_gateway=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn ferry serve");
+        let api = wait_for(&format!("{label} to write api.addr"), START_BOUND, || {
+            std::fs::read_to_string(home.join("api.addr")).ok().filter(|s| s.ends_with('\n'))
+        })
+        .trim()
+        .to_string();
+        let token = std::fs::read_to_string(home.join("local-token")).unwrap().trim().to_string();
+        let http = reqwest::blocking::Client::builder().no_proxy().build().unwrap();
+        let mut gateway = Self {
+            label: label.into(),
+            home: home.to_path_buf(),
+            _dir: None,
+            child: Some(child),
+            api,
+            token,
+            node_id: String::new(),
+            quic: String::new(),
+            http,
+        };
+        let status = gateway.get_json("/v1/status");
+        gateway.node_id = status["node_id"].as_str().unwrap().to_string();
+        gateway.quic = status["addresses"][0].as_str().unwrap().to_string();
+        gateway
+    }
+
+    /// Restarts the gateway in the same home and on the same QUIC address (after a stop or a
+    /// kill), so peers' routes still lead to it.
+    pub fn restart(&mut self) {
+        let dir = self._dir.take();
+        self.kill();
+        let label = self.label.clone();
+        let mut fresh = Self::start_in(&label, &self.home, &self.quic.clone());
+        fresh._dir = dir;
+        *self = fresh;
+    }
+
+    /// Runs the CLI against this gateway's home.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(ferry_bin())
+            .arg("--home")
+            .arg(&self.home)
+            .args(args)
+            .env_remove("FERRY_HOME")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ferry")
+    }
+
+    /// Runs the CLI with `--json` and parses standard output; also returns the exit code.
+    pub fn cli_json(&self, args: &[&str]) -> (i32, Value) {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let output = self.cli(&all);
+        let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+            panic!(
+                "ferry {args:?} printed no JSON; stdout {:?}, stderr {:?}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.code().unwrap_or(-1), value)
+    }
+
+    /// Makes this gateway and `other` trust each other, with their QUIC addresses as routes.
+    pub fn trust_each_other(&self, other: &Gateway) {
+        for (me, them) in [(self, other), (other, self)] {
+            let out = me.cli(&["trust", &them.node_id, "--label", &them.label, "--addr", &them.quic]);
+            assert!(out.status.success(), "{} trusting {}: {}", me.label, them.label, String::from_utf8_lossy(&out.stderr));
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.api)
+    }
+
+    /// A request with the token and an app name.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::blocking::RequestBuilder {
+        self.http
+            .request(method, self.url(path))
+            .bearer_auth(&self.token)
+            .header("x-ferry-app", "test-app")
+            .timeout(Duration::from_secs(60))
+    }
+
+    pub fn get_json(&self, path: &str) -> Value {
+        let response = self.request(reqwest::Method::GET, path).send().unwrap();
+        assert!(response.status().is_success(), "GET {path}: {}", response.status());
+        response.json().unwrap()
+    }
+
+    /// PUT a record through the local API; returns status and JSON body.
+    pub fn put(&self, vault: &str, key: &str, value: &[u8], headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut request = self
+            .request(reqwest::Method::PUT, &format!("/v1/vaults/{vault}/records/{key}"))
+            .body(value.to_vec());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().unwrap_or(Value::Null))
+    }
+
+    /// GET a record: status, value, revision header, source header.
+    pub fn get(&self, vault: &str, key: &str) -> (u16, Vec<u8>, Option<u64>, Option<String>) {
+        let response = self
+            .request(reqwest::Method::GET, &format!("/v1/vaults/{vault}/records/{key}"))
+            .send()
+            .unwrap();
+        let status = response.status().as_u16();
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(String::from);
+        let revision = header("x-ferry-revision").and_then(|v| v.parse().ok());
+        let source = header("x-ferry-source");
+        (status, response.bytes().unwrap().to_vec(), revision, source)
+    }
+
+    /// A counter from `/metrics`, by its full name with labels.
+    pub fn metric(&self, series: &str) -> u64 {
+        let text = self.request(reqwest::Method::GET, "/metrics").send().unwrap().text().unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in /metrics"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("running")
+    }
+
+    /// Sends `signal` to the gateway's process.
+    pub fn signal(&self, signal: i32) {
+        // kill(1) rather than libc keeps the harness free of unsafe code.
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {} failed", self.pid());
+    }
+
+    /// Waits (bounded) for the process to exit and returns its exit code.
+    pub fn wait_exit(&mut self, bound: Duration) -> Option<i32> {
+        let child = self.child.as_mut().expect("running");
+        let status = wait_for(&format!("{} to exit", self.label), bound, || child.try_wait().ok().flatten());
+        self.child = None;
+        status.code()
+    }
+
+    /// Kills the process (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The gateway's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.home.join("serve.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
