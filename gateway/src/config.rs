@@ -40,6 +40,9 @@ pub struct Config {
     /// Let the local API listen on a non-loopback address. Anyone who can reach it and read
     /// the token can write; leave this off.
     pub dangerous_api_on_any_address: bool,
+    /// Who may write which vault this gateway owns: vault name to the peer labels allowed. A
+    /// vault not listed is open to every trusted peer (SPEC 3).
+    pub writers: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Default for Config {
@@ -56,6 +59,7 @@ impl Default for Config {
             drain_ms: 5_000,
             journal_retention_days: 7,
             dangerous_api_on_any_address: false,
+            writers: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -31,7 +31,7 @@ use crate::owner::verbs::WriteLimits;
 use crate::peers::PeerBook;
 use crate::reader::Reader;
 use crate::service::PeerService;
-use crate::store::{self, trust, StoreError};
+use crate::store::{self, meta, trust, StoreError};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +61,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     let setup = store::open(&db_path)?;
     let peers = Arc::new(PeerBook::default());
     peers.replace_all(trust::list(&setup)?);
+    let ticket_epoch = meta::ticket_epoch(&setup)?;
     drop(setup);
     let executor = Executor::start(
         &db_path,
@@ -110,6 +111,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         peers,
         caller,
         quic_addr,
+        ticket_epoch,
     }));
     let _ = gateway.api_addr.set(api_addr);
 
@@ -118,6 +120,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     tasks.spawn(api::serve(gateway.clone(), listener));
     let greeter = gateway.clone();
     tasks.spawn(async move { greeter.hello_all(Duration::from_secs(2)).await });
+    tasks.spawn(gateway.clone().settle_in_background());
     home.write_api_addr(api_addr)?;
     info!(node = %gateway.node_id().short(), label = %gateway.label, api = %api_addr, quic = %quic_addr, "gateway running");
 
@@ -173,6 +176,7 @@ async fn accept_peers(gateway: Arc<Gateway>, endpoint: PeerEndpoint) {
                 let Some(incoming) = incoming else { break };
                 let service = service.clone();
                 let stopping = gateway.stopping();
+                let registry = gateway.clone();
                 connections.spawn(async move {
                     let conn = match incoming.await {
                         Ok(conn) => conn,
@@ -185,6 +189,7 @@ async fn accept_peers(gateway: Arc<Gateway>, endpoint: PeerEndpoint) {
                         conn.close(quinn_close_code(), b"no node key");
                         return;
                     };
+                    registry.register_incoming(peer, conn.clone());
                     door::serve_connection(service, conn, peer, stopping).await;
                 });
             }

@@ -5,20 +5,24 @@
 //! case the peers are asked once more before the answer is `unknown_vault`.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use ferry_peer::call::{Caller, ReadError, Target};
-use ferry_peer::outcome::{NotSentReason, RefusalCode, WriteOutcome};
+use ferry_peer::call::{Caller, ReadError, Target, TicketSource, WriteCall};
+use ferry_peer::outcome::{NotSentReason, RefusalCode, UnknownReason, WriteOutcome};
 use ferry_peer::routes::Route;
 use ferry_peer::transport::CLOSE_UNTRUSTED;
 use ferry_peer::wire::{
-    Hello, Priority, ReadAnswer, ReadRequest, ReadVerb, RequestId, WriteRequest, WriteVerb,
+    CallState, Hello, Priority, ReadAnswer, ReadRequest, ReadVerb, RequestId, TicketAnswer,
+    TicketRequest, WriteAnswer, WriteVerb,
 };
-use ferry_ticket::{NodeId, NodeKey};
-use tokio::sync::watch;
+use ferry_ticket::{NodeId, NodeKey, Ticket, TicketCache, VerbSet};
+use lru::LruCache;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::config::Config;
 use crate::home::Home;
@@ -26,12 +30,21 @@ use crate::metrics::Metrics;
 use crate::owner::executor::Executor;
 use crate::peers::{Directory, PeerBook};
 use crate::reader::{self, Reader};
+use crate::store::calls::{self, CallRow};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role, VaultRow};
-use crate::store::{self, StoreError};
+use crate::store::{self, journal, meta, StoreError};
 
 /// How long asking the peers "who owns this vault?" may take at most.
 const DIRECTORY_REFRESH_BOUND: Duration = Duration::from_secs(2);
+/// How many recent remote writes are remembered (request id to owner) for settle queries.
+const RECENT_CALLS: usize = 65_536;
+/// How often remembered `outcome_unknown` calls are asked about while the owner is away.
+const SETTLE_INTERVAL: Duration = Duration::from_secs(1);
+/// How long one background settle ask may take.
+const SETTLE_ASK_BOUND: Duration = Duration::from_secs(2);
+/// While a settle query sees `running`, it asks again this often (within `?wait=`).
+const SETTLE_POLL: Duration = Duration::from_millis(100);
 
 /// Where a vault lives, from this gateway's point of view.
 #[derive(Debug, Clone)]
@@ -81,6 +94,27 @@ pub enum ReadFailure {
     Unavailable { detail: String },
 }
 
+/// A remote write this gateway sent recently: enough to know whom to ask about it.
+#[derive(Debug, Clone)]
+struct RecentCall {
+    owner: NodeId,
+}
+
+/// Why a settle query has no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleError {
+    /// This gateway sent no write with that id (or has forgotten it).
+    UnknownCall,
+    /// The owner could not be asked now; ask again later.
+    Unavailable { detail: String },
+}
+
+/// A remembered call, for `GET /v1/calls`.
+#[derive(Debug, Clone)]
+pub struct CallSummary {
+    pub row: CallRow,
+}
+
 /// The running gateway.
 #[derive(Debug)]
 pub struct Gateway {
@@ -99,6 +133,18 @@ pub struct Gateway {
     pub quic_addr: SocketAddr,
     pub api_addr: OnceLock<SocketAddr>,
     stopping: watch::Sender<bool>,
+    tickets: Mutex<TicketCache>,
+    ticket_epoch: AtomicU64,
+    recent_calls: Mutex<LruCache<RequestId, RecentCall>>,
+    incoming: Mutex<Vec<(NodeId, quinn::Connection)>>,
+    settle_wake: Notify,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section is one map operation; a panic inside cannot leave a half state.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Everything [`Gateway::new`] needs that the daemon built first.
@@ -114,6 +160,7 @@ pub struct Parts {
     pub peers: Arc<PeerBook>,
     pub caller: Caller,
     pub quic_addr: SocketAddr,
+    pub ticket_epoch: u64,
 }
 
 impl Gateway {
@@ -134,7 +181,53 @@ impl Gateway {
             quic_addr: parts.quic_addr,
             api_addr: OnceLock::new(),
             stopping: watch::Sender::new(false),
+            tickets: Mutex::new(TicketCache::default()),
+            ticket_epoch: AtomicU64::new(parts.ticket_epoch),
+            recent_calls: Mutex::new(LruCache::new(
+                NonZeroUsize::new(RECENT_CALLS).unwrap_or(NonZeroUsize::MIN),
+            )),
+            incoming: Mutex::new(Vec::new()),
+            settle_wake: Notify::new(),
         }
+    }
+
+    /// The epoch tickets must carry at this owner's door.
+    pub fn ticket_epoch(&self) -> u64 {
+        self.ticket_epoch.load(Ordering::SeqCst)
+    }
+
+    /// `ferry tickets rotate`: every ticket issued so far is refused from now on.
+    pub async fn rotate_tickets(&self) -> Result<u64, StoreError> {
+        let epoch = self.reader.run(meta::rotate_ticket_epoch).await?;
+        self.ticket_epoch.store(epoch, Ordering::SeqCst);
+        info!(
+            epoch,
+            "ticket epoch rotated; earlier tickets are refused at the door"
+        );
+        Ok(epoch)
+    }
+
+    /// The tickets this gateway holds, for `ferry tickets`.
+    pub fn held_tickets(&self) -> Vec<Ticket> {
+        lock(&self.tickets).list().into_iter().cloned().collect()
+    }
+
+    /// Whether the peer called `label` may write `vault` (the config's `writers` table; a
+    /// vault not listed there is open to every trusted peer).
+    pub fn may_write(&self, label: &str, vault: &str) -> Result<(), String> {
+        match self.config.writers.get(vault) {
+            Some(allowed) if !allowed.iter().any(|l| l == label) => Err(format!(
+                "this owner's config lets only {allowed:?} write vault {vault:?}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Remembers a connection a peer opened to us, so `untrust` can close it.
+    pub fn register_incoming(&self, peer: NodeId, conn: quinn::Connection) {
+        let mut incoming = lock(&self.incoming);
+        incoming.retain(|(_, c)| c.close_reason().is_none());
+        incoming.push((peer, conn));
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -252,25 +345,19 @@ impl Gateway {
                 return Ok((WriteOutcome::not_sent(NotSentReason::NoRoute, detail), None))
             }
         };
-        let request = WriteRequest {
+        let call = WriteCall {
             request_id,
             app,
             vault,
             verb,
-            deadline_ms: remaining_ms(deadline),
             priority: Priority::Interactive,
         };
         let target = match place {
             Place::Local(row) if row.role == Role::Owner => {
-                let outcome = match self
-                    .executor
-                    .submit(self.node_id(), request, deadline)
-                    .await
-                {
-                    Ok(answer) => WriteOutcome::Answered(answer),
-                    Err(err) => WriteOutcome::not_sent(NotSentReason::Stopping, err.to_string()),
-                };
-                return Ok((outcome, Some(self.label.clone())));
+                return Ok((
+                    self.write_here(call, deadline).await,
+                    Some(self.label.clone()),
+                ));
             }
             Place::Local(row) => match self.peers.target(&row.owner) {
                 Some(target) => target,
@@ -289,8 +376,207 @@ impl Gateway {
             },
             Place::Remote(target) => target,
         };
-        let outcome = self.caller.write(&target, request, deadline).await;
+        lock(&self.recent_calls).put(call.request_id, RecentCall { owner: target.node });
+        let outcome = self
+            .caller
+            .write(&target, call.clone(), &**self, deadline)
+            .await;
+        if matches!(outcome, WriteOutcome::Unknown { .. }) {
+            self.remember_unknown(&call, target.node, &target.label)
+                .await;
+        }
         Ok((outcome, Some(target.label)))
+    }
+
+    /// A write to a vault this gateway owns: straight to the executor, bounded by the deadline.
+    async fn write_here(self: &Arc<Self>, call: WriteCall, deadline: Instant) -> WriteOutcome {
+        let submitted = self.executor.submit(self.node_id(), call.clone(), deadline);
+        match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), submitted).await {
+            Ok(Ok(answer)) => match answer {
+                WriteAnswer::NotCarriedOut { reason } => WriteOutcome::NotCarriedOut { reason },
+                answer => WriteOutcome::Answered(answer),
+            },
+            Ok(Err(err)) => WriteOutcome::not_sent(NotSentReason::Stopping, err.to_string()),
+            // Queued and not answered in time: it may still run. Remember and settle it.
+            Err(_) => {
+                self.remember_unknown(&call, self.node_id(), &self.label.clone())
+                    .await;
+                WriteOutcome::Unknown {
+                    reason: UnknownReason::TimedOut,
+                    detail: "the owner (this gateway) did not answer before the deadline".into(),
+                }
+            }
+        }
+    }
+
+    /// SPEC 6 rule 10: an `outcome_unknown` answer is remembered until settled.
+    async fn remember_unknown(&self, call: &WriteCall, owner: NodeId, owner_label: &str) {
+        let row = CallRow {
+            request_id: call.request_id,
+            owner,
+            owner_label: owner_label.to_string(),
+            vault: call.vault.clone(),
+            app: call.app.clone(),
+            settled: None,
+            since_ms: store::unix_ms(),
+        };
+        if let Err(err) = self
+            .reader
+            .run(move |conn| calls::record_unknown(conn, &row))
+            .await
+        {
+            tracing::error!(%err, request_id = %call.request_id, "could not remember an outcome_unknown call");
+        }
+        self.settle_wake.notify_one();
+    }
+
+    /// Asks `owner` what became of `request_id`, once.
+    async fn ask_owner(
+        &self,
+        owner: NodeId,
+        request_id: RequestId,
+        bound: Duration,
+    ) -> Result<CallState, SettleError> {
+        if owner == self.node_id() {
+            return self
+                .executor
+                .status(owner, request_id)
+                .await
+                .map_err(|err| SettleError::Unavailable {
+                    detail: err.to_string(),
+                });
+        }
+        let target = self
+            .peers
+            .target(&owner)
+            .ok_or_else(|| SettleError::Unavailable {
+                detail: "the owner of that call is no longer trusted".into(),
+            })?;
+        self.caller
+            .call_status(&target, request_id, Instant::now() + bound, false)
+            .await
+            .map_err(|err| SettleError::Unavailable {
+                detail: err.to_string(),
+            })
+    }
+
+    /// `GET /v1/calls/{id}`: what became of a write, from here if settled, else from its
+    /// owner; with `wait`, asks again while the owner says `running`.
+    pub async fn settle(
+        self: &Arc<Self>,
+        request_id: RequestId,
+        wait: Duration,
+    ) -> Result<(CallState, String), SettleError> {
+        let remembered = self
+            .reader
+            .run(move |conn| calls::get(conn, request_id))
+            .await
+            .map_err(|err| SettleError::Unavailable {
+                detail: err.to_string(),
+            })?;
+        if let Some(CallRow {
+            settled: Some(state),
+            owner_label,
+            ..
+        }) = &remembered
+        {
+            return Ok((state.clone(), owner_label.clone()));
+        }
+        let owner = match &remembered {
+            Some(row) => Some(row.owner),
+            None => lock(&self.recent_calls)
+                .get(&request_id)
+                .map(|recent| recent.owner),
+        };
+        let owner = match owner {
+            Some(owner) => owner,
+            None => {
+                // A local app's write to a vault owned here is in this gateway's own journal.
+                let me = self.node_id();
+                let local = self
+                    .reader
+                    .run(move |conn| journal::lookup(conn, me, request_id))
+                    .await
+                    .map_err(|err| SettleError::Unavailable {
+                        detail: err.to_string(),
+                    })?;
+                return match local {
+                    Some(entry) => Ok((entry.to_call_state(), self.label.clone())),
+                    None => Err(SettleError::UnknownCall),
+                };
+            }
+        };
+        let label = if owner == self.node_id() {
+            self.label.clone()
+        } else {
+            self.peers.label_of(&owner).unwrap_or_else(|| owner.short())
+        };
+        let give_up = Instant::now() + wait;
+        loop {
+            let state = self.ask_owner(owner, request_id, SETTLE_ASK_BOUND).await?;
+            let running = matches!(state, CallState::Running { .. });
+            if !running {
+                if remembered.is_some() {
+                    self.keep_settled(request_id, state.clone()).await;
+                }
+                return Ok((state, label));
+            }
+            if Instant::now() + SETTLE_POLL > give_up {
+                return Ok((state, label));
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    async fn keep_settled(&self, request_id: RequestId, state: CallState) {
+        let stored = self
+            .reader
+            .run(move |conn| calls::settle(conn, request_id, &state, store::unix_ms()))
+            .await;
+        match stored {
+            Ok(()) => self.metrics.call_settled(),
+            Err(err) => tracing::error!(%err, %request_id, "could not keep a settled answer"),
+        }
+    }
+
+    /// The remembered calls (`state`: only unknown ones, only settled ones, or all).
+    pub async fn remembered_calls(&self, only_unknown: bool) -> Result<Vec<CallRow>, StoreError> {
+        let rows = self.reader.run(move |conn| {
+            if only_unknown {
+                calls::unknown(conn)
+            } else {
+                calls::all(conn)
+            }
+        });
+        rows.await
+    }
+
+    /// SPEC 6 rule 10: settles remembered `outcome_unknown` calls in the background, asking
+    /// (never re-sending) until each owner answers. Runs until the gateway stops.
+    pub async fn settle_in_background(self: Arc<Self>) {
+        let mut stopping = self.stopping();
+        loop {
+            let unknown = self.reader.run(calls::unknown).await.unwrap_or_default();
+            for call in unknown {
+                if self.is_stopping() {
+                    return;
+                }
+                if let Ok(state) = self
+                    .ask_owner(call.owner, call.request_id, SETTLE_ASK_BOUND)
+                    .await
+                {
+                    if !matches!(state, CallState::Running { .. }) {
+                        debug!(request_id = %call.request_id, ?state, "settled in the background");
+                        self.keep_settled(call.request_id, state).await;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(SETTLE_INTERVAL) => {}
+                _ = self.settle_wake.notified() => {}
+                _ = stopping.wait_for(|stopping| *stopping) => return,
+            }
+        }
     }
 
     /// A read from a local app: from this gateway's copy if it has one, else from the owner.
@@ -377,6 +663,50 @@ impl Gateway {
             .await?;
         self.hello_all(DIRECTORY_REFRESH_BOUND).await;
         Ok(row)
+    }
+}
+
+impl TicketSource for Gateway {
+    /// A cached ticket while it is comfortably unexpired; else (or with `renew`) a fresh one
+    /// from the owner, checked to be the owner's and for this node before it is cached.
+    async fn ticket(
+        &self,
+        target: &Target,
+        app: &str,
+        vault: &str,
+        renew: bool,
+        deadline: Instant,
+    ) -> Result<Ticket, String> {
+        if renew {
+            lock(&self.tickets).invalidate(&target.node, app, vault);
+            self.metrics.ticket_renewal();
+        } else if let Some(ticket) =
+            lock(&self.tickets).get(&target.node, app, vault, store::unix_ms())
+        {
+            return Ok(ticket.clone());
+        }
+        let request = TicketRequest {
+            app: app.to_string(),
+            vault: vault.to_string(),
+            verbs: VerbSet::all_writes(),
+        };
+        match self.caller.issue_ticket(target, request, deadline).await {
+            Ok(TicketAnswer::Issued(ticket)) => {
+                if !ticket.is_signed_by(&target.node) || ticket.claims.holder != self.node_id() {
+                    return Err(format!(
+                        "{} sent a ticket that is not its own or not for this node",
+                        target.label
+                    ));
+                }
+                lock(&self.tickets).insert(ticket.clone());
+                Ok(ticket)
+            }
+            Ok(TicketAnswer::Refused(refusal)) => Err(format!(
+                "{} refused to issue a ticket: {}",
+                target.label, refusal.detail
+            )),
+            Err(err) => Err(format!("no ticket could be had: {err}")),
+        }
     }
 }
 

@@ -97,6 +97,10 @@ pub struct Metrics {
     read_latency: Histogram,
     peer_writes_served: AtomicU64,
     peer_reads_served: AtomicU64,
+    ticket_renewals: AtomicU64,
+    tickets_issued: AtomicU64,
+    door_refusals: AtomicU64,
+    calls_settled: AtomicU64,
 }
 
 impl Metrics {
@@ -116,6 +120,24 @@ impl Metrics {
 
     pub fn peer_read_served(&self) {
         self.peer_reads_served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The caller renewed a ticket after a `401 ticket_refused` at the door.
+    pub fn ticket_renewal(&self) {
+        self.ticket_renewals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn ticket_issued(&self) {
+        self.tickets_issued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn door_refusal(&self) {
+        self.door_refusals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A remembered `outcome_unknown` call got its definite answer.
+    pub fn call_settled(&self) {
+        self.calls_settled.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn render(&self) -> String {
@@ -147,6 +169,34 @@ impl Metrics {
             "ferry_peer_requests_served_total{{kind=\"read\"}} {}",
             self.peer_reads_served.load(Ordering::Relaxed)
         );
+        for (name, help, counter) in [
+            (
+                "ferry_ticket_renewals_total",
+                "Tickets renewed after a refusal at the owner's door.",
+                &self.ticket_renewals,
+            ),
+            (
+                "ferry_tickets_issued_total",
+                "Tickets this owner issued.",
+                &self.tickets_issued,
+            ),
+            (
+                "ferry_door_refusals_total",
+                "Writes this owner refused at the door (ticket_refused).",
+                &self.door_refusals,
+            ),
+            (
+                "ferry_calls_settled_total",
+                "Remembered outcome_unknown calls that got a definite answer.",
+                &self.calls_settled,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
         out.push_str("# HELP ferry_call_latency_seconds Latency of local API calls.\n# TYPE ferry_call_latency_seconds histogram\n");
         self.write_latency
             .render(&mut out, "ferry_call_latency_seconds", "call=\"write\",");

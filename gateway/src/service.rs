@@ -1,16 +1,26 @@
 //! What this gateway does with requests from peers (the serving side of [`ferry_peer::door`]).
+//!
+//! Writes pass the door first: the ticket must be this owner's, held by the key on the TLS
+//! connection, cover the app, vault and verb, be unexpired and of the current epoch. A refusal
+//! there is `401 ticket_refused` with `at_door: true` and is not journaled: no verb ran, so the
+//! caller may renew its ticket and send the same request id once more.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferry_peer::call::WriteCall;
 use ferry_peer::door::Service;
 use ferry_peer::outcome::{Refusal, RefusalCode};
 use ferry_peer::tls::TrustedKeys;
-use ferry_peer::wire::{Hello, ReadAnswer, ReadRequest, WriteAnswer, WriteRequest};
-use ferry_ticket::NodeId;
+use ferry_peer::wire::{
+    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, TicketAnswer, TicketRequest,
+    WriteAnswer, WriteRequest, WriteVerb,
+};
+use ferry_ticket::{DoorContext, NodeId, Ticket, Verb, DEFAULT_TICKET_LIFETIME_MS};
 
 use crate::gateway::Gateway;
 use crate::reader;
+use crate::store;
 
 /// The peer-facing face of a gateway.
 #[derive(Debug, Clone)]
@@ -21,6 +31,16 @@ fn untrusted() -> Refusal {
         RefusalCode::Forbidden,
         "this gateway no longer trusts your node; ask its admin to `ferry trust` it again",
     )
+}
+
+fn stopping() -> Refusal {
+    Refusal {
+        retry_after_ms: Some(1000),
+        ..Refusal::new(
+            RefusalCode::Busy,
+            "the owner is stopping; not carried out, send it again later with the same request id",
+        )
+    }
 }
 
 impl Service for PeerService {
@@ -44,17 +64,43 @@ impl Service for PeerService {
         if !self.0.peers.is_trusted(&from) {
             return WriteAnswer::Refused(untrusted());
         }
+        let verb = match request.verb {
+            WriteVerb::Put { .. } => Verb::Put,
+            WriteVerb::Delete { .. } => Verb::Delete,
+        };
+        let me = self.0.node_id();
+        let door = DoorContext {
+            owner: &me,
+            connection_peer: &from,
+            app: &request.app,
+            vault: &request.vault,
+            verb,
+            now_ms: store::unix_ms(),
+            current_epoch: self.0.ticket_epoch(),
+        };
+        if let Err(refusal) = request.ticket.check_at_door(&door) {
+            self.0.metrics.door_refusal();
+            return WriteAnswer::Refused(Refusal {
+                reason: Some(refusal.code().to_string()),
+                at_door: true,
+                ..Refusal::new(
+                    RefusalCode::TicketRefused,
+                    format!("the ticket was refused at the door: {refusal}"),
+                )
+            });
+        }
         self.0.metrics.peer_write_served();
         let deadline = Instant::now() + Duration::from_millis(u64::from(request.deadline_ms));
-        match self.0.executor.submit(from, request, deadline).await {
+        let call = WriteCall {
+            request_id: request.request_id,
+            app: request.app,
+            vault: request.vault,
+            verb: request.verb,
+            priority: request.priority,
+        };
+        match self.0.executor.submit(from, call, deadline).await {
             Ok(answer) => answer,
-            Err(err) => WriteAnswer::Refused(Refusal {
-                retry_after_ms: Some(1000),
-                ..Refusal::new(
-                    RefusalCode::Busy,
-                    format!("{err}; not carried out, send it again later with the same request id"),
-                )
-            }),
+            Err(_) => WriteAnswer::Refused(stopping()),
         }
     }
 
@@ -81,5 +127,33 @@ impl Service for PeerService {
                 ..Refusal::new(RefusalCode::Busy, format!("the store failed: {err}"))
             }),
         }
+    }
+
+    async fn issue_ticket(&self, from: NodeId, request: TicketRequest) -> TicketAnswer {
+        let Some(label) = self.0.peers.label_of(&from) else {
+            return TicketAnswer::Refused(untrusted());
+        };
+        if let Err(detail) = self.0.may_write(&label, &request.vault) {
+            return TicketAnswer::Refused(Refusal::new(RefusalCode::Forbidden, detail));
+        }
+        self.0.metrics.ticket_issued();
+        TicketAnswer::Issued(Ticket::issue(
+            &self.0.key,
+            from,
+            request.app,
+            request.vault,
+            request.verbs,
+            store::unix_ms(),
+            DEFAULT_TICKET_LIFETIME_MS,
+            self.0.ticket_epoch(),
+        ))
+    }
+
+    async fn call_status(&self, from: NodeId, request: CallStatusRequest) -> Option<CallState> {
+        // A peer untrusted since its connection opened gets no tombstones written for it.
+        if !self.0.peers.is_trusted(&from) {
+            return None;
+        }
+        self.0.executor.status(from, request.request_id).await.ok()
     }
 }

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_ticket::NodeId;
+use ferry_ticket::{NodeId, Ticket};
 use quinn::Connection;
 use tracing::debug;
 
@@ -21,9 +21,11 @@ use crate::pool::Pool;
 use crate::routes::Route;
 use crate::transport::{self, DialError, PeerEndpoint, ReadFrameError};
 use crate::wire::{
-    Extensions, Hello, ProtocolFailure, ReadAnswer, ReadRequest, Request, RequestFrame, Response,
-    ResponseFrame, WriteAnswer, WriteRequest,
+    CallState, CallStatusRequest, Extensions, Hello, Priority, ProtocolFailure, ReadAnswer,
+    ReadRequest, Request, RequestFrame, RequestId, Response, ResponseFrame, TicketAnswer,
+    TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
 };
+use crate::write_machine::{Event, Step, WriteMachine};
 
 /// Timers of the caller's paths (SPEC 6 and 9).
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +52,49 @@ pub struct Target {
     pub node: NodeId,
     pub label: String,
     pub routes: Vec<Route>,
+}
+
+/// Pause between settle asks after the first (the first is at once).
+const SETTLE_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A write as the app asked for it, before a ticket and the time left are attached.
+#[derive(Debug, Clone)]
+pub struct WriteCall {
+    pub request_id: RequestId,
+    pub app: String,
+    pub vault: String,
+    pub verb: WriteVerb,
+    pub priority: Priority,
+}
+
+impl WriteCall {
+    fn request(&self, ticket: Ticket, deadline: Instant) -> WriteRequest {
+        WriteRequest {
+            request_id: self.request_id,
+            app: self.app.clone(),
+            vault: self.vault.clone(),
+            verb: self.verb.clone(),
+            deadline_ms: deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(u128::from(u32::MAX)) as u32,
+            priority: self.priority,
+            ticket,
+        }
+    }
+}
+
+/// Where the caller's tickets come from: a cache in front of the owner's ticket exchange.
+/// `renew` asks the owner for a fresh one (after a door refusal).
+pub trait TicketSource: Send + Sync {
+    fn ticket(
+        &self,
+        target: &Target,
+        app: &str,
+        vault: &str,
+        renew: bool,
+        deadline: Instant,
+    ) -> impl std::future::Future<Output = Result<Ticket, String>> + Send;
 }
 
 /// Why a read found no answer. Reads are safe to repeat, so every case may be tried again.
@@ -98,72 +143,133 @@ impl Caller {
         &self.pool
     }
 
-    /// Sends a write to its owner, at most once (SPEC 6 rules 3-7).
-    pub async fn write(
+    /// Carries out a write to its owner, at most once (SPEC 6 rules 3-8): the decisions are
+    /// [`WriteMachine`]'s; this performs its steps.
+    pub async fn write<T: TicketSource>(
         &self,
         target: &Target,
-        request: WriteRequest,
+        call: WriteCall,
+        tickets: &T,
         deadline: Instant,
     ) -> WriteOutcome {
+        let (mut machine, mut step) = WriteMachine::start(deadline, Instant::now());
+        let mut ticket = None;
+        let mut settles = 0u32;
+        loop {
+            let event = match step {
+                Step::Finish(outcome) => return outcome,
+                Step::GetTicket { renew } => {
+                    match tickets
+                        .ticket(target, &call.app, &call.vault, renew, deadline)
+                        .await
+                    {
+                        Ok(fresh) => {
+                            ticket = Some(fresh);
+                            Event::TicketReady
+                        }
+                        Err(detail) => Event::TicketUnavailable { detail },
+                    }
+                }
+                Step::Send { route } => match (target.routes.get(route), ticket.clone()) {
+                    (Some(chosen), Some(ticket)) => {
+                        let may_fail_over =
+                            chosen.kind.fails_over() && route + 1 < target.routes.len();
+                        self.send_write(
+                            target,
+                            chosen,
+                            call.request(ticket, deadline),
+                            deadline,
+                            may_fail_over,
+                        )
+                        .await
+                    }
+                    (None, _) => Event::NotSent {
+                        reason: NotSentReason::NoRoute,
+                        detail: format!("no route to {} is known", target.label),
+                        may_fail_over: false,
+                    },
+                    (_, None) => Event::TicketUnavailable {
+                        detail: "no ticket in hand".into(),
+                    },
+                },
+                Step::Settle => {
+                    // Rule 7: ask at once; later asks back off a little, inside the deadline.
+                    if settles > 0 {
+                        let pause =
+                            SETTLE_BACKOFF.min(deadline.saturating_duration_since(Instant::now()));
+                        tokio::time::sleep(pause).await;
+                    }
+                    settles += 1;
+                    match self
+                        .call_status(target, call.request_id, deadline, true)
+                        .await
+                    {
+                        Ok(state) => Event::Settled(state),
+                        Err(err) => Event::SettleFailed {
+                            detail: err.to_string(),
+                        },
+                    }
+                }
+            };
+            step = machine.on(event, Instant::now());
+        }
+    }
+
+    /// One send on one route: a connection fit for a write, a new stream, one frame.
+    async fn send_write(
+        &self,
+        target: &Target,
+        route: &Route,
+        request: WriteRequest,
+        deadline: Instant,
+        may_fail_over: bool,
+    ) -> Event {
         let frame = match transport::encode(&RequestFrame {
             body: Request::Write(request),
             ext: Extensions::default(),
         }) {
             Ok(frame) => frame,
             Err(err) => {
-                return WriteOutcome::not_sent(NotSentReason::ConnectFailed, err.to_string())
-            }
-        };
-        let mut routes = target.routes.iter();
-        let Some(mut route) = routes.next() else {
-            return WriteOutcome::not_sent(
-                NotSentReason::NoRoute,
-                format!("no route to {} is known", target.label),
-            );
-        };
-        // SPEC 6 rule 4: one fresh choice is allowed when a thunderbolt or LAN route fails
-        // before the send; after that the failure is the answer.
-        let mut failover_left = 1;
-        loop {
-            let failure = match self.write_connection(target.node, route, deadline).await {
-                Ok(conn) => match exchange(&conn, &frame, deadline).await {
-                    Exchange::Answered(Response::Write(answer)) => {
-                        return WriteOutcome::Answered(answer)
-                    }
-                    Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
-                        return WriteOutcome::Answered(WriteAnswer::Refused(Refusal {
-                            retry_after_ms: Some(1000),
-                            ..Refusal::new(
-                                RefusalCode::Busy,
-                                format!("{} is stopping and did not run this write; send it again later with the same request id", target.label),
-                            )
-                        }))
-                    }
-                    Exchange::Answered(other) => {
-                        return WriteOutcome::Unknown {
-                            reason: UnknownReason::ConnectionLost,
-                            detail: format!("{} answered a write with {other:?}", target.label),
-                        }
-                    }
-                    Exchange::Lost { reason, detail } => {
-                        return WriteOutcome::Unknown { reason, detail }
-                    }
-                    Exchange::NotSent { detail } => (NotSentReason::ConnectFailed, detail),
-                },
-                Err(failure) => failure,
-            };
-            debug!(peer = %target.label, route = %route, detail = %failure.1, "write not sent on this route");
-            match routes.next() {
-                Some(next)
-                    if route.kind.fails_over()
-                        && failover_left > 0
-                        && failure.0 != NotSentReason::DeadlineSpent =>
-                {
-                    failover_left -= 1;
-                    route = next;
+                return Event::NotSent {
+                    reason: NotSentReason::ConnectFailed,
+                    detail: err.to_string(),
+                    may_fail_over: false,
                 }
-                _ => return WriteOutcome::not_sent(failure.0, failure.1),
             }
+        };
+        let conn = match self.write_connection(target.node, route, deadline).await {
+            Ok(conn) => conn,
+            Err((reason, detail)) => {
+                debug!(peer = %target.label, route = %route, %detail, "write not sent on this route");
+                return Event::NotSent {
+                    reason,
+                    detail,
+                    may_fail_over: may_fail_over && reason != NotSentReason::DeadlineSpent,
+                };
+            }
+        };
+        match exchange(&conn, &frame, deadline).await {
+            Exchange::NotSent { detail } => Event::NotSent {
+                reason: NotSentReason::ConnectFailed,
+                detail,
+                may_fail_over,
+            },
+            Exchange::Answered(Response::Write(answer)) => Event::Answered(answer),
+            // The owner turned the stream away while stopping: it certifies nothing ran.
+            Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
+                Event::Answered(WriteAnswer::Refused(Refusal {
+                    retry_after_ms: Some(1000),
+                    ..Refusal::new(
+                        RefusalCode::Busy,
+                        format!("{} is stopping and did not run this write; send it again later with the same request id", target.label),
+                    )
+                }))
+            }
+            Exchange::Answered(other) => Event::Lost {
+                reason: UnknownReason::ConnectionLost,
+                detail: format!("{} answered a write with {other:?}", target.label),
+            },
+            Exchange::Lost { reason, detail } => Event::Lost { reason, detail },
         }
     }
 
@@ -223,7 +329,7 @@ impl Caller {
         deadline: Instant,
     ) -> Result<ReadAnswer, ReadError> {
         match self
-            .idempotent(target, Request::Read(request), deadline)
+            .idempotent(target, Request::Read(request), deadline, false)
             .await?
         {
             Response::Read(answer) => Ok(answer),
@@ -242,7 +348,7 @@ impl Caller {
         deadline: Instant,
     ) -> Result<Hello, ReadError> {
         match self
-            .idempotent(target, Request::Hello(hello), deadline)
+            .idempotent(target, Request::Hello(hello), deadline, false)
             .await?
         {
             Response::Hello(theirs) => Ok(theirs),
@@ -253,12 +359,55 @@ impl Caller {
         }
     }
 
+    /// Asks the owner for a ticket (safe to repeat).
+    pub async fn issue_ticket(
+        &self,
+        target: &Target,
+        request: TicketRequest,
+        deadline: Instant,
+    ) -> Result<TicketAnswer, ReadError> {
+        match self
+            .idempotent(target, Request::IssueTicket(request), deadline, false)
+            .await?
+        {
+            Response::Ticket(answer) => Ok(answer),
+            other => Err(ReadError::Unavailable {
+                label: target.label.clone(),
+                detail: format!("answered a ticket request with {other:?}"),
+            }),
+        }
+    }
+
+    /// Asks the owner what became of `request_id` (a read: safe to repeat). With
+    /// `fresh_connection`, pooled connections are not used: after a break, the pooled one may
+    /// be the dead one.
+    pub async fn call_status(
+        &self,
+        target: &Target,
+        request_id: RequestId,
+        deadline: Instant,
+        fresh_connection: bool,
+    ) -> Result<CallState, ReadError> {
+        let request = Request::CallStatus(CallStatusRequest { request_id });
+        match self
+            .idempotent(target, request, deadline, fresh_connection)
+            .await?
+        {
+            Response::CallStatus(state) => Ok(state),
+            other => Err(ReadError::Unavailable {
+                label: target.label.clone(),
+                detail: format!("answered a status request with {other:?}"),
+            }),
+        }
+    }
+
     /// Sends a request that is safe to repeat, trying routes in order.
     async fn idempotent(
         &self,
         target: &Target,
         body: Request,
         deadline: Instant,
+        fresh_only: bool,
     ) -> Result<Response, ReadError> {
         let frame = transport::encode(&RequestFrame {
             body,
@@ -271,7 +420,11 @@ impl Caller {
         let mut last_error = None;
         for route in &target.routes {
             // A pooled connection first; if it turns out dead, one fresh connection.
-            let pooled = self.pool.get(target.node, route.addr).map(|p| p.conn);
+            let pooled = if fresh_only {
+                None
+            } else {
+                self.pool.get(target.node, route.addr).map(|p| p.conn)
+            };
             let mut attempts = pooled.into_iter().map(Ok).collect::<Vec<_>>();
             attempts.push(Err(()));
             for attempt in attempts {

@@ -17,8 +17,9 @@ use tracing::{debug, warn};
 
 use crate::transport::{self, ReadFrameError, RESET_MALFORMED};
 use crate::wire::{
-    Extensions, Hello, ProtocolFailure, ReadAnswer, ReadRequest, Request, RequestFrame, Response,
-    ResponseFrame, WriteAnswer, WriteRequest, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    CallState, CallStatusRequest, Extensions, Hello, ProtocolFailure, ReadAnswer, ReadRequest,
+    Request, RequestFrame, Response, ResponseFrame, TicketAnswer, TicketRequest, WriteAnswer,
+    WriteRequest, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 /// A peer that opens a stream must send its whole request within this time, or the stream is
@@ -37,6 +38,19 @@ pub trait Service: Send + Sync + 'static {
     ) -> impl Future<Output = WriteAnswer> + Send;
     /// A read of a vault this gateway owns or replicates.
     fn read(&self, from: NodeId, request: ReadRequest) -> impl Future<Output = ReadAnswer> + Send;
+    /// A ticket request: sign one for `from` if its app may use those verbs on that vault.
+    fn issue_ticket(
+        &self,
+        from: NodeId,
+        request: TicketRequest,
+    ) -> impl Future<Output = TicketAnswer> + Send;
+    /// What became of one of `from`'s request ids (tombstoning an id never seen). `None`:
+    /// this gateway cannot say now (it is stopping); the caller asks again later.
+    fn call_status(
+        &self,
+        from: NodeId,
+        request: CallStatusRequest,
+    ) -> impl Future<Output = Option<CallState>> + Send;
 }
 
 /// Serves one connection until it closes. `stopping` turns new streams away ("going away");
@@ -109,6 +123,13 @@ async fn serve_stream<S: Service>(
             Request::Hello(hello) => Response::Hello(service.hello(peer, hello).await),
             Request::Write(request) => Response::Write(service.write(peer, request).await),
             Request::Read(request) => Response::Read(service.read(peer, request).await),
+            Request::IssueTicket(request) => {
+                Response::Ticket(service.issue_ticket(peer, request).await)
+            }
+            Request::CallStatus(request) => match service.call_status(peer, request).await {
+                Some(state) => Response::CallStatus(state),
+                None => Response::Failed(ProtocolFailure::GoingAway),
+            },
         },
     };
     let frame = ResponseFrame {

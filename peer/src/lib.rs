@@ -8,6 +8,8 @@
 //! - [`routes`]: route kinds, parsing, and the preference order.
 //! - [`pool`]: open connections and when each peer was last heard (write liveness).
 //! - [`call`]: the caller's write (at most once) and read (retry, next route) paths.
+//! - [`write_machine`]: the write's decisions (retry? renew? settle? which outcome?) as a pure
+//!   state machine, tested exhaustively.
 //! - [`door`]: the serving side: one request per stream, decoded under limits, then the service.
 
 pub mod call;
@@ -19,5 +21,6 @@ pub mod routes;
 pub mod tls;
 pub mod transport;
 pub mod wire;
+pub mod write_machine;
 
 pub use ferry_ticket::{NodeId, NodeKey};

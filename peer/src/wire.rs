@@ -12,7 +12,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::Refusal;
+use ferry_ticket::{Ticket, VerbSet};
+
+use crate::outcome::{NotCarriedOutReason, Refusal};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -59,6 +61,11 @@ pub enum Request {
     Write(WriteRequest),
     /// A read verb. Safe to repeat.
     Read(ReadRequest),
+    /// "May my app use these verbs on this vault?" Answered with a signed ticket. Safe to repeat.
+    IssueTicket(TicketRequest),
+    /// "What became of my request id?" A read (safe to repeat); the owner tombstones an id it
+    /// has never seen so it can never run afterwards.
+    CallStatus(CallStatusRequest),
 }
 
 /// The answers. New variants are only ever appended.
@@ -69,6 +76,43 @@ pub enum Response {
     Read(ReadAnswer),
     /// The request could not be understood or is not for this peer; nothing ran.
     Failed(ProtocolFailure),
+    Ticket(TicketAnswer),
+    CallStatus(CallState),
+}
+
+/// A caller asks the owner for a ticket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketRequest {
+    pub app: String,
+    pub vault: String,
+    pub verbs: VerbSet,
+}
+
+/// The owner's answer to a ticket request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TicketAnswer {
+    Issued(Ticket),
+    Refused(Refusal),
+}
+
+/// A caller asks what became of one of its request ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallStatusRequest {
+    pub request_id: RequestId,
+}
+
+/// What the owner's journal says about a request id (SPEC 5, settling).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CallState {
+    /// The owner answered it: the first answer, verbatim (done or refused).
+    Answered(WriteAnswer),
+    /// The owner is carrying it out now.
+    Running {
+        since_ms: u64,
+        heartbeat_age_ms: u64,
+    },
+    /// Not carried out, and guaranteed never to be.
+    NotCarriedOut { reason: NotCarriedOutReason },
 }
 
 /// A gateway's account of itself, exchanged on connect.
@@ -157,6 +201,8 @@ pub struct WriteRequest {
     /// owner refuses (`busy`) a request whose deadline passes before it starts.
     pub deadline_ms: u32,
     pub priority: Priority,
+    /// The owner-signed capability; checked at the door before anything else.
+    pub ticket: Ticket,
 }
 
 /// The write verbs (SPEC 4).
@@ -190,6 +236,9 @@ pub enum WriteAnswer {
     Done { revision: u64 },
     /// The owner answered and did not carry it out.
     Refused(Refusal),
+    /// The request id is fenced: it was not carried out and never will be (a repeat of an id
+    /// the owner tombstoned, or one interrupted by a crash).
+    NotCarriedOut { reason: NotCarriedOutReason },
 }
 
 /// One read, to the owner or to any replica.

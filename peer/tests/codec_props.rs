@@ -8,7 +8,24 @@ use ferry_peer::codec::{self, DecodeError, MAX_FRAME_LEN};
 use ferry_peer::wire::{
     Extension, Extensions, Priority, Request, RequestFrame, RequestId, WriteRequest, WriteVerb,
 };
+use ferry_peer::{NodeId, NodeKey};
+use ferry_ticket::{Ticket, VerbSet};
 use proptest::prelude::*;
+
+fn ticket() -> Ticket {
+    let owner = NodeKey::from_secret_bytes([5; 32]);
+    let holder = NodeId::from_bytes([6; 32]);
+    Ticket::issue(
+        &owner,
+        holder,
+        "notes-app",
+        "notes",
+        VerbSet::all_writes(),
+        1_700_000_000_000,
+        600_000,
+        3,
+    )
+}
 
 fn write_frame(
     key: String,
@@ -18,7 +35,8 @@ fn write_frame(
 ) -> RequestFrame {
     RequestFrame {
         body: Request::Write(WriteRequest {
-            request_id: RequestId::generate(),
+            // Fixed, so no random byte pair can look like the key the hostile test looks for.
+            request_id: RequestId([0; 16]),
             app: "notes-app".into(),
             vault: "notes".into(),
             verb: WriteVerb::Put {
@@ -28,6 +46,7 @@ fn write_frame(
             },
             deadline_ms,
             priority: Priority::Interactive,
+            ticket: ticket(),
         }),
         ext: Extensions(vec![Extension {
             tag: 7,

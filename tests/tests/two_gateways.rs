@@ -14,7 +14,11 @@ fn two_with_notes() -> (Gateway, Gateway) {
     let b = Gateway::start("b");
     a.trust_each_other(&b);
     let out = a.cli(&["vault", "create", "notes"]);
-    assert!(out.status.success(), "vault create: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "vault create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (a, b)
 }
 
@@ -29,38 +33,66 @@ fn a_write_through_b_reaches_the_owner_a_and_reads_agree_everywhere() {
     assert!(body["request_id"].as_str().is_some_and(|id| id.len() == 36));
 
     let (status, value, rev, source) = a.get("notes", "hello");
-    assert_eq!((status, value.as_slice(), rev, source.as_deref()), (200, &b"world"[..], Some(revision), Some("local")));
+    assert_eq!(
+        (status, value.as_slice(), rev, source.as_deref()),
+        (200, &b"world"[..], Some(revision), Some("local"))
+    );
     let (status, value, rev, source) = b.get("notes", "hello");
-    assert_eq!((status, value.as_slice(), rev, source.as_deref()), (200, &b"world"[..], Some(revision), Some("owner")));
+    assert_eq!(
+        (status, value.as_slice(), rev, source.as_deref()),
+        (200, &b"world"[..], Some(revision), Some("owner"))
+    );
 
     for gateway in [&a, &b] {
         let out = gateway.cli(&["get", "notes", "hello"]);
         assert_eq!(out.stdout, b"world", "{} CLI get", gateway.label);
         let (code, json) = gateway.cli_json(&["get", "notes", "hello"]);
         assert_eq!(code, 0);
-        assert_eq!((json["value"].as_str(), json["revision"].as_u64(), json["stale"].as_bool()), (Some("world"), Some(revision), Some(false)));
+        assert_eq!(
+            (
+                json["value"].as_str(),
+                json["revision"].as_u64(),
+                json["stale"].as_bool()
+            ),
+            (Some("world"), Some(revision), Some(false))
+        );
         let (code, list) = gateway.cli_json(&["list", "notes"]);
         assert_eq!(code, 0);
-        assert_eq!(list, serde_json::json!([{"key": "hello", "revision": revision}]));
+        assert_eq!(
+            list,
+            serde_json::json!([{"key": "hello", "revision": revision}])
+        );
     }
 
     // The owner carried it out once: one peer write served, vault revision 1.
-    assert_eq!(a.metric("ferry_peer_requests_served_total{kind=\"write\"}"), 1);
+    assert_eq!(
+        a.metric("ferry_peer_requests_served_total{kind=\"write\"}"),
+        1
+    );
     let (_, vaults) = a.cli_json(&["vault", "list"]);
     assert_eq!(vaults[0]["revision"].as_u64(), Some(1));
     assert_eq!(vaults[0]["role"].as_str(), Some("owner"));
     let (_, vaults) = b.cli_json(&["vault", "list"]);
-    assert_eq!((vaults[0]["name"].as_str(), vaults[0]["owner"].as_str()), (Some("notes"), Some("a")));
+    assert_eq!(
+        (vaults[0]["name"].as_str(), vaults[0]["owner"].as_str()),
+        (Some("notes"), Some("a"))
+    );
 }
 
 #[test]
 fn cli_writes_report_outcomes_and_exit_codes() {
     let (a, b) = two_with_notes();
     let (code, json) = b.cli_json(&["put", "notes", "k", "v1"]);
-    assert_eq!((code, json["outcome"].as_str(), json["revision"].as_u64()), (0, Some("done"), Some(1)));
+    assert_eq!(
+        (code, json["outcome"].as_str(), json["revision"].as_u64()),
+        (0, Some("done"), Some(1))
+    );
     // Compare-and-swap: "must not exist" fails now, with the current revision.
     let (code, json) = b.cli_json(&["put", "notes", "k", "v2", "--if-revision", "0"]);
-    assert_eq!((code, json["outcome"].as_str(), json["error"].as_str()), (1, Some("refused"), Some("conflict")));
+    assert_eq!(
+        (code, json["outcome"].as_str(), json["error"].as_str()),
+        (1, Some("refused"), Some("conflict"))
+    );
     assert_eq!(json["current_revision"].as_u64(), Some(1));
     let (code, json) = b.cli_json(&["put", "notes", "k", "v2", "--if-revision", "1"]);
     assert_eq!((code, json["revision"].as_u64()), (0, Some(2)));
@@ -69,7 +101,11 @@ fn cli_writes_report_outcomes_and_exit_codes() {
     let (code, json) = b.cli_json(&["delete", "notes", "k"]);
     assert_eq!((code, json["error"].as_str()), (1, Some("not_found")));
     let out = b.cli(&["get", "notes", "k"]);
-    assert_eq!(out.status.code(), Some(1), "a missing record is the owner's not_found");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a missing record is the owner's not_found"
+    );
     // A usage error is exit 2.
     let (code, json) = b.cli_json(&["put", "notes", "k", "v", "--timeout", "0"]);
     assert_eq!((code, json["error"].as_str()), (2, Some("bad_request")));
@@ -81,9 +117,16 @@ fn compare_and_swap_over_http_refuses_with_409_and_the_current_revision() {
     assert_eq!(b.put("notes", "cas", b"1", &[("if-match", "0")]).0, 200);
     let (status, body) = b.put("notes", "cas", b"2", &[("if-match", "0")]);
     assert_eq!(status, 409, "{body}");
-    assert_eq!((body["error"].as_str(), body["current_revision"].as_u64()), (Some("conflict"), Some(1)));
+    assert_eq!(
+        (body["error"].as_str(), body["current_revision"].as_u64()),
+        (Some("conflict"), Some(1))
+    );
     let (_, value, rev, _) = b.get("notes", "cas");
-    assert_eq!((value.as_slice(), rev), (&b"1"[..], Some(1)), "the refused write changed nothing");
+    assert_eq!(
+        (value.as_slice(), rev),
+        (&b"1"[..], Some(1)),
+        "the refused write changed nothing"
+    );
 }
 
 #[test]
@@ -109,20 +152,43 @@ fn bad_input_is_refused_before_anything_is_sent() {
     };
 
     // No token, a wrong token: 401 and nothing else.
-    let client = reqwest::blocking::Client::builder().no_proxy().build().unwrap();
+    let client = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap();
     let (status, body) = send(client.put(b.url(path)).header("x-ferry-app", "t").body("v"));
-    assert_eq!((status, body["error"].as_str()), (401, Some("unauthorized")));
-    let (status, _) = send(client.put(b.url(path)).bearer_auth("0".repeat(64)).header("x-ferry-app", "t").body("v"));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    let (status, _) = send(
+        client
+            .put(b.url(path))
+            .bearer_auth("0".repeat(64))
+            .header("x-ferry-app", "t")
+            .body("v"),
+    );
     assert_eq!(status, 401);
 
     // A key over 1 KiB, a value over 4 MiB, malformed headers: 400 with a detail.
     let long_key = "k".repeat(1025);
     let (status, body) = b.put("notes", &long_key, b"v", &[]);
-    assert_eq!((status, body["error"].as_str()), (400, Some("bad_request")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("bad_request")),
+        "{body}"
+    );
     assert!(body["detail"].as_str().unwrap().contains("1024"));
     let (status, body) = b.put("notes", "big", &vec![0u8; 4 * 1024 * 1024 + 1], &[]);
-    assert_eq!((status, body["error"].as_str()), (400, Some("bad_request")), "{body}");
-    assert!(body["detail"].as_str().unwrap().contains("nothing was sent"));
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("bad_request")),
+        "{body}"
+    );
+    assert!(body["detail"]
+        .as_str()
+        .unwrap()
+        .contains("nothing was sent"));
     for (header, value) in [
         ("x-ferry-timeout", "0"),
         ("x-ferry-timeout", "-1"),
@@ -137,17 +203,30 @@ fn bad_input_is_refused_before_anything_is_sent() {
         assert_eq!(status, 400, "{header}: {value:?} gave {body}");
         assert!(!body["detail"].as_str().unwrap_or_default().is_empty());
     }
-    let (status, body) = send(client.put(b.url(path)).bearer_auth(&b.token).header("x-ferry-app", "bad app!").body("v"));
+    let (status, body) = send(
+        client
+            .put(b.url(path))
+            .bearer_auth(&b.token)
+            .header("x-ferry-app", "bad app!")
+            .body("v"),
+    );
     assert_eq!(status, 400, "{body}");
     let (status, body) = send(client.put(b.url(path)).bearer_auth(&b.token).body("v"));
     assert_eq!(status, 400, "a missing X-Ferry-App: {body}");
 
     // An unknown vault: 404, nothing sent.
     let (status, body) = b.put("nope", "k", b"v", &[]);
-    assert_eq!((status, body["error"].as_str()), (404, Some("unknown_vault")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("unknown_vault")),
+        "{body}"
+    );
 
     // The owner saw none of it.
-    assert_eq!(a.metric("ferry_peer_requests_served_total{kind=\"write\"}"), 0);
+    assert_eq!(
+        a.metric("ferry_peer_requests_served_total{kind=\"write\"}"),
+        0
+    );
     let (_, vaults) = a.cli_json(&["vault", "list"]);
     assert_eq!(vaults[0]["revision"].as_u64(), Some(0));
 }
@@ -161,28 +240,64 @@ fn an_untrusted_gateway_is_refused_at_the_tls_layer() {
     let out = c.cli(&["trust", &a.node_id, "--label", "a", "--addr", &a.quic]);
     assert!(out.status.success());
     let (status, body) = c.put("notes", "k", b"v", &[]);
-    assert_eq!((status, body["error"].as_str()), (404, Some("unknown_vault")), "{body}");
-    assert_eq!(a.metric("ferry_peer_requests_served_total{kind=\"write\"}"), 0);
-    assert_eq!(a.metric("ferry_peer_requests_served_total{kind=\"read\"}"), 0);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("unknown_vault")),
+        "{body}"
+    );
+    assert_eq!(
+        a.metric("ferry_peer_requests_served_total{kind=\"write\"}"),
+        0
+    );
+    assert_eq!(
+        a.metric("ferry_peer_requests_served_total{kind=\"read\"}"),
+        0
+    );
     let log = c.log();
-    assert!(log.contains("refused") || log.contains("hello not answered"), "C's log should show the refusal:\n{log}");
+    assert!(
+        log.contains("refused") || log.contains("hello not answered"),
+        "C's log should show the refusal:\n{log}"
+    );
 }
 
 #[test]
 fn stop_drains_removes_api_addr_and_exits_zero_then_writes_are_local_gateway_down() {
     let (mut a, b) = two_with_notes();
     let out = a.cli(&["stop"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(a.wait_exit(std::time::Duration::from_secs(10)), Some(0), "{}", a.log());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        a.wait_exit(std::time::Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        a.log()
+    );
     assert!(!a.home.join("api.addr").exists());
     let (code, json) = a.cli_json(&["put", "notes", "k", "v"]);
-    assert_eq!((code, json["error"].as_str()), (3, Some("local_gateway_down")));
-    assert!(json["detail"].as_str().unwrap().ends_with("nothing was sent"));
+    assert_eq!(
+        (code, json["error"].as_str()),
+        (3, Some("local_gateway_down"))
+    );
+    assert!(json["detail"]
+        .as_str()
+        .unwrap()
+        .ends_with("nothing was sent"));
     // B's write to the stopped owner never left: unavailable, exit 3.
     let (code, json) = b.cli_json(&["put", "notes", "k", "v", "--timeout", "3"]);
-    assert_eq!((code, json["outcome"].as_str()), (3, Some("unavailable")), "{json}");
+    assert_eq!(
+        (code, json["outcome"].as_str()),
+        (3, Some("unavailable")),
+        "{json}"
+    );
     // Trust and vaults are on disk: the owner comes back with them.
     a.restart();
     let (code, json) = b.cli_json(&["put", "notes", "k", "v"]);
-    assert_eq!((code, json["outcome"].as_str()), (0, Some("done")), "{json}");
+    assert_eq!(
+        (code, json["outcome"].as_str()),
+        (0, Some("done")),
+        "{json}"
+    );
 }

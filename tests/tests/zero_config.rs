@@ -28,22 +28,43 @@ fn serve_with_no_arguments_makes_its_state_and_listens_on_the_defaults() {
             .stdin(Stdio::null());
         command
     };
-    let mut serve = ferry(&["serve"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut serve = ferry(&["serve"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let state = fake_home.path().join(".local/share/ferry");
-    let api = wait_for("the zero-config gateway to write api.addr", START_BOUND, || {
-        std::fs::read_to_string(state.join("api.addr")).ok().filter(|s| s.ends_with('\n'))
-    });
+    let api = wait_for(
+        "the zero-config gateway to write api.addr",
+        START_BOUND,
+        || {
+            std::fs::read_to_string(state.join("api.addr"))
+                .ok()
+                .filter(|s| s.ends_with('\n'))
+        },
+    );
     assert_eq!(api.trim(), "127.0.0.1:7420");
     for file in ["node.key", "local-token", "ferry.db"] {
         assert!(state.join(file).exists(), "{file} was made");
     }
     let status = ferry(&["status", "--json"]).output().unwrap();
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     let id = ferry(&["id"]).output().unwrap();
-    assert_eq!(String::from_utf8(id.stdout).unwrap().trim(), status["node_id"].as_str().unwrap());
+    assert_eq!(
+        String::from_utf8(id.stdout).unwrap().trim(),
+        status["node_id"].as_str().unwrap()
+    );
     assert_eq!(status["addresses"][0].as_str(), Some("0.0.0.0:7420"));
     assert!(ferry(&["stop"]).output().unwrap().status.success());
-    let exit = wait_for("the gateway to exit after `ferry stop`", Duration::from_secs(10), || serve.try_wait().unwrap());
+    let exit = wait_for(
+        "the gateway to exit after `ferry stop`",
+        Duration::from_secs(10),
+        || serve.try_wait().unwrap(),
+    );
     assert_eq!(exit.code(), Some(0));
 }

@@ -6,6 +6,7 @@
 //! id when there is one.
 
 mod admin;
+mod calls;
 mod error;
 mod headers;
 mod records;
@@ -22,6 +23,7 @@ use tracing::warn;
 
 use crate::gateway::Gateway;
 pub use admin::{parse_trust_request, TrustBody};
+pub use calls::state_json;
 pub use error::ApiError;
 
 /// Serves the API on `listener` until the gateway stops.
@@ -49,6 +51,10 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
                 .delete(records::delete_record),
         )
         .route("/v1/vaults/{vault}/records", get(records::list_records))
+        .route("/v1/calls/{id}", get(calls::settle))
+        .route("/v1/calls", get(calls::list))
+        .route("/v1/tickets", get(calls::tickets))
+        .route("/v1/admin/tickets/rotate", post(calls::rotate))
         .route("/v1/status", get(admin::status))
         .route("/v1/peers", get(admin::peers))
         .route("/v1/routes", get(admin::routes))

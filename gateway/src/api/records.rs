@@ -297,7 +297,8 @@ fn answer(
             WriteKind::Refused,
             refusal_error(&refusal).with("request_id", id).into_response(),
         ),
-        WriteOutcome::NotCarriedOut { reason } => (
+        WriteOutcome::NotCarriedOut { reason }
+        | WriteOutcome::Answered(WriteAnswer::NotCarriedOut { reason }) => (
             WriteKind::NotCarriedOut,
             ApiError::new(
                 503,

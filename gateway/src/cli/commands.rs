@@ -8,7 +8,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use super::output::{self, cell};
-use super::{Cli, Command, Exit, ServeArgs, VaultCommand, WriteFlags};
+use super::{Cli, Command, Exit, ServeArgs, TicketsCommand, VaultCommand, WriteFlags};
 use crate::config::Config;
 use crate::home::Home;
 use crate::kit::{Kit, KitError, WriteOptions, WriteResult};
@@ -61,6 +61,14 @@ pub async fn run(cli: Cli) -> Exit {
             report_write(result, json)
         }
         Command::Get { vault, key } => get(&kit, json, &vault, &key).await,
+        Command::Calls { state } => calls(&kit, json, state).await,
+        Command::Settle { request_id, wait } => settle(&kit, json, &request_id, wait).await,
+        Command::Tickets {
+            action: None | Some(TicketsCommand::List),
+        } => tickets(&kit, json).await,
+        Command::Tickets {
+            action: Some(TicketsCommand::Rotate),
+        } => rotate_tickets(&kit, json).await,
         Command::List {
             vault,
             prefix,
@@ -236,12 +244,14 @@ async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: String) -> Exit
         Err(KitError::LocalGatewayDown { .. }) => {
             match store::open(&home.db_path()).and_then(|conn| trust::remove(&conn, &label)) {
                 Ok(Some(node)) => json!({"label": label, "node_id": node.to_string()}),
-                Ok(None) => return fail(
-                    Exit::Usage,
-                    &format!(
+                Ok(None) => {
+                    return fail(
+                        Exit::Usage,
+                        &format!(
                         "no peer is trusted under the label {label:?}; `ferry peers` lists them"
                     ),
-                ),
+                    )
+                }
                 Err(err) => return fail(Exit::Usage, &err.to_string()),
             }
         }
@@ -538,6 +548,121 @@ async fn list(kit: &Kit, json: bool, vault: &str, prefix: &str, limit: Option<us
                     .map(|(k, r)| vec![k.clone(), r.to_string()])
                     .collect();
                 output::table(&["key", "revision"], &rows);
+            }
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}
+
+async fn calls(kit: &Kit, json: bool, state: Option<String>) -> Exit {
+    let path = match state.as_deref() {
+        None => "/v1/calls".to_string(),
+        Some(state) => format!("/v1/calls?state={state}"),
+    };
+    match kit.get_json(&path).await {
+        Ok(calls) => {
+            if json {
+                output::json(&calls);
+                return Exit::Done;
+            }
+            let rows: Vec<Vec<String>> = calls
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    ["request_id", "owner", "vault", "state", "since"]
+                        .iter()
+                        .map(|f| cell(c.get(*f)))
+                        .collect()
+                })
+                .collect();
+            output::table(
+                &["request id", "owner", "vault", "state", "since (unix ms)"],
+                &rows,
+            );
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}
+
+async fn settle(kit: &Kit, json: bool, request_id: &str, wait: Option<String>) -> Exit {
+    let path = match &wait {
+        None => format!("/v1/calls/{request_id}"),
+        Some(wait) => format!("/v1/calls/{request_id}?wait={wait}"),
+    };
+    let answer = match kit.get_json(&path).await {
+        Ok(answer) => answer,
+        Err(KitError::Answered {
+            status: 503,
+            detail,
+            ..
+        }) => {
+            // The owner could not be asked: the outcome is still unknown.
+            return fail(Exit::Unknown, &format!("{detail} (request {request_id})"));
+        }
+        Err(err) => return kit_failure(err),
+    };
+    let state = cell(answer.get("state"));
+    let exit = match (state.as_str(), answer.get("status").and_then(Value::as_u64)) {
+        ("done", Some(200)) => Exit::Done,
+        ("done", _) => Exit::Refused,
+        ("not_carried_out", _) => Exit::NothingWritten,
+        _ => Exit::Unknown,
+    };
+    if json {
+        output::json(&answer);
+    } else {
+        let mut line = format!("{request_id}: {state}");
+        for field in ["revision", "error", "reason"] {
+            if let Some(value) = answer.get(field).filter(|v| !v.is_null()) {
+                line.push_str(&format!(" {field}={}", cell(Some(value))));
+            }
+        }
+        println!("{line}");
+    }
+    exit
+}
+
+async fn tickets(kit: &Kit, json: bool) -> Exit {
+    match kit.get_json("/v1/tickets").await {
+        Ok(tickets) => {
+            if json {
+                output::json(&tickets);
+                return Exit::Done;
+            }
+            let rows: Vec<Vec<String>> = tickets
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| {
+                    ["owner", "app", "vault", "verbs", "epoch", "expires_in_s"]
+                        .iter()
+                        .map(|f| cell(t.get(*f)))
+                        .collect()
+                })
+                .collect();
+            output::table(
+                &["owner", "app", "vault", "verbs", "epoch", "expires in s"],
+                &rows,
+            );
+            Exit::Done
+        }
+        Err(err) => kit_failure(err),
+    }
+}
+
+async fn rotate_tickets(kit: &Kit, json: bool) -> Exit {
+    match kit.post_json("/v1/admin/tickets/rotate", &json!({})).await {
+        Ok(answer) => {
+            if json {
+                output::json(&answer);
+            } else {
+                println!(
+                    "ticket epoch is now {}; every ticket issued before is refused at the door",
+                    cell(answer.get("epoch"))
+                );
             }
             Exit::Done
         }

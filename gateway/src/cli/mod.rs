@@ -94,6 +94,24 @@ pub enum Command {
     },
     /// Read a record; the value goes to standard output as bytes.
     Get { vault: String, key: String },
+    /// Calls this gateway answered `outcome_unknown` (and their settled answers).
+    Calls {
+        /// `unknown` lists only calls not settled yet.
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// Ask the owner what became of a write.
+    Settle {
+        request_id: String,
+        /// Wait up to this many seconds while the owner says it is still running.
+        #[arg(long)]
+        wait: Option<String>,
+    },
+    /// Tickets this gateway holds; `rotate` on an owner refuses every ticket issued so far.
+    Tickets {
+        #[command(subcommand)]
+        action: Option<TicketsCommand>,
+    },
     /// List keys.
     List {
         vault: String,
@@ -134,6 +152,14 @@ pub struct WriteFlags {
     /// Seconds the write may take (0 < t <= 600; default 30).
     #[arg(long)]
     pub timeout: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TicketsCommand {
+    /// The tickets this gateway holds (the default).
+    List,
+    /// Move this owner's ticket epoch on: every ticket issued so far is refused at the door.
+    Rotate,
 }
 
 #[derive(Debug, Subcommand)]

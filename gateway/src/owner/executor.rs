@@ -1,58 +1,83 @@
-//! The owner's executor: one thread owns the writing SQLite connection and runs writes in
-//! batches. Each batch is one transaction; each write in it runs in its own savepoint (a
-//! failed verb rolls back alone) and every answer is sent only after the batch commits
-//! durably. That is group commit: one fsync for many writes, never an answer before the commit.
+//! The owner's executor: one thread owns the writing SQLite connection and runs writes (and
+//! settle queries, which may write a tombstone) in batches, in arrival order.
+//!
+//! A batch runs in two transactions:
+//! 1. **admit** (`synchronous=NORMAL`: no fsync of its own): each new write is marked
+//!    `running` in the journal, each settle query answered or tombstoned. The marker survives a
+//!    crash of the process (WAL), so after a crash those ids are `interrupted`, not forgotten;
+//! 2. **execute** (`synchronous=FULL`): each write's checks, effect and first answer, each in a
+//!    savepoint (a failed or fenced write rolls back alone). One fsync makes both transactions
+//!    durable (group commit); answers are sent only after it.
 //!
 //! The queue in front of the thread is bounded; a full queue answers `busy` at once (not
 //! carried out, the same id may be sent again). The capacity rules of SPEC 7 rule 7 (two
-//! classes with aging, a per-caller cap, rate limits) slot in here as the admission step.
+//! classes with aging, a per-caller cap, rate limits) slot in as the admission step in front of
+//! this queue.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use ferry_peer::call::WriteCall;
 use ferry_peer::outcome::{Refusal, RefusalCode};
-use ferry_peer::wire::{WriteAnswer, WriteRequest};
+use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, error};
+use tracing::{debug, error, info};
 
-use super::verbs::{self, WriteLimits};
-use crate::store::{self, StoreError};
+use super::fault;
+use super::verbs::{self, Admission, Execution, WriteLimits};
+use crate::store::{self, journal, StoreError};
 
-/// How many writes may wait for the executor.
+/// How many jobs may wait for the executor.
 const QUEUE_DEPTH: usize = 4096;
-/// The most writes in one transaction: large enough to amortise the fsync, small enough that
-/// the first write in a batch does not wait long for the last.
+/// The most jobs in one batch: large enough to amortise the fsync, small enough that the first
+/// write in a batch does not wait long for the last.
 const MAX_BATCH: usize = 256;
 
-/// One write waiting to run.
+/// One piece of work for the owner thread.
 #[derive(Debug)]
-struct WriteJob {
-    caller: NodeId,
-    request: WriteRequest,
-    deadline: Instant,
-    reply: oneshot::Sender<WriteAnswer>,
+enum Job {
+    Write {
+        caller: NodeId,
+        request: WriteCall,
+        deadline: Instant,
+        reply: oneshot::Sender<WriteAnswer>,
+    },
+    Status {
+        caller: NodeId,
+        request_id: RequestId,
+        reply: oneshot::Sender<Result<CallState, String>>,
+    },
 }
 
 /// The handle apps' and peers' writes go through.
 #[derive(Debug)]
 pub struct Executor {
-    queue: std::sync::Mutex<Option<mpsc::Sender<WriteJob>>>,
+    queue: std::sync::Mutex<Option<mpsc::Sender<Job>>>,
     finished: tokio::sync::Mutex<Option<oneshot::Receiver<()>>>,
 }
 
-/// Why a write could not be handed to the executor: it did not run.
+/// Why a job could not be handed to the executor: it did not run.
 #[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
 pub enum SubmitError {
-    #[error("the owner is stopping and takes no new writes")]
+    #[error("the owner is stopping and takes no new work")]
     Stopping,
+    #[error("the owner's queue is full")]
+    Full,
 }
 
 impl Executor {
-    /// Opens the writing connection and starts the thread.
+    /// Opens the writing connection, settles what a crash left running, starts the thread.
     pub fn start(db_path: &Path, limits: WriteLimits) -> Result<Self, StoreError> {
         let conn = store::open(db_path)?;
+        let interrupted = journal::recover_interrupted(&conn, store::unix_ms())?;
+        if interrupted > 0 {
+            info!(
+                interrupted,
+                "writes left running by a crash are now not_carried_out: interrupted"
+            );
+        }
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (done_tx, done_rx) = oneshot::channel();
         let spawned = std::thread::Builder::new()
@@ -72,40 +97,61 @@ impl Executor {
         })
     }
 
-    /// Runs one write and waits for its committed answer.
-    pub async fn submit(
-        &self,
-        caller: NodeId,
-        request: WriteRequest,
-        deadline: Instant,
-    ) -> Result<WriteAnswer, SubmitError> {
+    fn enqueue(&self, job: Job) -> Result<(), SubmitError> {
         let sender = self
             .queue
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
             .ok_or(SubmitError::Stopping)?;
+        sender.try_send(job).map_err(|err| match err {
+            mpsc::error::TrySendError::Full(_) => SubmitError::Full,
+            mpsc::error::TrySendError::Closed(_) => SubmitError::Stopping,
+        })
+    }
+
+    /// Runs one write and waits for its committed answer.
+    pub async fn submit(
+        &self,
+        caller: NodeId,
+        request: WriteCall,
+        deadline: Instant,
+    ) -> Result<WriteAnswer, SubmitError> {
         let (reply, answer) = oneshot::channel();
-        let job = WriteJob {
+        match self.enqueue(Job::Write {
             caller,
             request,
             deadline,
             reply,
-        };
-        match sender.try_send(job) {
+        }) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                return Ok(busy("the owner's write queue is full", 100));
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(SubmitError::Stopping),
+            Err(SubmitError::Full) => return Ok(busy("the owner's write queue is full", 100)),
+            Err(err) => return Err(err),
         }
-        drop(sender);
-        // The thread always answers a job it took; a dropped reply means it died mid-batch,
-        // in which case the batch did not commit.
+        // The thread answers every job it takes; a dropped reply means it died mid-batch, in
+        // which case the batch did not commit.
         answer.await.map_err(|_| SubmitError::Stopping)
     }
 
-    /// Stops taking writes and waits, at most `bound`, for the queued ones to finish.
+    /// What became of `caller`'s `request_id`; tombstones an id never seen.
+    pub async fn status(
+        &self,
+        caller: NodeId,
+        request_id: RequestId,
+    ) -> Result<CallState, SubmitError> {
+        let (reply, answer) = oneshot::channel();
+        self.enqueue(Job::Status {
+            caller,
+            request_id,
+            reply,
+        })?;
+        match answer.await {
+            Ok(Ok(state)) => Ok(state),
+            Ok(Err(_)) | Err(_) => Err(SubmitError::Stopping),
+        }
+    }
+
+    /// Stops taking work and waits, at most `bound`, for the queued jobs to finish.
     /// Returns whether the queue drained in time.
     pub async fn drain(&self, bound: Duration) -> bool {
         self.queue
@@ -129,7 +175,7 @@ fn busy(detail: &str, retry_after_ms: u64) -> WriteAnswer {
     })
 }
 
-fn run(mut conn: Connection, mut queue: mpsc::Receiver<WriteJob>, limits: WriteLimits) {
+fn run(mut conn: Connection, mut queue: mpsc::Receiver<Job>, limits: WriteLimits) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.blocking_recv() {
         batch.push(first);
@@ -139,76 +185,158 @@ fn run(mut conn: Connection, mut queue: mpsc::Receiver<WriteJob>, limits: WriteL
                 Err(_) => break,
             }
         }
-        let answers = run_batch(&mut conn, &batch, &limits);
-        for (job, answer) in batch.drain(..).zip(answers) {
-            // The caller may have gone (its connection broke); the answer is in the journal.
-            let _ = job.reply.send(answer);
-        }
+        run_batch(&mut conn, &mut batch, &limits);
     }
     debug!("owner executor stopped");
 }
 
-/// Runs a batch in one transaction and returns one answer per job, in order.
-fn run_batch(conn: &mut Connection, batch: &[WriteJob], limits: &WriteLimits) -> Vec<WriteAnswer> {
-    let now = Instant::now();
-    let now_ms = store::unix_ms();
-    let mut tx = match conn.transaction() {
-        Ok(tx) => tx,
-        Err(err) => {
-            error!(%err, "cannot begin a write transaction");
-            return batch
-                .iter()
-                .map(|_| busy("the owner's database is unavailable", 1000))
-                .collect();
-        }
-    };
-    let mut answers = Vec::with_capacity(batch.len());
-    for job in batch {
-        // SPEC 7 rule 5: a request whose deadline passed before it starts is not carried out.
-        if job.deadline <= now {
-            answers.push(busy(
-                "the request's deadline passed before the owner could start it",
-                0,
-            ));
-            continue;
-        }
-        answers.push(run_one(&mut tx, job, limits, now_ms));
-    }
-    if let Err(err) = tx.commit() {
-        error!(%err, "write batch did not commit; none of it happened");
-        return batch
-            .iter()
-            .map(|_| busy("the owner could not commit", 1000))
-            .collect();
-    }
-    answers
+/// Where one job stands inside a batch.
+#[derive(Debug)]
+enum Pending {
+    Answered(WriteAnswer),
+    Run,
+    Status(Result<CallState, String>),
+    StatusAfterRun,
 }
 
-fn run_one(
-    tx: &mut rusqlite::Transaction<'_>,
-    job: &WriteJob,
-    limits: &WriteLimits,
-    now_ms: u64,
-) -> WriteAnswer {
-    let savepoint = match tx.savepoint() {
-        Ok(sp) => sp,
+fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, limits: &WriteLimits) {
+    let now = Instant::now();
+    let now_ms = store::unix_ms();
+    let pending = match admit_all(conn, batch, limits, now, now_ms) {
+        Ok(pending) => pending,
         Err(err) => {
-            error!(%err, "cannot open a savepoint");
-            return busy("the owner's database is unavailable", 1000);
+            error!(%err, "write batch could not be admitted; none of it ran");
+            return answer_all_failed(batch);
         }
     };
-    match verbs::apply(&savepoint, job.caller, &job.request, limits, now_ms) {
-        Ok(answer) => match savepoint.commit() {
-            Ok(()) => answer,
-            Err(err) => {
-                error!(%err, request_id = %job.request.request_id, "savepoint did not release");
-                busy("the owner could not record the write", 1000)
-            }
-        },
+    let pending = match execute_all(conn, batch, pending, limits, now_ms) {
+        Ok(pending) => pending,
         Err(err) => {
-            // Dropping the savepoint rolls this write back; the rest of the batch goes on.
-            error!(%err, request_id = %job.request.request_id, "write failed in the store");
-            busy("the owner's store failed on this write", 1000)
+            error!(%err, "write batch did not commit; none of it happened");
+            return answer_all_failed(batch);
+        }
+    };
+    fault::point("after_commit");
+    for (job, outcome) in batch.drain(..).zip(pending) {
+        // A caller that went away (its connection broke) finds the answer in the journal.
+        match (job, outcome) {
+            (Job::Write { reply, .. }, Pending::Answered(answer)) => {
+                let _ = reply.send(answer);
+            }
+            (Job::Status { reply, .. }, Pending::Status(state)) => {
+                let _ = reply.send(state);
+            }
+            (job, outcome) => error!(
+                ?job,
+                ?outcome,
+                "owner bookkeeping mismatch; job dropped unanswered"
+            ),
+        }
+    }
+    fault::point("after_answer");
+}
+
+/// Transaction 1: journal lookups, `running` markers, tombstones for settle queries.
+fn admit_all(
+    conn: &mut Connection,
+    batch: &[Job],
+    limits: &WriteLimits,
+    now: Instant,
+    now_ms: u64,
+) -> Result<Vec<Pending>, StoreError> {
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let tx = conn.transaction()?;
+    let mut pending = Vec::with_capacity(batch.len());
+    for job in batch {
+        pending.push(match job {
+            // SPEC 7 rule 5: a request whose deadline passed before it starts is not carried out.
+            Job::Write { deadline, .. } if *deadline <= now => Pending::Answered(busy(
+                "the request's deadline passed before the owner could start it",
+                0,
+            )),
+            Job::Write {
+                caller, request, ..
+            } => match verbs::admit(&tx, *caller, request, limits, now_ms)? {
+                Admission::Answer(answer) => Pending::Answered(answer),
+                Admission::Run => Pending::Run,
+            },
+            Job::Status {
+                caller, request_id, ..
+            } => {
+                match journal::lookup(&tx, *caller, *request_id)? {
+                    // Running means it is in this batch: answer after it ran.
+                    Some(journal::JournalEntry::Running { .. }) => Pending::StatusAfterRun,
+                    _ => Pending::Status(Ok(verbs::status(&tx, *caller, *request_id, now_ms)?)),
+                }
+            }
+        });
+    }
+    tx.commit()?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(pending)
+}
+
+/// Transaction 2: each admitted write's effect and answer, then the deferred settle queries;
+/// one durable commit.
+fn execute_all(
+    conn: &mut Connection,
+    batch: &[Job],
+    mut pending: Vec<Pending>,
+    limits: &WriteLimits,
+    now_ms: u64,
+) -> Result<Vec<Pending>, StoreError> {
+    let mut tx = conn.transaction()?;
+    for (job, slot) in batch.iter().zip(pending.iter_mut()) {
+        let Job::Write {
+            caller, request, ..
+        } = job
+        else {
+            continue;
+        };
+        if !matches!(slot, Pending::Run) {
+            continue;
+        }
+        let savepoint = tx.savepoint()?;
+        *slot = match verbs::execute(&savepoint, *caller, request, limits, now_ms) {
+            Ok(Execution::Recorded(answer)) => {
+                savepoint.commit()?;
+                Pending::Answered(answer)
+            }
+            // Dropping the savepoint rolls the effect back.
+            Ok(Execution::Fenced(answer)) => Pending::Answered(answer),
+            Err(err) => {
+                // This write's effect rolls back; its `running` marker stays, so a later
+                // settle query finds it interrupted, never half-done.
+                error!(%err, request_id = %request.request_id, "write failed in the store");
+                Pending::Answered(busy("the owner's store failed on this write", 1000))
+            }
+        };
+    }
+    for (job, slot) in batch.iter().zip(pending.iter_mut()) {
+        if let (
+            Job::Status {
+                caller, request_id, ..
+            },
+            Pending::StatusAfterRun,
+        ) = (job, &slot)
+        {
+            *slot = Pending::Status(Ok(verbs::status(&tx, *caller, *request_id, now_ms)?));
+        }
+    }
+    fault::point("before_commit");
+    tx.commit()?;
+    Ok(pending)
+}
+
+fn answer_all_failed(batch: &mut Vec<Job>) {
+    for job in batch.drain(..) {
+        match job {
+            Job::Write { reply, .. } => {
+                let _ = reply.send(busy("the owner could not commit", 1000));
+            }
+            Job::Status { reply, .. } => {
+                let _ = reply.send(Err("the owner's store failed".into()));
+            }
         }
     }
 }

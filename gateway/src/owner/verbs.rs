@@ -1,18 +1,22 @@
-//! One write against the store: the journal first (a known request id is answered from it),
-//! then the checks, then the effect and its journal record. Runs inside the executor's
-//! transaction, so effect and record commit together or not at all.
+//! One write against the store, in two steps the executor runs in two transactions:
+//! 1. [`admit`]: a known request id is answered from the journal; a stale one is refused; a new
+//!    one is marked `running`;
+//! 2. [`execute`]: the checks, the effect and the first answer, recorded only if the id is still
+//!    `running` (a request declared dead meanwhile stays dead).
 
 use std::time::Duration;
 
+use ferry_peer::call::WriteCall;
 use ferry_peer::outcome::{Refusal, RefusalCode};
-use ferry_peer::wire::{WriteAnswer, WriteRequest, WriteVerb};
+use ferry_peer::wire::{CallState, RequestId, WriteAnswer, WriteVerb};
 use ferry_ticket::NodeId;
 use rusqlite::Connection;
 
 use crate::names;
-use crate::store::journal::{self, JournalEntry};
+use crate::store::journal;
 use crate::store::vaults::Role;
 use crate::store::{records, vaults, StoreError};
+use ferry_peer::outcome::NotCarriedOutReason;
 
 /// Limits the owner applies to every write, whoever sent it.
 #[derive(Debug, Clone, Copy)]
@@ -21,46 +25,112 @@ pub struct WriteLimits {
     pub journal_retention: Duration,
 }
 
-/// Runs one write and returns the answer to give (and, for a new request id, journals it).
-pub fn apply(
+/// What step 1 decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Answer now without running anything (a repeat, a fenced id, a stale id).
+    Answer(WriteAnswer),
+    /// New: marked running; run it in step 2.
+    Run,
+}
+
+/// Step 1: journal lookup, staleness, and the `running` marker.
+pub fn admit(
     conn: &Connection,
     caller: NodeId,
-    request: &WriteRequest,
+    request: &WriteCall,
     limits: &WriteLimits,
     now_ms: u64,
-) -> Result<WriteAnswer, StoreError> {
-    if let Some(JournalEntry::Answered(first)) = journal::lookup(conn, caller, request.request_id)?
-    {
-        return Ok(first);
+) -> Result<Admission, StoreError> {
+    if let Some(entry) = journal::lookup(conn, caller, request.request_id)? {
+        // A `running` row here is the same id twice in one batch: the copy is told to ask
+        // again, and gets the first's answer from the journal then.
+        return Ok(Admission::Answer(
+            entry.to_write_answer().unwrap_or_else(busy_duplicate),
+        ));
     }
     // An id older than the journal keeps might have run and been forgotten: refuse it rather
     // than risk running it twice. Not journaled: this same check refuses it every time.
     let retention_ms = limits.journal_retention.as_millis() as u64;
     if request.request_id.unix_ms().saturating_add(retention_ms) < now_ms {
-        return Ok(WriteAnswer::Refused(Refusal::new(
+        return Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
             RefusalCode::StaleRequestId,
             format!(
                 "request id {} is older than the owner's journal keeps ({} days); send the write under a new request id",
                 request.request_id,
                 limits.journal_retention.as_secs() / 86_400
             ),
-        )));
+        ))));
     }
+    journal::mark_running(conn, caller, request.request_id, &request.vault, now_ms)?;
+    Ok(Admission::Run)
+}
+
+fn busy_duplicate() -> WriteAnswer {
+    WriteAnswer::Refused(Refusal {
+        retry_after_ms: Some(100),
+        ..Refusal::new(
+            RefusalCode::Busy,
+            "the same request id is already running; send it again with the same id to get its answer",
+        )
+    })
+}
+
+/// What step 2 did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Execution {
+    /// Carried out or refused; the answer is recorded. Commit.
+    Recorded(WriteAnswer),
+    /// The id was settled while it waited; nothing may change. Roll back, answer this.
+    Fenced(WriteAnswer),
+}
+
+/// Step 2: the checks, the effect, and the recorded first answer.
+pub fn execute(
+    conn: &Connection,
+    caller: NodeId,
+    request: &WriteCall,
+    limits: &WriteLimits,
+    now_ms: u64,
+) -> Result<Execution, StoreError> {
     let answer = decide(conn, request, limits)?;
-    journal::record_answer(
+    if journal::record_answer(conn, caller, request.request_id, &answer, now_ms)? {
+        return Ok(Execution::Recorded(answer));
+    }
+    let fence = journal::lookup(conn, caller, request.request_id)?
+        .and_then(|entry| entry.to_write_answer())
+        .unwrap_or(WriteAnswer::NotCarriedOut {
+            reason: NotCarriedOutReason::Interrupted,
+        });
+    Ok(Execution::Fenced(fence))
+}
+
+/// A settle query: the journal's answer, or a tombstone for an id never seen.
+pub fn status(
+    conn: &Connection,
+    caller: NodeId,
+    request_id: RequestId,
+    now_ms: u64,
+) -> Result<CallState, StoreError> {
+    if let Some(entry) = journal::lookup(conn, caller, request_id)? {
+        return Ok(entry.to_call_state());
+    }
+    // SPEC 7 rule 6: record the tombstone first, then answer, so the id can never run later.
+    journal::tombstone(
         conn,
         caller,
-        request.request_id,
-        &request.vault,
-        &answer,
+        request_id,
+        NotCarriedOutReason::NeverArrived,
         now_ms,
     )?;
-    Ok(answer)
+    Ok(CallState::NotCarriedOut {
+        reason: NotCarriedOutReason::NeverArrived,
+    })
 }
 
 fn decide(
     conn: &Connection,
-    request: &WriteRequest,
+    request: &WriteCall,
     limits: &WriteLimits,
 ) -> Result<WriteAnswer, StoreError> {
     let refuse = |code, detail: String| Ok(WriteAnswer::Refused(Refusal::new(code, detail)));
@@ -118,11 +188,27 @@ fn decide(
     Ok(WriteAnswer::Done { revision })
 }
 
+/// Both steps in one go, for tests and callers that need no crash marker in between.
+pub fn apply(
+    conn: &Connection,
+    caller: NodeId,
+    request: &WriteCall,
+    limits: &WriteLimits,
+    now_ms: u64,
+) -> Result<WriteAnswer, StoreError> {
+    match admit(conn, caller, request, limits, now_ms)? {
+        Admission::Answer(answer) => Ok(answer),
+        Admission::Run => match execute(conn, caller, request, limits, now_ms)? {
+            Execution::Recorded(answer) | Execution::Fenced(answer) => Ok(answer),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::open_temp;
-    use ferry_peer::wire::{Priority, RequestId};
+    use ferry_peer::wire::Priority;
     use ferry_ticket::NodeKey;
 
     const LIMITS: WriteLimits = WriteLimits {
@@ -130,8 +216,8 @@ mod tests {
         journal_retention: Duration::from_secs(7 * 86_400),
     };
 
-    fn put(key: &str, value: &[u8], if_revision: Option<u64>) -> WriteRequest {
-        WriteRequest {
+    fn put(key: &str, value: &[u8], if_revision: Option<u64>) -> WriteCall {
+        WriteCall {
             request_id: RequestId::generate(),
             app: "app".into(),
             vault: "v".into(),
@@ -140,17 +226,20 @@ mod tests {
                 value: value.to_vec(),
                 if_revision,
             },
-            deadline_ms: 1000,
             priority: Priority::Interactive,
         }
     }
 
-    #[test]
-    fn a_repeated_request_id_gets_the_first_answer_and_runs_once() {
-        let (_dir, conn) = open_temp();
+    fn setup() -> (tempfile::TempDir, Connection, NodeId, u64) {
+        let (dir, conn) = open_temp();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
         vaults::create_owned(&conn, "v", me, 0).unwrap();
-        let now = crate::store::unix_ms();
+        (dir, conn, me, crate::store::unix_ms())
+    }
+
+    #[test]
+    fn a_repeated_request_id_gets_the_first_answer_and_runs_once() {
+        let (_dir, conn, me, now) = setup();
         let request = put("k", b"one", None);
         let first = apply(&conn, me, &request, &LIMITS, now).unwrap();
         assert_eq!(first, WriteAnswer::Done { revision: 1 });
@@ -166,10 +255,7 @@ mod tests {
 
     #[test]
     fn compare_and_swap_refuses_with_the_current_revision() {
-        let (_dir, conn) = open_temp();
-        let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", me, 0).unwrap();
-        let now = crate::store::unix_ms();
+        let (_dir, conn, me, now) = setup();
         apply(&conn, me, &put("k", b"a", Some(0)), &LIMITS, now).unwrap();
         let refused = apply(&conn, me, &put("k", b"b", Some(0)), &LIMITS, now).unwrap();
         let WriteAnswer::Refused(refusal) = refused else {
@@ -187,10 +273,7 @@ mod tests {
 
     #[test]
     fn stale_ids_unknown_vaults_and_big_values_are_refused() {
-        let (_dir, conn) = open_temp();
-        let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", me, 0).unwrap();
-        let now = crate::store::unix_ms();
+        let (_dir, conn, me, now) = setup();
         let code = |answer: WriteAnswer| match answer {
             WriteAnswer::Refused(r) => r.code,
             other => panic!("expected a refusal, got {other:?}"),
@@ -209,6 +292,44 @@ mod tests {
         assert_eq!(
             code(apply(&conn, me, &elsewhere, &LIMITS, now).unwrap()),
             RefusalCode::UnknownVault
+        );
+    }
+
+    #[test]
+    fn an_id_asked_about_first_is_tombstoned_and_never_runs() {
+        let (_dir, conn, me, now) = setup();
+        let request = put("k", b"a", None);
+        assert_eq!(
+            status(&conn, me, request.request_id, now).unwrap(),
+            CallState::NotCarriedOut {
+                reason: NotCarriedOutReason::NeverArrived
+            }
+        );
+        assert_eq!(
+            apply(&conn, me, &request, &LIMITS, now).unwrap(),
+            WriteAnswer::NotCarriedOut {
+                reason: NotCarriedOutReason::NeverArrived
+            }
+        );
+        assert_eq!(records::get(&conn, "v", "k").unwrap(), None, "it never ran");
+    }
+
+    #[test]
+    fn a_request_settled_between_admission_and_execution_stays_dead() {
+        let (_dir, conn, me, now) = setup();
+        let request = put("k", b"a", None);
+        assert_eq!(
+            admit(&conn, me, &request, &LIMITS, now).unwrap(),
+            Admission::Run
+        );
+        // A crash and recovery between the two steps fences it.
+        journal::recover_interrupted(&conn, now).unwrap();
+        let fenced = execute(&conn, me, &request, &LIMITS, now).unwrap();
+        assert_eq!(
+            fenced,
+            Execution::Fenced(WriteAnswer::NotCarriedOut {
+                reason: NotCarriedOutReason::Interrupted
+            })
         );
     }
 }

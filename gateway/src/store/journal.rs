@@ -1,7 +1,14 @@
-//! The owner's journal: every write it received, by (caller node, request id), with the first
-//! answer it gave, kept so a repeated request is answered from here, never run again.
+//! The owner's journal: every write it received, by (caller node, request id).
+//!
+//! States:
+//! - `running`: the owner started it. Written (without an fsync of its own) before the verb
+//!   runs, so a crash leaves a trace; [`recover_interrupted`] turns every such row into
+//!   `not_carried_out: interrupted` when the owner starts again.
+//! - `answered`: carried out or refused; the first answer, replayed verbatim for a repeat.
+//! - `not_carried_out`: a tombstone with its reason; that id can never run afterwards.
 
-use ferry_peer::wire::{RequestId, WriteAnswer};
+use ferry_peer::outcome::NotCarriedOutReason;
+use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -10,8 +17,44 @@ use super::StoreError;
 /// What the journal knows about one request id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalEntry {
-    /// Carried out or refused: the first answer, to replay verbatim.
+    Running { since_ms: u64 },
     Answered(WriteAnswer),
+    NotCarriedOut(NotCarriedOutReason),
+}
+
+impl JournalEntry {
+    /// The entry as a settle query's answer.
+    pub fn to_call_state(&self) -> CallState {
+        match self {
+            Self::Running { since_ms } => CallState::Running {
+                since_ms: *since_ms,
+                // The executor is one thread that runs a verb from start to commit, and a settle
+                // query runs on that same thread, so a running row it sees is being worked on
+                // now (a crashed owner's rows are `interrupted` before it serves again).
+                heartbeat_age_ms: 0,
+            },
+            Self::Answered(answer) => CallState::Answered(answer.clone()),
+            Self::NotCarriedOut(reason) => CallState::NotCarriedOut { reason: *reason },
+        }
+    }
+
+    /// The answer a repeated write gets.
+    pub fn to_write_answer(&self) -> Option<WriteAnswer> {
+        match self {
+            Self::Running { .. } => None,
+            Self::Answered(answer) => Some(answer.clone()),
+            Self::NotCarriedOut(reason) => Some(WriteAnswer::NotCarriedOut { reason: *reason }),
+        }
+    }
+}
+
+fn reason_from(text: &str) -> Option<NotCarriedOutReason> {
+    match text {
+        "never_arrived" => Some(NotCarriedOutReason::NeverArrived),
+        "expired" => Some(NotCarriedOutReason::Expired),
+        "interrupted" => Some(NotCarriedOutReason::Interrupted),
+        _ => None,
+    }
 }
 
 pub fn lookup(
@@ -19,44 +62,166 @@ pub fn lookup(
     caller: NodeId,
     request_id: RequestId,
 ) -> Result<Option<JournalEntry>, StoreError> {
-    let row: Option<(String, Option<String>)> = conn
-        .prepare_cached("SELECT state, answer FROM journal WHERE caller = ?1 AND request_id = ?2")?
+    let row: Option<(String, Option<String>, Option<String>, i64)> = conn
+        .prepare_cached(
+            "SELECT state, answer, reason, updated_ms FROM journal WHERE caller = ?1 AND request_id = ?2",
+        )?
         .query_row(params![caller.to_string(), &request_id.0[..]], |row| {
-            Ok((row.get(0)?, row.get(1)?))
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })
         .optional()?;
-    match row {
-        None => Ok(None),
-        Some((state, Some(answer))) if state == "answered" => serde_json::from_str(&answer)
-            .map(|answer| Some(JournalEntry::Answered(answer)))
-            .map_err(|err| StoreError::Corrupt(format!("journal answer for {request_id}: {err}"))),
-        Some((state, _)) => Err(StoreError::Corrupt(format!(
-            "journal entry for {request_id} in unknown state {state:?}"
-        ))),
-    }
+    let corrupt =
+        |what: &str| StoreError::Corrupt(format!("journal entry for {request_id}: {what}"));
+    Ok(match row {
+        None => None,
+        Some((state, _, _, updated_ms)) if state == "running" => Some(JournalEntry::Running {
+            since_ms: updated_ms as u64,
+        }),
+        Some((state, Some(answer), _, _)) if state == "answered" => Some(JournalEntry::Answered(
+            serde_json::from_str(&answer).map_err(|err| corrupt(&err.to_string()))?,
+        )),
+        Some((state, _, Some(reason), _)) if state == "not_carried_out" => {
+            Some(JournalEntry::NotCarriedOut(
+                reason_from(&reason).ok_or_else(|| corrupt("unknown reason"))?,
+            ))
+        }
+        Some((state, ..)) => return Err(corrupt(&format!("state {state:?}"))),
+    })
 }
 
-/// Records the first answer to a request, in the caller's transaction.
-pub fn record_answer(
+/// Marks a new request as running (before its verb runs).
+pub fn mark_running(
     conn: &Connection,
     caller: NodeId,
     request_id: RequestId,
     vault: &str,
-    answer: &WriteAnswer,
     now_ms: u64,
 ) -> Result<(), StoreError> {
-    let answer = serde_json::to_string(answer)
-        .map_err(|err| StoreError::Corrupt(format!("answer not encodable: {err}")))?;
     conn.prepare_cached(
-        "INSERT INTO journal (caller, request_id, vault, state, answer, created_ms)
-         VALUES (?1, ?2, ?3, 'answered', ?4, ?5)",
+        "INSERT INTO journal (caller, request_id, vault, state, created_ms, updated_ms)
+         VALUES (?1, ?2, ?3, 'running', ?4, ?4)",
     )?
     .execute(params![
         caller.to_string(),
         &request_id.0[..],
         vault,
-        answer,
         now_ms as i64
     ])?;
     Ok(())
+}
+
+/// Records the first answer of a request that is running. Returns false, and records nothing,
+/// if the id is no longer running (it was settled meanwhile: a dead request stays dead).
+pub fn record_answer(
+    conn: &Connection,
+    caller: NodeId,
+    request_id: RequestId,
+    answer: &WriteAnswer,
+    now_ms: u64,
+) -> Result<bool, StoreError> {
+    let answer = serde_json::to_string(answer)
+        .map_err(|err| StoreError::Corrupt(format!("answer not encodable: {err}")))?;
+    let changed = conn
+        .prepare_cached(
+            "UPDATE journal SET state = 'answered', answer = ?3, updated_ms = ?4
+             WHERE caller = ?1 AND request_id = ?2 AND state = 'running'",
+        )?
+        .execute(params![
+            caller.to_string(),
+            &request_id.0[..],
+            answer,
+            now_ms as i64
+        ])?;
+    Ok(changed == 1)
+}
+
+/// Fences an id the owner has never seen: it can never run afterwards.
+pub fn tombstone(
+    conn: &Connection,
+    caller: NodeId,
+    request_id: RequestId,
+    reason: NotCarriedOutReason,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO journal (caller, request_id, vault, state, reason, created_ms, updated_ms)
+         VALUES (?1, ?2, '', 'not_carried_out', ?3, ?4, ?4)
+         ON CONFLICT (caller, request_id) DO NOTHING",
+    )?
+    .execute(params![
+        caller.to_string(),
+        &request_id.0[..],
+        reason.as_str(),
+        now_ms as i64
+    ])?;
+    Ok(())
+}
+
+/// After a crash: every id that was running without a committed answer was interrupted.
+pub fn recover_interrupted(conn: &Connection, now_ms: u64) -> Result<usize, StoreError> {
+    Ok(conn.execute(
+        "UPDATE journal SET state = 'not_carried_out', reason = 'interrupted', updated_ms = ?1
+         WHERE state = 'running'",
+        [now_ms as i64],
+    )?)
+}
+
+/// Forgets entries older than the retention. Ids that old are refused as stale anyway.
+pub fn collect(conn: &Connection, older_than_ms: u64) -> Result<usize, StoreError> {
+    Ok(conn.execute(
+        "DELETE FROM journal WHERE created_ms < ?1 AND state != 'running'",
+        [older_than_ms as i64],
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::open_temp;
+    use ferry_ticket::NodeKey;
+
+    #[test]
+    fn a_settled_id_stays_settled() {
+        let (_dir, conn) = open_temp();
+        let caller = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let id = RequestId::generate();
+        tombstone(&conn, caller, id, NotCarriedOutReason::NeverArrived, 1).unwrap();
+        // A late copy of the request cannot start, and cannot record an answer.
+        assert!(mark_running(&conn, caller, id, "v", 2).is_err());
+        assert!(!record_answer(&conn, caller, id, &WriteAnswer::Done { revision: 1 }, 3).unwrap());
+        assert_eq!(
+            lookup(&conn, caller, id).unwrap(),
+            Some(JournalEntry::NotCarriedOut(
+                NotCarriedOutReason::NeverArrived
+            ))
+        );
+    }
+
+    #[test]
+    fn running_rows_become_interrupted_on_recovery() {
+        let (_dir, conn) = open_temp();
+        let caller = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let (running, answered) = (RequestId::generate(), RequestId::generate());
+        mark_running(&conn, caller, running, "v", 1).unwrap();
+        mark_running(&conn, caller, answered, "v", 1).unwrap();
+        assert!(record_answer(
+            &conn,
+            caller,
+            answered,
+            &WriteAnswer::Done { revision: 4 },
+            2
+        )
+        .unwrap());
+        assert_eq!(recover_interrupted(&conn, 3).unwrap(), 1);
+        assert_eq!(
+            lookup(&conn, caller, running).unwrap(),
+            Some(JournalEntry::NotCarriedOut(
+                NotCarriedOutReason::Interrupted
+            ))
+        );
+        assert_eq!(
+            lookup(&conn, caller, answered).unwrap(),
+            Some(JournalEntry::Answered(WriteAnswer::Done { revision: 4 }))
+        );
+    }
 }

@@ -5,7 +5,9 @@
 //! executor can run a verb and its journal record in one transaction, and a reader can use its
 //! own connection beside it.
 
+pub mod calls;
 pub mod journal;
+pub mod meta;
 pub mod records;
 pub mod trust;
 pub mod vaults;
@@ -65,16 +67,34 @@ CREATE TABLE IF NOT EXISTS peer_routes (
     route TEXT NOT NULL,
     PRIMARY KEY (label, route)
 );
--- The owner's journal: every write by (caller node, request id), with its first answer.
+-- The owner's journal: every write by (caller node, request id): 'running' while it runs
+-- (a marker that survives a crash), then 'answered' with its first answer, or
+-- 'not_carried_out' with a reason (a tombstone: that id can never run afterwards).
 CREATE TABLE IF NOT EXISTS journal (
     caller     TEXT NOT NULL,
     request_id BLOB NOT NULL,
     vault      TEXT NOT NULL,
-    state      TEXT NOT NULL,
+    state      TEXT NOT NULL CHECK (state IN ('running', 'answered', 'not_carried_out')),
     answer     TEXT,
+    reason     TEXT,
     created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
     PRIMARY KEY (caller, request_id)
 );
+-- The caller's memory of writes it answered `outcome_unknown`, until settled, and after
+-- (so `GET /v1/calls/{id}` can answer from here). `answer` is the settled state as JSON.
+CREATE TABLE IF NOT EXISTS calls (
+    request_id TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    owner_label TEXT NOT NULL,
+    vault      TEXT NOT NULL,
+    app        TEXT NOT NULL,
+    state      TEXT NOT NULL CHECK (state IN ('unknown', 'settled')),
+    answer     TEXT,
+    since_ms   INTEGER NOT NULL,
+    settled_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS calls_by_state ON calls (state, since_ms);
 ";
 
 /// Opens (and creates or migrates) the database at `path` with Ferry's settings.

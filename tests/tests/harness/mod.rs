@@ -28,15 +28,24 @@ pub fn wait_for<T>(what: &str, bound: Duration, mut done: impl FnMut() -> Option
         if let Some(value) = done() {
             return value;
         }
-        assert!(started.elapsed() < bound, "gave up after {bound:?} waiting for {what}");
+        assert!(
+            started.elapsed() < bound,
+            "gave up after {bound:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
 
 /// A fresh UUIDv7 in its text form, stamped with the current time.
 pub fn fresh_request_id() -> String {
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!(
         "{:08x}-{:04x}-7{:03x}-8{:03x}-{:012x}",
@@ -67,7 +76,10 @@ pub struct Gateway {
 impl Gateway {
     /// Starts a gateway labelled `label` in a fresh temporary home.
     pub fn start(label: &str) -> Self {
-        let dir = tempfile::Builder::new().prefix(&format!("ferry-{label}-")).tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("ferry-{label}-"))
+            .tempdir()
+            .unwrap();
         let home = dir.path().to_path_buf();
         let mut gateway = Self::start_in(label, &home, "127.0.0.1:0");
         gateway._dir = Some(dir);
@@ -84,7 +96,18 @@ impl Gateway {
             .open(home.join("serve.log"))
             .unwrap();
         let child = Command::new(ferry_bin())
-            .args(["--home", home.to_str().unwrap(), "serve", "--api", "127.0.0.1:0", "--listen", listen, "--no-mdns", "--label", label])
+            .args([
+                "--home",
+                home.to_str().unwrap(),
+                "serve",
+                "--api",
+                "127.0.0.1:0",
+                "--listen",
+                listen,
+                "--no-mdns",
+                "--label",
+                label,
+            ])
             .env("RUST_LOG", "info,ferry_peer=debug,ferry_gateway=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -92,12 +115,20 @@ impl Gateway {
             .spawn()
             .expect("spawn ferry serve");
         let api = wait_for(&format!("{label} to write api.addr"), START_BOUND, || {
-            std::fs::read_to_string(home.join("api.addr")).ok().filter(|s| s.ends_with('\n'))
+            std::fs::read_to_string(home.join("api.addr"))
+                .ok()
+                .filter(|s| s.ends_with('\n'))
         })
         .trim()
         .to_string();
-        let token = std::fs::read_to_string(home.join("local-token")).unwrap().trim().to_string();
-        let http = reqwest::blocking::Client::builder().no_proxy().build().unwrap();
+        let token = std::fs::read_to_string(home.join("local-token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        let http = reqwest::blocking::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap();
         let mut gateway = Self {
             label: label.into(),
             home: home.to_path_buf(),
@@ -156,8 +187,21 @@ impl Gateway {
     /// Makes this gateway and `other` trust each other, with their QUIC addresses as routes.
     pub fn trust_each_other(&self, other: &Gateway) {
         for (me, them) in [(self, other), (other, self)] {
-            let out = me.cli(&["trust", &them.node_id, "--label", &them.label, "--addr", &them.quic]);
-            assert!(out.status.success(), "{} trusting {}: {}", me.label, them.label, String::from_utf8_lossy(&out.stderr));
+            let out = me.cli(&[
+                "trust",
+                &them.node_id,
+                "--label",
+                &them.label,
+                "--addr",
+                &them.quic,
+            ]);
+            assert!(
+                out.status.success(),
+                "{} trusting {}: {}",
+                me.label,
+                them.label,
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
 
@@ -166,7 +210,11 @@ impl Gateway {
     }
 
     /// A request with the token and an app name.
-    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::blocking::RequestBuilder {
+    pub fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+    ) -> reqwest::blocking::RequestBuilder {
         self.http
             .request(method, self.url(path))
             .bearer_auth(&self.token)
@@ -176,14 +224,27 @@ impl Gateway {
 
     pub fn get_json(&self, path: &str) -> Value {
         let response = self.request(reqwest::Method::GET, path).send().unwrap();
-        assert!(response.status().is_success(), "GET {path}: {}", response.status());
+        assert!(
+            response.status().is_success(),
+            "GET {path}: {}",
+            response.status()
+        );
         response.json().unwrap()
     }
 
     /// PUT a record through the local API; returns status and JSON body.
-    pub fn put(&self, vault: &str, key: &str, value: &[u8], headers: &[(&str, &str)]) -> (u16, Value) {
+    pub fn put(
+        &self,
+        vault: &str,
+        key: &str,
+        value: &[u8],
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
         let mut request = self
-            .request(reqwest::Method::PUT, &format!("/v1/vaults/{vault}/records/{key}"))
+            .request(
+                reqwest::Method::PUT,
+                &format!("/v1/vaults/{vault}/records/{key}"),
+            )
             .body(value.to_vec());
         for (name, value) in headers {
             request = request.header(*name, *value);
@@ -196,11 +257,20 @@ impl Gateway {
     /// GET a record: status, value, revision header, source header.
     pub fn get(&self, vault: &str, key: &str) -> (u16, Vec<u8>, Option<u64>, Option<String>) {
         let response = self
-            .request(reqwest::Method::GET, &format!("/v1/vaults/{vault}/records/{key}"))
+            .request(
+                reqwest::Method::GET,
+                &format!("/v1/vaults/{vault}/records/{key}"),
+            )
             .send()
             .unwrap();
         let status = response.status().as_u16();
-        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(String::from);
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        };
         let revision = header("x-ferry-revision").and_then(|v| v.parse().ok());
         let source = header("x-ferry-source");
         (status, response.bytes().unwrap().to_vec(), revision, source)
@@ -208,7 +278,12 @@ impl Gateway {
 
     /// A counter from `/metrics`, by its full name with labels.
     pub fn metric(&self, series: &str) -> u64 {
-        let text = self.request(reqwest::Method::GET, "/metrics").send().unwrap().text().unwrap();
+        let text = self
+            .request(reqwest::Method::GET, "/metrics")
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
         text.lines()
             .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
             .unwrap_or_else(|| panic!("no series {series} in /metrics"))
@@ -232,7 +307,9 @@ impl Gateway {
     /// Waits (bounded) for the process to exit and returns its exit code.
     pub fn wait_exit(&mut self, bound: Duration) -> Option<i32> {
         let child = self.child.as_mut().expect("running");
-        let status = wait_for(&format!("{} to exit", self.label), bound, || child.try_wait().ok().flatten());
+        let status = wait_for(&format!("{} to exit", self.label), bound, || {
+            child.try_wait().ok().flatten()
+        });
         self.child = None;
         status.code()
     }

@@ -1,0 +1,345 @@
+//! Real `ferry serve` processes for the benchmark, set up the way the multi-process tests do
+//! it (`tests/tests/harness/mod.rs`): each gateway in its own temporary home, the API and QUIC
+//! on loopback ports the kernel picks, no mDNS, the two trusting each other, a vault on the
+//! owner.
+//!
+//! A [`Gateway`] kills its process when it drops, so a panic or an early return leaves nothing
+//! running; [`Gateway::stop`] asks for the ordered stop first. Every wait is bounded.
+
+use std::fs::File;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::load::{request_once, LoadError};
+
+/// How long a gateway may take to start listening, and a CLI command to finish.
+const START_BOUND: Duration = Duration::from_secs(15);
+const CLI_BOUND: Duration = Duration::from_secs(30);
+const STOP_BOUND: Duration = Duration::from_secs(15);
+/// A release build from scratch on two shared cores takes minutes.
+const BUILD_BOUND: Duration = Duration::from_secs(30 * 60);
+const POLL: Duration = Duration::from_millis(10);
+
+/// Why the gateways could not be set up or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    #[error("cannot run {what}: {source}")]
+    Spawn {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{what} did not finish within {bound:?}; it was killed")]
+    TimedOut { what: String, bound: Duration },
+    #[error("{what} failed ({status}): {stderr}")]
+    Failed {
+        what: String,
+        status: ExitStatus,
+        stderr: String,
+    },
+    #[error("gateway {label} exited while starting ({status}); its log:\n{log}")]
+    Exited {
+        label: String,
+        status: ExitStatus,
+        log: String,
+    },
+    #[error("gateway {label}: {detail}")]
+    Setup { label: String, detail: String },
+    #[error("cannot make a temporary home: {0}")]
+    Home(std::io::Error),
+    #[error(transparent)]
+    Http(#[from] LoadError),
+}
+
+/// The workspace this benchmark was built in.
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// Where `cargo build --release -p ferry-gateway` puts the binary.
+pub fn default_binary() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    target.join("release").join("ferry")
+}
+
+/// Builds the release `ferry` binary, so the benchmark measures the code in the work tree.
+pub fn build_release() -> Result<(), ProcError> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let what = "cargo build --release -p ferry-gateway --bin ferry".to_string();
+    let child = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args(["build", "--release", "-p", "ferry-gateway", "--bin", "ferry"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|source| ProcError::Spawn {
+            what: what.clone(),
+            source,
+        })?;
+    let (status, _) = wait_bounded(child, &what, BUILD_BOUND)?;
+    if !status.success() {
+        return Err(ProcError::Failed {
+            what,
+            status,
+            stderr: "see the compiler's output above".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Waits for `child` at most `bound`, killing it after; returns its status and its stderr if
+/// it was piped.
+fn wait_bounded(
+    mut child: Child,
+    what: &str,
+    bound: Duration,
+) -> Result<(ExitStatus, String), ProcError> {
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = child.stderr.take() {
+                    let _ = pipe.read_to_string(&mut stderr);
+                }
+                return Ok((status, stderr));
+            }
+            Ok(None) if started.elapsed() < bound => std::thread::sleep(POLL),
+            Ok(None) | Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ProcError::TimedOut {
+                    what: what.to_string(),
+                    bound,
+                });
+            }
+        }
+    }
+}
+
+/// One running `ferry serve`.
+#[derive(Debug)]
+pub struct Gateway {
+    pub label: String,
+    pub api: SocketAddr,
+    pub token: String,
+    pub node_id: String,
+    pub quic: String,
+    binary: PathBuf,
+    child: Option<Child>,
+    /// Declared last: removed only after the process is gone.
+    home: tempfile::TempDir,
+}
+
+impl Gateway {
+    /// Starts `ferry serve` labelled `label` in a fresh temporary home and waits (bounded) for
+    /// its API, then reads its node id and QUIC address from `/v1/status`.
+    pub fn start(binary: &Path, label: &str) -> Result<Self, ProcError> {
+        let home = tempfile::Builder::new()
+            .prefix(&format!("ferry-bench-{label}-"))
+            .tempdir()
+            .map_err(ProcError::Home)?;
+        let log = File::create(home.path().join("serve.log")).map_err(ProcError::Home)?;
+        let child = Command::new(binary)
+            .arg("--home")
+            .arg(home.path())
+            .args(["serve", "--api", "127.0.0.1:0", "--listen", "127.0.0.1:0"])
+            .args(["--no-mdns", "--label", label])
+            // Measure the shipped defaults, whatever the caller's environment says.
+            .env_remove("RUST_LOG")
+            .env_remove("FERRY_HOME")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|source| ProcError::Spawn {
+                what: format!("{} serve", binary.display()),
+                source,
+            })?;
+        let mut gateway = Self {
+            label: label.to_string(),
+            api: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: String::new(),
+            node_id: String::new(),
+            quic: String::new(),
+            binary: binary.to_path_buf(),
+            child: Some(child),
+            home,
+        };
+        gateway.api = gateway.wait_for_api()?;
+        gateway.token = std::fs::read_to_string(gateway.home.path().join("local-token"))
+            .map_err(|err| gateway.setup(format!("cannot read local-token: {err}")))?
+            .trim()
+            .to_string();
+        let (status, body) = request_once(gateway.api, "GET", "/v1/status", &gateway.token, None)?;
+        let json: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|err| gateway.setup(format!("/v1/status ({status}) is not JSON: {err}")))?;
+        let text = |field: &serde_json::Value| field.as_str().map(str::to_string);
+        gateway.node_id = text(&json["node_id"])
+            .ok_or_else(|| gateway.setup(format!("/v1/status has no node_id: {json}")))?;
+        gateway.quic = text(&json["addresses"][0])
+            .ok_or_else(|| gateway.setup(format!("/v1/status has no address: {json}")))?;
+        Ok(gateway)
+    }
+
+    fn setup(&self, detail: String) -> ProcError {
+        ProcError::Setup {
+            label: self.label.clone(),
+            detail,
+        }
+    }
+
+    fn wait_for_api(&mut self) -> Result<SocketAddr, ProcError> {
+        let path = self.home.path().join("api.addr");
+        let started = Instant::now();
+        loop {
+            // A whole line means the gateway finished writing it.
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                if text.ends_with('\n') {
+                    return text
+                        .trim()
+                        .parse()
+                        .map_err(|err| self.setup(format!("api.addr {text:?}: {err}")));
+                }
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(ProcError::Exited {
+                        label: self.label.clone(),
+                        status,
+                        log: self.log(),
+                    });
+                }
+            }
+            if started.elapsed() >= START_BOUND {
+                return Err(self.setup(format!(
+                    "no api.addr within {START_BOUND:?}; its log:\n{}",
+                    self.log()
+                )));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Runs `ferry --home <home> <args>` (bounded) and returns its standard output.
+    pub fn cli(&self, args: &[&str]) -> Result<String, ProcError> {
+        let what = format!("ferry {}", args.join(" "));
+        let child = Command::new(&self.binary)
+            .arg("--home")
+            .arg(self.home.path())
+            .args(args)
+            .env_remove("FERRY_HOME")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| ProcError::Spawn {
+                what: what.clone(),
+                source,
+            })?;
+        let mut stdout = child.stdout.as_ref().map(|_| String::new());
+        let (status, stderr) = wait_bounded_with_stdout(child, &what, &mut stdout)?;
+        if !status.success() {
+            return Err(ProcError::Failed {
+                what,
+                status,
+                stderr,
+            });
+        }
+        Ok(stdout.unwrap_or_default())
+    }
+
+    /// Trusts `other` under its label, with its QUIC address as the route.
+    pub fn trust(&self, other: &Gateway) -> Result<(), ProcError> {
+        self.cli(&[
+            "trust",
+            &other.node_id,
+            "--label",
+            &other.label,
+            "--addr",
+            &other.quic,
+        ])
+        .map(drop)
+    }
+
+    /// The ordered stop (`ferry stop`), waiting for the process to exit; kills it if the stop
+    /// does not finish within the bound.
+    pub fn stop(&mut self) -> Result<(), ProcError> {
+        let Some(child) = self.child.take() else {
+            return Ok(());
+        };
+        let asked = self.cli(&["stop"]);
+        let what = format!("gateway {} stopping", self.label);
+        let (status, _) = wait_bounded(child, &what, STOP_BOUND)?;
+        asked?;
+        if !status.success() {
+            return Err(ProcError::Failed {
+                what,
+                status,
+                stderr: self.log(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The gateway's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.home.path().join("serve.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Like [`wait_bounded`], also collecting standard output. CLI output is small: it fits the
+/// pipe, so reading it after the exit cannot deadlock.
+fn wait_bounded_with_stdout(
+    mut child: Child,
+    what: &str,
+    stdout: &mut Option<String>,
+) -> Result<(ExitStatus, String), ProcError> {
+    let pipe = child.stdout.take();
+    let (status, stderr) = wait_bounded(child, what, CLI_BOUND)?;
+    if let (Some(mut pipe), Some(out)) = (pipe, stdout.as_mut()) {
+        let _ = pipe.read_to_string(out);
+    }
+    Ok((status, stderr))
+}
+
+/// Two gateways that trust each other, a vault on `owner`; writes go to `caller`'s API.
+#[derive(Debug)]
+pub struct Pair {
+    pub owner: Gateway,
+    pub caller: Gateway,
+}
+
+impl Pair {
+    pub fn start(binary: &Path, vault: &str) -> Result<Self, ProcError> {
+        let owner = Gateway::start(binary, "a")?;
+        let caller = Gateway::start(binary, "b")?;
+        owner.trust(&caller)?;
+        caller.trust(&owner)?;
+        owner.cli(&["vault", "create", vault])?;
+        Ok(Self { owner, caller })
+    }
+
+    /// Stops both, the caller first; both are stopped (or killed) whatever happens.
+    pub fn stop(mut self) -> Result<(), ProcError> {
+        let caller = self.caller.stop();
+        let owner = self.owner.stop();
+        caller.and(owner)
+    }
+}

@@ -1,0 +1,551 @@
+//! The load generator and the percentile math.
+//!
+//! The same generator drives every system under test, so they are compared on equal terms: a
+//! hyper HTTP/1.1 client on its own OS thread and single-threaded tokio runtime, one keep-alive
+//! TCP connection per writer (`TCP_NODELAY`), each request a `PUT` of a 64-byte value under a
+//! fresh, increasing key, with the bearer token and `X-Ferry-App`. Only `200` answers with a
+//! revision count as writes; every other answer is counted by status, and a request that got no
+//! answer (broken connection, timeout) is counted as a transport error.
+//!
+//! Every loop is bounded twice, by a count and by a time; every request by a timeout.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full, Limited};
+use hyper::client::conn::http1;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::task::{JoinHandle, JoinSet};
+
+/// The size of every value written.
+pub const VALUE_BYTES: usize = 64;
+/// The most one request may take before it counts as a transport error.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Answers are a few dozen bytes; anything past this is not an answer we sent for.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+/// A writer whose connection cannot be re-established this many times in a row stops.
+const MAX_CONNECT_FAILURES: u32 = 3;
+
+/// Where writes go and how they are labelled.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub api: SocketAddr,
+    pub token: String,
+    pub app: String,
+    pub vault: String,
+}
+
+/// Why a measurement could not run at all (failures of single requests are counted instead).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot connect to {addr}: {detail}")]
+    Connect { addr: SocketAddr, detail: String },
+    #[error("cannot start the load generator's runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("the load generator's thread panicked")]
+    Panicked,
+    #[error("{method} {path} on {addr} failed: {detail}")]
+    Request {
+        method: &'static str,
+        path: String,
+        addr: SocketAddr,
+        detail: String,
+    },
+}
+
+/// Fresh keys, increasing (like the time-ordered ids Ferry uses), unique within a run.
+#[derive(Debug)]
+pub struct Keys {
+    prefix: String,
+    next: AtomicU64,
+}
+
+impl Keys {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    pub fn next_key(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("{}{n:010}", self.prefix)
+    }
+}
+
+/// The value every write carries.
+pub fn value() -> Bytes {
+    Bytes::from(vec![b'v'; VALUE_BYTES])
+}
+
+/// What one measurement saw.
+#[derive(Debug, Default, Clone)]
+pub struct Sample {
+    /// The latency of every successful write, sorted.
+    latencies: Vec<Duration>,
+    /// Wall time of the measured part.
+    pub elapsed: Duration,
+    /// Answers other than `200` with a revision, by status.
+    pub non_200: BTreeMap<u16, u64>,
+    /// Requests that got no answer at all.
+    pub transport_errors: u64,
+    /// The first failure seen, for the report.
+    pub first_failure: Option<String>,
+}
+
+impl Sample {
+    /// A sample of successes only.
+    pub fn from_latencies(mut latencies: Vec<Duration>, elapsed: Duration) -> Self {
+        latencies.sort_unstable();
+        Self {
+            latencies,
+            elapsed,
+            ..Self::default()
+        }
+    }
+
+    pub fn ok(&self) -> usize {
+        self.latencies.len()
+    }
+
+    pub fn failures(&self) -> u64 {
+        self.non_200.values().sum::<u64>() + self.transport_errors
+    }
+
+    /// The `p`th percentile (nearest rank) of successful writes' latency.
+    pub fn percentile(&self, p: f64) -> Option<Duration> {
+        percentile(&self.latencies, p)
+    }
+
+    /// Successful writes per second of wall time.
+    pub fn per_second(&self) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 {
+            self.ok() as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    fn record(&mut self, answer: Answer, took: Duration) {
+        match answer {
+            Answer::Written => self.latencies.push(took),
+            Answer::Status(status, detail) => {
+                *self.non_200.entry(status).or_default() += 1;
+                self.note(|| format!("HTTP {status}: {detail}"));
+            }
+            Answer::Broken(detail) => {
+                self.transport_errors += 1;
+                self.note(|| detail);
+            }
+        }
+    }
+
+    fn note(&mut self, detail: impl FnOnce() -> String) {
+        if self.first_failure.is_none() {
+            self.first_failure = Some(detail());
+        }
+    }
+
+    fn merge(&mut self, other: Sample) {
+        self.latencies.extend(other.latencies);
+        for (status, n) in other.non_200 {
+            *self.non_200.entry(status).or_default() += n;
+        }
+        self.transport_errors += other.transport_errors;
+        if self.first_failure.is_none() {
+            self.first_failure = other.first_failure;
+        }
+    }
+
+    fn finish(mut self, elapsed: Duration) -> Self {
+        self.latencies.sort_unstable();
+        self.elapsed = elapsed;
+        self
+    }
+}
+
+/// The nearest-rank percentile of sorted values: the smallest value with at least `p`% of the
+/// values at or below it. `None` for no values.
+pub fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let p = p.clamp(0.0, 100.0);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
+}
+
+/// How one request ended.
+#[derive(Debug)]
+enum Answer {
+    /// `200` with a revision: the write is durable.
+    Written,
+    /// Any other answer.
+    Status(u16, String),
+    /// No answer.
+    Broken(String),
+}
+
+/// One keep-alive HTTP/1.1 connection.
+#[derive(Debug)]
+struct Conn {
+    sender: http1::SendRequest<Full<Bytes>>,
+    driver: JoinHandle<()>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Result<Conn, String> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
+        .map_err(|err| err.to_string())?;
+    stream.set_nodelay(true).map_err(|err| err.to_string())?;
+    let (sender, connection) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|err| err.to_string())?;
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(Conn { sender, driver })
+}
+
+async fn put(conn: &mut Conn, target: &Target, key: &str, value: Bytes) -> Answer {
+    match tokio::time::timeout(REQUEST_TIMEOUT, put_inner(conn, target, key, value)).await {
+        Ok(answer) => answer,
+        Err(_) => Answer::Broken(format!("no answer within {REQUEST_TIMEOUT:?}")),
+    }
+}
+
+async fn put_inner(conn: &mut Conn, target: &Target, key: &str, value: Bytes) -> Answer {
+    let request = Request::put(format!("/v1/vaults/{}/records/{key}", target.vault))
+        .header(hyper::header::HOST, target.api.to_string())
+        .header(
+            hyper::header::AUTHORIZATION,
+            format!("Bearer {}", target.token),
+        )
+        .header("x-ferry-app", target.app.as_str())
+        .body(Full::new(value));
+    let request = match request {
+        Ok(request) => request,
+        Err(err) => return Answer::Broken(format!("cannot build the request: {err}")),
+    };
+    if let Err(err) = conn.sender.ready().await {
+        return Answer::Broken(format!("connection closed: {err}"));
+    }
+    let response = match conn.sender.send_request(request).await {
+        Ok(response) => response,
+        Err(err) => return Answer::Broken(format!("request failed: {err}")),
+    };
+    let status = response.status().as_u16();
+    let body = match Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(err) => return Answer::Broken(format!("answer body broke: {err}")),
+    };
+    if status != 200 {
+        return Answer::Status(status, String::from_utf8_lossy(&body).into_owned());
+    }
+    let revision = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|json| json.get("revision").and_then(serde_json::Value::as_u64));
+    match revision {
+        Some(_) => Answer::Written,
+        None => Answer::Status(
+            200,
+            format!(
+                "200 without a revision: {}",
+                String::from_utf8_lossy(&body)
+            ),
+        ),
+    }
+}
+
+/// Runs `make()`'s future to completion on a new OS thread with its own single-threaded
+/// runtime, so the load generator never shares a thread with the system under test.
+fn on_own_thread<T, F, Fut>(name: &str, make: F) -> Result<T, LoadError>
+where
+    T: Send,
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = T>,
+{
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn_scoped(scope, || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(LoadError::Runtime)?;
+                Ok(runtime.block_on(make()))
+            })
+            .map_err(LoadError::Runtime)?;
+        thread.join().map_err(|_| LoadError::Panicked)?
+    })
+}
+
+/// A writer's connection, re-established after a failure (bounded).
+struct Writer<'a> {
+    target: &'a Target,
+    conn: Option<Conn>,
+    connect_failures: u32,
+}
+
+impl<'a> Writer<'a> {
+    fn new(target: &'a Target, conn: Option<Conn>) -> Self {
+        Self {
+            target,
+            conn,
+            connect_failures: 0,
+        }
+    }
+
+    /// Sends one write; `None` once the writer has given up reconnecting.
+    async fn write(&mut self, key: &str, value: Bytes) -> Option<(Answer, Duration)> {
+        let mut conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => {
+                if self.connect_failures >= MAX_CONNECT_FAILURES {
+                    return None;
+                }
+                match connect(self.target.api).await {
+                    Ok(conn) => conn,
+                    Err(detail) => {
+                        self.connect_failures += 1;
+                        return Some((Answer::Broken(detail), Duration::ZERO));
+                    }
+                }
+            }
+        };
+        self.connect_failures = 0;
+        let started = Instant::now();
+        let answer = put(&mut conn, self.target, key, value).await;
+        let took = started.elapsed();
+        // A request with no answer leaves the connection in an unknown state: start afresh.
+        if !matches!(answer, Answer::Broken(_)) {
+            self.conn = Some(conn);
+        }
+        Some((answer, took))
+    }
+}
+
+/// Writes one at a time on one keep-alive connection: `warmup` unmeasured writes, then at most
+/// `count` measured ones, all within `bound`.
+pub fn sequential(
+    target: &Target,
+    keys: &Keys,
+    warmup: usize,
+    count: usize,
+    bound: Duration,
+) -> Result<Sample, LoadError> {
+    on_own_thread("bench-load-seq", || async move {
+        let deadline = Instant::now() + bound;
+        let first = connect(target.api)
+            .await
+            .map_err(|detail| LoadError::Connect {
+                addr: target.api,
+                detail,
+            })?;
+        let mut writer = Writer::new(target, Some(first));
+        let value = value();
+        let mut warm = Sample::default();
+        for _ in 0..warmup {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let Some((answer, took)) = writer.write(&keys.next_key(), value.clone()).await else {
+                break;
+            };
+            warm.record(answer, took);
+        }
+        let mut sample = Sample::default();
+        // A warm-up that failed is reported, not hidden: its first failure leads the sample's.
+        sample.first_failure = warm.first_failure.map(|f| format!("(warm-up) {f}"));
+        let started = Instant::now();
+        for _ in 0..count {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let Some((answer, took)) = writer.write(&keys.next_key(), value.clone()).await else {
+                break;
+            };
+            sample.record(answer, took);
+        }
+        Ok(sample.finish(started.elapsed()))
+    })?
+}
+
+/// `writers` writers at once, each on its own keep-alive connection, until `max_total` writes
+/// were started or `bound` passed. Connections are opened before the clock starts.
+pub fn concurrent(
+    target: &Target,
+    keys: &Arc<Keys>,
+    writers: usize,
+    max_total: u64,
+    bound: Duration,
+) -> Result<Sample, LoadError> {
+    on_own_thread("bench-load-conc", || async move {
+        let mut conns = Vec::with_capacity(writers);
+        for _ in 0..writers {
+            let conn = connect(target.api)
+                .await
+                .map_err(|detail| LoadError::Connect {
+                    addr: target.api,
+                    detail,
+                })?;
+            conns.push(conn);
+        }
+        let started = Instant::now();
+        let deadline = started + bound;
+        let issued = Arc::new(AtomicU64::new(0));
+        let mut tasks = JoinSet::new();
+        for conn in conns {
+            let (target, keys, issued) = (target.clone(), keys.clone(), issued.clone());
+            tasks.spawn(async move {
+                let mut writer = Writer::new(&target, Some(conn));
+                let value = value();
+                let mut sample = Sample::default();
+                while Instant::now() < deadline && issued.fetch_add(1, Ordering::Relaxed) < max_total
+                {
+                    let Some((answer, took)) =
+                        writer.write(&keys.next_key(), value.clone()).await
+                    else {
+                        break;
+                    };
+                    sample.record(answer, took);
+                }
+                sample
+            });
+        }
+        let mut total = Sample::default();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(sample) => total.merge(sample),
+                Err(_) => return Err(LoadError::Panicked),
+            }
+        }
+        Ok(total.finish(started.elapsed()))
+    })?
+}
+
+/// One request with the token, on a fresh connection: the status and the body.
+/// For setup and checks, not for measuring.
+pub fn request_once(
+    api: SocketAddr,
+    method: &'static str,
+    path: &str,
+    token: &str,
+    app: Option<&str>,
+) -> Result<(u16, Bytes), LoadError> {
+    let fail = |detail: String| LoadError::Request {
+        method,
+        path: path.to_string(),
+        addr: api,
+        detail,
+    };
+    on_own_thread("bench-request", || async {
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(api))
+            .await
+            .map_err(|_| fail("connect timed out".into()))?
+            .map_err(|err| fail(err.to_string()))?;
+        let (mut sender, connection) = http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+            .await
+            .map_err(|err| fail(err.to_string()))?;
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, api.to_string())
+            .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        if let Some(app) = app {
+            request = request.header("x-ferry-app", app);
+        }
+        let request = request
+            .body(Empty::new())
+            .map_err(|err| fail(err.to_string()))?;
+        let exchange = async {
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|err| fail(err.to_string()))?;
+            let status = response.status().as_u16();
+            let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map_err(|err| fail(err.to_string()))?
+                .to_bytes();
+            Ok((status, body))
+        };
+        let result = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .map_err(|_| fail(format!("no answer within {REQUEST_TIMEOUT:?}")))?;
+        driver.abort();
+        result
+    })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(values: &[u64]) -> Vec<Duration> {
+        values.iter().copied().map(Duration::from_millis).collect()
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let sorted = ms(&(1..=100).collect::<Vec<_>>());
+        assert_eq!(percentile(&sorted, 50.0), Some(Duration::from_millis(50)));
+        assert_eq!(percentile(&sorted, 99.0), Some(Duration::from_millis(99)));
+        assert_eq!(percentile(&sorted, 100.0), Some(Duration::from_millis(100)));
+        assert_eq!(percentile(&sorted, 0.0), Some(Duration::from_millis(1)));
+        let few = ms(&[10, 20, 30]);
+        assert_eq!(percentile(&few, 50.0), Some(Duration::from_millis(20)));
+        assert_eq!(percentile(&few, 99.0), Some(Duration::from_millis(30)));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn samples_sort_count_and_merge() {
+        let mut a = Sample::default();
+        a.record(Answer::Written, Duration::from_millis(3));
+        a.record(Answer::Status(503, "busy".into()), Duration::ZERO);
+        let mut b = Sample::default();
+        b.record(Answer::Written, Duration::from_millis(1));
+        b.record(Answer::Broken("reset".into()), Duration::ZERO);
+        a.merge(b);
+        let a = a.finish(Duration::from_secs(2));
+        assert_eq!(a.ok(), 2);
+        assert_eq!(a.failures(), 2);
+        assert_eq!(a.non_200.get(&503), Some(&1));
+        assert_eq!(a.percentile(50.0), Some(Duration::from_millis(1)));
+        assert_eq!(a.per_second(), 1.0);
+        assert_eq!(a.first_failure.as_deref(), Some("HTTP 503: busy"));
+    }
+
+    #[test]
+    fn keys_are_fresh_and_increasing() {
+        let keys = Keys::new("s-");
+        let (first, second) = (keys.next_key(), keys.next_key());
+        assert!(first < second, "{first} < {second}");
+        assert_eq!(first, "s-0000000000");
+    }
+}

@@ -1,0 +1,3 @@
+//! `ferry-bench`: placeholder while the benchmark is written.
+
+fn main() {}

@@ -1,0 +1,35 @@
+//! Test-only fault points in the owner's write path. Compiled in only with the cargo feature
+//! `fault-injection` (the test package turns it on; `cargo build -p ferry-gateway` never does),
+//! and even then inert unless `FERRY_DANGEROUS_FAULT` names a point:
+//!
+//! `FERRY_DANGEROUS_FAULT=before_commit=crash` (or `after_commit`, `after_answer`; the action
+//! `crash` aborts the process like a power cut, `stall:MS` blocks the owner thread for MS ms).
+
+/// A named place in the write path where a test may crash or stall the owner.
+#[cfg(feature = "fault-injection")]
+pub fn point(name: &str) {
+    let Ok(spec) = std::env::var("FERRY_DANGEROUS_FAULT") else {
+        return;
+    };
+    for item in spec.split(',') {
+        let Some((point, action)) = item.split_once('=') else {
+            continue;
+        };
+        if point != name {
+            continue;
+        }
+        if action == "crash" {
+            tracing::warn!(point, "fault injection: crashing the owner");
+            std::process::abort();
+        }
+        if let Some(ms) = action.strip_prefix("stall:").and_then(|ms| ms.parse().ok()) {
+            tracing::warn!(point, ms, "fault injection: stalling the owner");
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
+}
+
+/// Without the feature, fault points compile to nothing.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn point(_name: &str) {}
