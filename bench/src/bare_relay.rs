@@ -40,6 +40,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use crate::cpu::Sides;
 use crate::sqlite::open_durable;
 
 /// Ferry's owner queue depth and batch size (`gateway/src/owner/executor.rs`).
@@ -120,6 +121,7 @@ pub enum RelayError {
 pub struct BareRelay {
     /// Where to send `PUT /v1/vaults/{vault}/records/{key}`.
     pub http_addr: SocketAddr,
+    layout: Layout,
     conn: quinn::Connection,
     endpoints: Vec<quinn::Endpoint>,
     /// Dropped in order: HTTP, client, server (the server's tasks hold the writer's queue).
@@ -167,8 +169,10 @@ impl BareRelay {
             // quinn spawns its endpoint driver on the runtime it is created in.
             let _runtime = server.enter();
             let trusted = Arc::new(OnlyKey(client_key.node_id()));
-            let mut config =
-                quinn::ServerConfig::with_crypto(Arc::new(tls::server_crypto(&server_key, trusted)?));
+            let mut config = quinn::ServerConfig::with_crypto(Arc::new(tls::server_crypto(
+                &server_key,
+                trusted,
+            )?));
             config.transport_config(transport());
             quinn::Endpoint::server(config, loopback).map_err(|source| RelayError::Bind {
                 what: "QUIC server",
@@ -229,11 +233,28 @@ impl BareRelay {
 
         Ok(Self {
             http_addr,
+            layout,
             conn,
             endpoints: vec![client_endpoint, server_endpoint],
             hosts,
             writer: Some(writer),
         })
+    }
+}
+
+impl BareRelay {
+    /// The threads of each side, by name (Linux cuts names to 15 bytes).
+    pub fn cpu_sides(&self) -> Sides {
+        match self.layout {
+            Layout::Split => Sides::Threads {
+                caller: vec!["bare-http", "bare-quic-c"],
+                owner: vec!["bare-quic-s", "bare-writer"],
+            },
+            Layout::PerProcess => Sides::Threads {
+                caller: vec!["bare-caller"],
+                owner: vec!["bare-owner", "bare-writer"],
+            },
+        }
     }
 }
 
@@ -410,12 +431,18 @@ async fn serve_connection(incoming: quinn::Incoming, jobs: mpsc::Sender<Job>) {
     while streams.join_next().await.is_some() {}
 }
 
-async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream, jobs: mpsc::Sender<Job>) {
+async fn serve_stream(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    jobs: mpsc::Sender<Job>,
+) {
     let answer = match recv.read_to_end(MAX_FRAME_BYTES).await {
         Err(_) => return,
         Ok(frame) => match decode_request(&frame) {
             None => StoreAnswer::Malformed,
-            Some((key, value)) => submit(&jobs, key.to_string(), Bytes::copy_from_slice(value)).await,
+            Some((key, value)) => {
+                submit(&jobs, key.to_string(), Bytes::copy_from_slice(value)).await
+            }
         },
     };
     if send.write_all(&encode_answer(answer)).await.is_ok() {

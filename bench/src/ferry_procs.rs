@@ -73,7 +73,14 @@ pub fn build_release() -> Result<(), ProcError> {
     let what = "cargo build --release -p ferry-gateway --bin ferry".to_string();
     let child = Command::new(cargo)
         .current_dir(workspace_root())
-        .args(["build", "--release", "-p", "ferry-gateway", "--bin", "ferry"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "ferry-gateway",
+            "--bin",
+            "ferry",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -231,7 +238,7 @@ impl Gateway {
     /// Runs `ferry --home <home> <args>` (bounded) and returns its standard output.
     pub fn cli(&self, args: &[&str]) -> Result<String, ProcError> {
         let what = format!("ferry {}", args.join(" "));
-        let child = Command::new(&self.binary)
+        let mut child = Command::new(&self.binary)
             .arg("--home")
             .arg(self.home.path())
             .args(args)
@@ -244,8 +251,9 @@ impl Gateway {
                 what: what.clone(),
                 source,
             })?;
-        let mut stdout = child.stdout.as_ref().map(|_| String::new());
-        let (status, stderr) = wait_bounded_with_stdout(child, &what, &mut stdout)?;
+        // CLI output is small enough to wait in the pipe until the command exits.
+        let pipe = child.stdout.take();
+        let (status, stderr) = wait_bounded(child, &what, CLI_BOUND)?;
         if !status.success() {
             return Err(ProcError::Failed {
                 what,
@@ -253,7 +261,11 @@ impl Gateway {
                 stderr,
             });
         }
-        Ok(stdout.unwrap_or_default())
+        let mut stdout = String::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_string(&mut stdout);
+        }
+        Ok(stdout)
     }
 
     /// Trusts `other` under its label, with its QUIC address as the route.
@@ -289,6 +301,11 @@ impl Gateway {
         Ok(())
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The gateway's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.home.path().join("serve.log")).unwrap_or_default()
@@ -302,21 +319,6 @@ impl Drop for Gateway {
             let _ = child.wait();
         }
     }
-}
-
-/// Like [`wait_bounded`], also collecting standard output. CLI output is small: it fits the
-/// pipe, so reading it after the exit cannot deadlock.
-fn wait_bounded_with_stdout(
-    mut child: Child,
-    what: &str,
-    stdout: &mut Option<String>,
-) -> Result<(ExitStatus, String), ProcError> {
-    let pipe = child.stdout.take();
-    let (status, stderr) = wait_bounded(child, what, CLI_BOUND)?;
-    if let (Some(mut pipe), Some(out)) = (pipe, stdout.as_mut()) {
-        let _ = pipe.read_to_string(out);
-    }
-    Ok((status, stderr))
 }
 
 /// Two gateways that trust each other, a vault on `owner`; writes go to `caller`'s API.

@@ -269,10 +269,7 @@ async fn put_inner(conn: &mut Conn, target: &Target, key: &str, value: Bytes) ->
         Some(_) => Answer::Written,
         None => Answer::Status(
             200,
-            format!(
-                "200 without a revision: {}",
-                String::from_utf8_lossy(&body)
-            ),
+            format!("200 without a revision: {}", String::from_utf8_lossy(&body)),
         ),
     }
 }
@@ -421,10 +418,10 @@ pub fn concurrent(
                 let mut writer = Writer::new(&target, Some(conn));
                 let value = value();
                 let mut sample = Sample::default();
-                while Instant::now() < deadline && issued.fetch_add(1, Ordering::Relaxed) < max_total
+                while Instant::now() < deadline
+                    && issued.fetch_add(1, Ordering::Relaxed) < max_total
                 {
-                    let Some((answer, took)) =
-                        writer.write(&keys.next_key(), value.clone()).await
+                    let Some((answer, took)) = writer.write(&keys.next_key(), value.clone()).await
                     else {
                         break;
                     };

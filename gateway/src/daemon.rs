@@ -87,6 +87,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         CallTuning {
             connect_timeout: config.connect_timeout(),
             write_liveness: config.write_liveness(),
+            ..CallTuning::default()
         },
     );
     let listener = TcpListener::bind(config.api)

@@ -650,6 +650,13 @@ impl Gateway {
                 .pool()
                 .drop_peer(node, CLOSE_UNTRUSTED, b"untrusted");
             self.directory.forget(node);
+            lock(&self.tickets).invalidate_owner(&node);
+            // Connections the peer opened to us end now, not at their next idle timeout.
+            for (peer, conn) in lock(&self.incoming).iter() {
+                if *peer == node {
+                    conn.close(quinn::VarInt::from_u32(CLOSE_UNTRUSTED), b"untrusted");
+                }
+            }
         }
         Ok(removed)
     }

@@ -34,6 +34,9 @@ pub struct CallTuning {
     pub connect_timeout: Duration,
     /// A pooled connection carries a write only if the peer was heard this recently.
     pub write_liveness: Duration,
+    /// A pooled connection is tried for a read only if the peer was heard this recently
+    /// (six keep-alive intervals: past that the route counts as silent).
+    pub read_liveness: Duration,
 }
 
 impl Default for CallTuning {
@@ -41,6 +44,7 @@ impl Default for CallTuning {
         Self {
             connect_timeout: Duration::from_secs(2),
             write_liveness: Duration::from_secs(1),
+            read_liveness: Duration::from_millis(1_800),
         }
     }
 }
@@ -53,6 +57,10 @@ pub struct Target {
     pub label: String,
     pub routes: Vec<Route>,
 }
+
+/// The least time a read on a pooled connection gets before a fresh connection is tried:
+/// enough for a loaded owner on a LAN, far less than a deadline.
+const POOLED_ATTEMPT_FLOOR: Duration = Duration::from_millis(500);
 
 /// Pause between settle asks after the first (the first is at once).
 const SETTLE_BACKOFF: Duration = Duration::from_millis(100);
@@ -419,26 +427,35 @@ impl Caller {
         })?;
         let mut last_error = None;
         for route in &target.routes {
-            // A pooled connection first; if it turns out dead, one fresh connection.
+            // A pooled connection first, if its peer was heard lately; if it turns out dead, one
+            // fresh connection (SPEC 9).
             let pooled = if fresh_only {
                 None
             } else {
-                self.pool.get(target.node, route.addr).map(|p| p.conn)
+                self.pool
+                    .get(target.node, route.addr)
+                    .filter(|p| p.heard_ago <= self.tuning.read_liveness)
+                    .map(|p| p.conn)
             };
             let mut attempts = pooled.into_iter().map(Ok).collect::<Vec<_>>();
             attempts.push(Err(()));
             for attempt in attempts {
-                let conn = match attempt {
-                    Ok(conn) => conn,
+                let (conn, attempt_deadline) = match attempt {
+                    // A pooled connection gets a short attempt of its own: if it is dead, the
+                    // fresh one still has the rest of the deadline.
+                    Ok(conn) => {
+                        let bound = (conn.rtt() * 4).max(POOLED_ATTEMPT_FLOOR);
+                        (conn, deadline.min(Instant::now() + bound))
+                    }
                     Err(()) => match self.dial(target.node, route.addr, deadline).await {
-                        Ok(conn) => conn,
+                        Ok(conn) => (conn, deadline),
                         Err((_, detail)) => {
                             last_error = Some(detail);
                             break;
                         }
                     },
                 };
-                match exchange(&conn, &frame, deadline).await {
+                match exchange(&conn, &frame, attempt_deadline).await {
                     Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
                         return Err(ReadError::GoingAway {
                             label: target.label.clone(),
@@ -513,10 +530,30 @@ async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchang
             reason: UnknownReason::TimedOut,
             detail: "no answer came back before the deadline".into(),
         },
-        Ok(Err(detail)) => Exchange::Lost {
-            reason: UnknownReason::ConnectionLost,
-            detail,
+        Ok(Err(detail)) => match refused_handshake(conn) {
+            Some(refusal) => Exchange::NotSent { detail: refusal },
+            None => Exchange::Lost {
+                reason: UnknownReason::ConnectionLost,
+                detail,
+            },
         },
         Ok(Ok((_, response))) => Exchange::Answered(response.body),
+    }
+}
+
+/// In TLS 1.3 a client finishes its side of the handshake before the server has checked the
+/// client's key, so a request can leave on a connection the server then refuses. The server
+/// refuses with a TLS alert (a QUIC "crypto error" close) and, having never completed the
+/// handshake, processed nothing on it: such a request was, in effect, never sent.
+fn refused_handshake(conn: &Connection) -> Option<String> {
+    match conn.close_reason()? {
+        quinn::ConnectionError::ConnectionClosed(close)
+            if (0x100..0x200).contains(&u64::from(close.error_code)) =>
+        {
+            Some(format!(
+                "the peer refused this node in the TLS handshake ({close}); it may not trust this node"
+            ))
+        }
+        _ => None,
     }
 }

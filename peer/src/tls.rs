@@ -8,8 +8,8 @@
 //! - the server accepts a client only if its key is in the trust store ([`TrustStoreVerifier`]),
 //!   asked at every handshake, so `ferry untrust` takes effect for the next connection.
 //!
-//! TLS 1.3 only, one signature scheme (ed25519), and no 0-RTT: rustls leaves early data off
-//! unless asked, and nothing here asks.
+//! TLS 1.3 only, one signature scheme (ed25519), no 0-RTT, and no session resumption: a
+//! resumed session would skip the trust-store check, so every connection is a full handshake.
 
 use std::fmt;
 use std::sync::Arc;
@@ -265,6 +265,11 @@ pub fn server_crypto(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     // 0-RTT data may be replayed; Ferry never accepts it (SPEC 12).
     tls.max_early_data_size = 0;
+    // No session resumption: a resumed handshake skips the client-key check, so a peer
+    // untrusted since its first connection could resume its way past the trust store.
+    // A full handshake costs about a millisecond; trust is checked on every one.
+    tls.send_tls13_tickets = 0;
+    tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|err| TlsConfigError::Quic(err.to_string()))
 }
@@ -281,6 +286,8 @@ pub fn client_crypto(
         .with_client_cert_resolver(Arc::new(RawKeyResolver(certified_key(key)?)));
     tls.alpn_protocols = vec![ALPN.to_vec()];
     tls.enable_early_data = false;
+    // Every connection is a full handshake (see `server_crypto`).
+    tls.resumption = rustls::client::Resumption::disabled();
     quinn::crypto::rustls::QuicClientConfig::try_from(tls)
         .map_err(|err| TlsConfigError::Quic(err.to_string()))
 }

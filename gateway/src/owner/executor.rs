@@ -233,7 +233,6 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, limits: &WriteLimits) 
             ),
         }
     }
-    fault::point("after_answer");
 }
 
 /// Transaction 1: journal lookups, `running` markers, tombstones for settle queries.

@@ -2,7 +2,7 @@
 //! `fault-injection` (the test package turns it on; `cargo build -p ferry-gateway` never does),
 //! and even then inert unless `FERRY_DANGEROUS_FAULT` names a point:
 //!
-//! `FERRY_DANGEROUS_FAULT=before_commit=crash` (or `after_commit`, `after_answer`; the action
+//! `FERRY_DANGEROUS_FAULT=before_commit=crash` (or `after_commit`; the action
 //! `crash` aborts the process like a power cut, `stall:MS` blocks the owner thread for MS ms).
 
 /// A named place in the write path where a test may crash or stall the owner.

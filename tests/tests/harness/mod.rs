@@ -59,6 +59,29 @@ pub fn fresh_request_id() -> String {
 
 static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Signals by number (Linux).
+pub const SIGSTOP: i32 = 19;
+pub const SIGCONT: i32 = 18;
+
+/// Two gateways that trust each other, with vault `notes` owned by `a`.
+pub fn two_with_notes() -> (Gateway, Gateway) {
+    pair_with_notes(Gateway::start("a"))
+}
+
+/// `a` (already started, e.g. with fault points) and a fresh `b`, trusting each other, with
+/// vault `notes` owned by `a`.
+pub fn pair_with_notes(a: Gateway) -> (Gateway, Gateway) {
+    let b = Gateway::start("b");
+    a.trust_each_other(&b);
+    let out = a.cli(&["vault", "create", "notes"]);
+    assert!(
+        out.status.success(),
+        "vault create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (a, b)
+}
+
 /// One running `ferry serve`.
 #[derive(Debug)]
 pub struct Gateway {
@@ -81,13 +104,26 @@ impl Gateway {
             .tempdir()
             .unwrap();
         let home = dir.path().to_path_buf();
-        let mut gateway = Self::start_in(label, &home, "127.0.0.1:0");
+        let mut gateway = Self::start_in(label, &home, "127.0.0.1:0", &[]);
         gateway._dir = Some(dir);
         gateway
     }
 
-    /// Starts (or restarts) a gateway in `home`, its QUIC endpoint on `listen`.
-    pub fn start_in(label: &str, home: &Path, listen: &str) -> Self {
+    /// Starts a gateway in a fresh temporary home with extra environment.
+    pub fn start_with_env(label: &str, env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("ferry-{label}-"))
+            .tempdir()
+            .unwrap();
+        let home = dir.path().to_path_buf();
+        let mut gateway = Self::start_in(label, &home, "127.0.0.1:0", env);
+        gateway._dir = Some(dir);
+        gateway
+    }
+
+    /// Starts (or restarts) a gateway in `home`, its QUIC endpoint on `listen`, with extra
+    /// environment (e.g. `FERRY_DANGEROUS_FAULT`).
+    pub fn start_in(label: &str, home: &Path, listen: &str, env: &[(&str, &str)]) -> Self {
         std::fs::create_dir_all(home).unwrap();
         let _ = std::fs::remove_file(home.join("api.addr"));
         let log = std::fs::OpenOptions::new()
@@ -109,6 +145,8 @@ impl Gateway {
                 label,
             ])
             .env("RUST_LOG", "info,ferry_peer=debug,ferry_gateway=debug")
+            .env_remove("FERRY_DANGEROUS_FAULT")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -149,12 +187,85 @@ impl Gateway {
     /// Restarts the gateway in the same home and on the same QUIC address (after a stop or a
     /// kill), so peers' routes still lead to it.
     pub fn restart(&mut self) {
+        self.restart_with(&[]);
+    }
+
+    /// Restarts with extra environment (see [`Gateway::start_in`]).
+    pub fn restart_with(&mut self, env: &[(&str, &str)]) {
         let dir = self._dir.take();
         self.kill();
         let label = self.label.clone();
-        let mut fresh = Self::start_in(&label, &self.home, &self.quic.clone());
+        let mut fresh = Self::start_in(&label, &self.home, &self.quic.clone(), env);
         fresh._dir = dir;
         *self = fresh;
+    }
+
+    /// The owner's journal row for `request_id` from any caller: `(state, reason)`, read
+    /// straight from its database (read-only; WAL lets it run beside the gateway).
+    pub fn journal_row(&self, request_id: &str) -> Option<(String, Option<String>)> {
+        let id = ferry_peer::wire::RequestId::parse(request_id).expect("a request id");
+        let conn = rusqlite::Connection::open_with_flags(
+            self.home.join("ferry.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open the owner's database");
+        conn.query_row(
+            "SELECT state, reason FROM journal WHERE request_id = ?1",
+            [&id.0[..]],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .ok()
+    }
+
+    /// A record's (value, revision) straight from this gateway's database, whatever its state.
+    pub fn stored(&self, vault: &str, key: &str) -> Option<(Option<Vec<u8>>, u64)> {
+        let conn = rusqlite::Connection::open_with_flags(
+            self.home.join("ferry.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open the database");
+        conn.query_row(
+            "SELECT value, revision FROM records WHERE vault = ?1 AND key = ?2",
+            [vault, key],
+            |row| Ok((row.get(0)?, row.get::<_, i64>(1)? as u64)),
+        )
+        .ok()
+    }
+
+    /// The vault's revision straight from this gateway's database.
+    pub fn vault_revision(&self, vault: &str) -> u64 {
+        let conn = rusqlite::Connection::open_with_flags(
+            self.home.join("ferry.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open the database");
+        conn.query_row(
+            "SELECT revision FROM vaults WHERE name = ?1",
+            [vault],
+            |row| row.get::<_, i64>(0),
+        )
+        .map(|r| r as u64)
+        .unwrap_or(0)
+    }
+
+    /// This gateway's view of its route to `peer`, from `/v1/routes`.
+    pub fn route_to(&self, peer: &str) -> Value {
+        let routes = self.get_json("/v1/routes");
+        routes
+            .as_array()
+            .and_then(|all| all.iter().find(|r| r["peer"] == peer).cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    /// GET /v1/calls/{id}: status and body.
+    pub fn settle(&self, request_id: &str, wait_s: Option<u32>) -> (u16, Value) {
+        let path = match wait_s {
+            Some(wait) => format!("/v1/calls/{request_id}?wait={wait}"),
+            None => format!("/v1/calls/{request_id}"),
+        };
+        let response = self.request(reqwest::Method::GET, &path).send().unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().unwrap_or(Value::Null))
     }
 
     /// Runs the CLI against this gateway's home.

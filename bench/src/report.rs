@@ -1,0 +1,362 @@
+//! The figures of one run as a markdown report: one row per system, then Ferry's ratios to the
+//! bare relay against the write path's targets, then every failure seen.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::bare_relay::Layout;
+use crate::cpu;
+use crate::load::Sample;
+
+/// Ferry's p50 may be at most this many times the bare relay's.
+const P50_RATIO_TARGET: f64 = 2.0;
+/// Ferry's concurrent throughput must be at least this share of the bare relay's...
+const THROUGHPUT_SHARE_TARGET: f64 = 0.5;
+/// ...and at least this many durable writes per second.
+const THROUGHPUT_TARGET: f64 = 10_000.0;
+/// CPU figures below this are mostly rounding (`/proc` counts 10 ms ticks).
+const MIN_CPU_SHOWN: Duration = Duration::from_millis(100);
+
+/// One system's figures.
+#[derive(Debug)]
+pub struct Measured {
+    pub sequential: Sample,
+    pub concurrent: Sample,
+    /// CPU used by each side during the concurrent phase, where `/proc` could tell.
+    pub cpu: Option<cpu::Split>,
+    /// Checks and events worth a line in the report.
+    pub notes: Vec<String>,
+}
+
+/// Everything one run measured.
+#[derive(Debug)]
+pub struct Report {
+    /// What was run: counts, bounds, the machine.
+    pub plan: String,
+    pub floor: Sample,
+    /// In the order given; the first is the one the targets compare against.
+    pub bare: Vec<(Layout, Measured)>,
+    /// Ferry's figures, or why there are none.
+    pub ferry: Result<Measured, String>,
+    pub ferry_layout: String,
+    pub load_before: String,
+    pub load_after: String,
+}
+
+impl Report {
+    /// Whether every Ferry write was answered `200`.
+    pub fn ferry_clean(&self) -> bool {
+        self.ferry
+            .as_ref()
+            .is_ok_and(|ferry| ferry.sequential.failures() == 0 && ferry.concurrent.failures() == 0)
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "## Ferry write path vs. a bare relay\n");
+        let _ = writeln!(out, "{}\n", self.plan);
+        let _ = writeln!(
+            out,
+            "| system | layout | seq p50 | seq p99 | seq writes/s | 64-writer writes/s | 64-writer p50 | 64-writer p99 | not 200 / no answer |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "| SQLite floor: 1 insert per FULL commit | benchmark thread | {} | {} | {} | - | - | - | 0 / 0 |",
+            latency(self.floor.percentile(50.0)),
+            latency(self.floor.percentile(99.0)),
+            rate(self.floor.per_second()),
+        );
+        for (layout, bare) in &self.bare {
+            row(&mut out, "bare relay", layout.name(), bare);
+        }
+        match &self.ferry {
+            Ok(ferry) => row(&mut out, "Ferry: b -> QUIC -> a", "2 processes", ferry),
+            Err(why) => {
+                let _ = writeln!(
+                    out,
+                    "| Ferry | 2 processes | not measured: {} |||||||",
+                    why.replace('|', "/").replace('\n', " ")
+                );
+            }
+        }
+        let _ = writeln!(out);
+        self.render_targets(&mut out);
+        self.render_cpu(&mut out);
+        self.render_notes(&mut out);
+        out
+    }
+
+    fn render_targets(&self, out: &mut String) {
+        let (Ok(ferry), Some((reference, _))) = (&self.ferry, self.bare.first()) else {
+            let _ = writeln!(
+                out,
+                "No ratios: Ferry or the bare relay was not measured.\n"
+            );
+            return;
+        };
+        let mut header = String::from("| Ferry / bare relay |");
+        let mut rule = String::from("|---|");
+        for (layout, _) in &self.bare {
+            let _ = write!(header, " vs. {} |", layout.name());
+            rule.push_str("---|");
+        }
+        let _ = writeln!(out, "{header} target | met (vs. {}) |", reference.name());
+        let _ = writeln!(out, "{rule}---|---|");
+
+        let ratio_of = |bare: &Measured, p: f64| {
+            let f = ferry.sequential.percentile(p)?.as_secs_f64();
+            let b = bare.sequential.percentile(p)?.as_secs_f64();
+            (b > 0.0).then(|| f / b)
+        };
+        let share_of = |bare: &Measured| {
+            let b = bare.concurrent.per_second();
+            (b > 0.0).then(|| ferry.concurrent.per_second() / b)
+        };
+        let cells = |f: &dyn Fn(&Measured) -> Option<f64>, show: fn(f64) -> String| {
+            self.bare
+                .iter()
+                .map(|(_, bare)| f(bare).map_or_else(|| "-".to_string(), show))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
+        let times = |r: f64| format!("{r:.2}x");
+        let percent = |r: f64| format!("{:.0}%", r * 100.0);
+        let reference_bare = &self.bare[0].1;
+
+        let p50 = ratio_of(reference_bare, 50.0);
+        let _ = writeln!(
+            out,
+            "| seq p50 | {} | <= {P50_RATIO_TARGET}x | {} |",
+            cells(&|b| ratio_of(b, 50.0), times),
+            met(p50.map(|r| r <= P50_RATIO_TARGET)),
+        );
+        let _ = writeln!(
+            out,
+            "| seq p99 | {} | (reported) | - |",
+            cells(&|b| ratio_of(b, 99.0), times),
+        );
+        let share = share_of(reference_bare);
+        let _ = writeln!(
+            out,
+            "| 64-writer throughput | {} | >= {:.0}% | {} |",
+            cells(&share_of, percent),
+            THROUGHPUT_SHARE_TARGET * 100.0,
+            met(share.map(|s| s >= THROUGHPUT_SHARE_TARGET)),
+        );
+        let throughput = ferry.concurrent.per_second();
+        let _ = writeln!(
+            out,
+            "| Ferry 64-writer durable writes/s | {} | >= {} | {} |",
+            vec![rate(throughput); self.bare.len()].join(" | "),
+            rate(THROUGHPUT_TARGET),
+            met(Some(throughput >= THROUGHPUT_TARGET)),
+        );
+        let _ = writeln!(out);
+    }
+
+    fn render_cpu(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "| CPU per durable write, 64 writers | calling side | owning side | total | cores busy |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|");
+        let systems = self
+            .bare
+            .iter()
+            .map(|(layout, m)| (format!("bare relay, {}", layout.name()), m))
+            .chain(self.ferry.iter().map(|m| ("Ferry (b, a)".to_string(), m)));
+        for (name, m) in systems {
+            let writes = m.concurrent.ok() as f64;
+            // Below a tenth of a second the 10 ms ticks of /proc say little.
+            let Some(cpu) = m
+                .cpu
+                .filter(|cpu| writes > 0.0 && cpu.caller + cpu.owner >= MIN_CPU_SHOWN)
+            else {
+                let _ = writeln!(out, "| {name} | - | - | - | too short to tell |");
+                continue;
+            };
+            let per_write = |d: std::time::Duration| d.as_secs_f64() * 1e6 / writes;
+            let total = cpu.caller + cpu.owner;
+            let busy = total.as_secs_f64() / m.concurrent.elapsed.as_secs_f64().max(1e-9);
+            let _ = writeln!(
+                out,
+                "| {name} | {:.0} us | {:.0} us | {:.0} us | {busy:.2} |",
+                per_write(cpu.caller),
+                per_write(cpu.owner),
+                per_write(total),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n(The load generator's own CPU is not included; it is the same client for every system.)\n"
+        );
+    }
+
+    fn render_notes(&self, out: &mut String) {
+        let _ = writeln!(out, "Layouts:");
+        for (layout, _) in &self.bare {
+            let _ = writeln!(
+                out,
+                "- bare relay, {}: {}",
+                layout.name(),
+                layout.describe()
+            );
+        }
+        let _ = writeln!(out, "- Ferry: {}\n", self.ferry_layout);
+        let _ = writeln!(
+            out,
+            "Load average (1, 5, 15 min) before: {}; after: {}.",
+            self.load_before, self.load_after
+        );
+        let mut failures = Vec::new();
+        let mut notes = Vec::new();
+        let systems = self
+            .bare
+            .iter()
+            .map(|(layout, m)| (format!("bare relay ({})", layout.name()), m))
+            .chain(self.ferry.iter().map(|m| ("Ferry".to_string(), m)));
+        for (name, measured) in systems {
+            for (phase, sample) in [
+                ("sequential", &measured.sequential),
+                ("64 writers", &measured.concurrent),
+            ] {
+                if sample.failures() > 0 || sample.first_failure.is_some() {
+                    failures.push(format!(
+                        "- {name}, {phase}: {} ok, {} not 200 {:?}, {} without an answer; first: {}",
+                        sample.ok(),
+                        sample.non_200.values().sum::<u64>(),
+                        sample.non_200,
+                        sample.transport_errors,
+                        sample.first_failure.as_deref().unwrap_or("-"),
+                    ));
+                }
+            }
+            notes.extend(
+                measured
+                    .notes
+                    .iter()
+                    .map(|note| format!("- {name}: {note}")),
+            );
+        }
+        if failures.is_empty() {
+            let _ = writeln!(out, "Every write was answered 200 with a revision.");
+        } else {
+            let _ = writeln!(out, "\nFailures (counted, not hidden):");
+            for line in failures {
+                let _ = writeln!(out, "{line}");
+            }
+        }
+        for line in notes {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+}
+
+fn row(out: &mut String, system: &str, layout: &str, m: &Measured) {
+    let _ = writeln!(
+        out,
+        "| {system} | {layout} | {} | {} | {} | {} | {} | {} | {} / {} |",
+        latency(m.sequential.percentile(50.0)),
+        latency(m.sequential.percentile(99.0)),
+        rate(m.sequential.per_second()),
+        rate(m.concurrent.per_second()),
+        latency(m.concurrent.percentile(50.0)),
+        latency(m.concurrent.percentile(99.0)),
+        m.sequential.non_200.values().sum::<u64>() + m.concurrent.non_200.values().sum::<u64>(),
+        m.sequential.transport_errors + m.concurrent.transport_errors,
+    );
+}
+
+fn met(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "yes",
+        Some(false) => "**no**",
+        None => "-",
+    }
+}
+
+/// `412 us` below 1 ms, `2.21 ms` above.
+pub fn latency(value: Option<Duration>) -> String {
+    match value {
+        None => "-".into(),
+        Some(d) if d < Duration::from_millis(1) => format!("{} us", d.as_micros()),
+        Some(d) => format!("{:.2} ms", d.as_secs_f64() * 1000.0),
+    }
+}
+
+/// Whole writes per second with thousands separated: `12,345/s`.
+pub fn rate(per_second: f64) -> String {
+    let whole = per_second.round() as u64;
+    let digits = whole.to_string();
+    let mut grouped = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    format!("{grouped}/s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_are_formatted_for_people() {
+        assert_eq!(latency(Some(Duration::from_micros(412))), "412 us");
+        assert_eq!(latency(Some(Duration::from_micros(12_346))), "12.35 ms");
+        assert_eq!(latency(None), "-");
+        assert_eq!(rate(12_345.4), "12,345/s");
+        assert_eq!(rate(999.0), "999/s");
+        assert_eq!(rate(1_000_000.0), "1,000,000/s");
+    }
+
+    fn measured(p50_us: u64, per_second: u64) -> Measured {
+        let latencies = vec![Duration::from_micros(p50_us); 10];
+        let sequential = Sample::from_latencies(latencies.clone(), Duration::from_secs(1));
+        let many = vec![Duration::from_micros(p50_us); per_second as usize];
+        Measured {
+            sequential,
+            concurrent: Sample::from_latencies(many, Duration::from_secs(1)),
+            cpu: Some(cpu::Split {
+                caller: Duration::from_millis(500),
+                owner: Duration::from_millis(250),
+            }),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn targets_are_judged_against_the_first_bare_layout() {
+        let report = Report {
+            plan: "plan".into(),
+            floor: Sample::from_latencies(vec![Duration::from_micros(200)], Duration::from_secs(1)),
+            bare: vec![
+                (Layout::Split, measured(100, 20_000)),
+                (Layout::PerProcess, measured(300, 12_000)),
+            ],
+            ferry: Ok(measured(250, 11_000)),
+            ferry_layout: "2 processes".into(),
+            load_before: "0".into(),
+            load_after: "0".into(),
+        };
+        let text = report.render();
+        assert!(
+            text.contains("| seq p50 | 2.50x | 0.83x | <= 2x | **no** |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| 64-writer throughput | 55% | 92% | >= 50% | yes |"),
+            "{text}"
+        );
+        assert!(text.contains("| >= 10,000/s | yes |"), "{text}");
+        assert!(report.ferry_clean());
+        // 750 ms of CPU over 11,000 writes.
+        assert!(
+            text.contains("| Ferry (b, a) | 45 us | 23 us | 68 us | 0.75 |"),
+            "{text}"
+        );
+    }
+}

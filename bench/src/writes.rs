@@ -1,0 +1,277 @@
+//! `ferry-bench writes`: the write path, Ferry against the bare relay, in one run.
+//!
+//! Order: build the `ferry` binary (before anything is timed), the SQLite floor, the bare relay
+//! in each layout, then Ferry. Each system runs alone: the previous one is stopped before the
+//! next starts. Progress goes to standard error; the report to standard output.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bare_relay::{BareRelay, Layout, RelayError};
+use crate::cpu::Sides;
+use crate::ferry_procs::{self, Pair, ProcError};
+use crate::load::{self, Keys, LoadError, Target};
+use crate::report::{Measured, Report};
+use crate::sqlite;
+
+/// The vault and app every write names.
+const VAULT: &str = "bench";
+const APP: &str = "bench";
+
+/// How much to run.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub quick: bool,
+    pub warmup: usize,
+    pub sequential: usize,
+    pub sequential_bound: Duration,
+    pub writers: usize,
+    pub concurrent_max: u64,
+    pub concurrent_bound: Duration,
+    pub floor: usize,
+}
+
+impl Plan {
+    pub fn full() -> Self {
+        Self {
+            quick: false,
+            warmup: 200,
+            sequential: 2000,
+            sequential_bound: Duration::from_secs(60),
+            writers: 64,
+            concurrent_max: 500_000,
+            concurrent_bound: Duration::from_secs(10),
+            floor: 2000,
+        }
+    }
+
+    /// A few hundred writes per system, for smoke tests.
+    pub fn quick() -> Self {
+        Self {
+            quick: true,
+            warmup: 50,
+            sequential: 300,
+            sequential_bound: Duration::from_secs(20),
+            writers: 64,
+            concurrent_max: 640,
+            concurrent_bound: Duration::from_secs(5),
+            floor: 300,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        format!(
+            "{} run on {cores} cores. Each write: `PUT /v1/vaults/{VAULT}/records/<fresh key>` with a \
+             {}-byte value, on keep-alive HTTP/1.1 from a load generator on its own thread. \
+             Sequential: {} writes one at a time after {} warm-up (bound {:?}). Concurrent: {} \
+             writers, each on its own connection, until {:?} or {} writes. SQLite floor: {} \
+             inserts.",
+            if self.quick { "Quick" } else { "Full" },
+            load::VALUE_BYTES,
+            self.sequential,
+            self.warmup,
+            self.sequential_bound,
+            self.writers,
+            self.concurrent_bound,
+            self.concurrent_max,
+            self.floor,
+        )
+    }
+}
+
+/// What to compare.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub plan: Plan,
+    /// Bare relay layouts; the first is the one the targets compare against.
+    pub layouts: Vec<Layout>,
+    /// The `ferry` binary; the workspace's release build if not given.
+    pub ferry_binary: Option<PathBuf>,
+    /// Run `cargo build --release -p ferry-gateway` first.
+    pub build: bool,
+}
+
+/// Why the run stopped before it could report.
+#[derive(Debug, thiserror::Error)]
+pub enum WritesError {
+    #[error("cannot make the benchmark's temporary directory: {0}")]
+    Temp(std::io::Error),
+    #[error("the SQLite floor: {0}")]
+    Floor(rusqlite::Error),
+    #[error("the bare relay ({layout}): {source}")]
+    Relay {
+        layout: &'static str,
+        source: RelayError,
+    },
+    #[error("the load generator: {0}")]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+    #[error("no ferry binary at {0}; build it with `cargo build --release -p ferry-gateway` or pass --ferry-bin")]
+    NoBinary(PathBuf),
+}
+
+/// Runs everything and returns the report. A Ferry failure is reported, not raised, so the
+/// bare figures of the same run are not lost.
+pub fn run(options: &Options) -> Result<Report, WritesError> {
+    let plan = options.plan;
+    let load_before = load_average();
+    let binary = options
+        .ferry_binary
+        .clone()
+        .unwrap_or_else(ferry_procs::default_binary);
+    let built = if options.build {
+        progress("building the release ferry binary");
+        ferry_procs::build_release().map_err(|err| err.to_string())
+    } else {
+        Ok(())
+    };
+
+    let dir = tempfile::Builder::new()
+        .prefix("ferry-bench-")
+        .tempdir()
+        .map_err(WritesError::Temp)?;
+    progress("SQLite floor");
+    let floor = sqlite::floor(
+        &dir.path().join("floor.db"),
+        plan.floor,
+        plan.sequential_bound,
+    )
+    .map_err(WritesError::Floor)?;
+
+    let mut bare = Vec::new();
+    for &layout in &options.layouts {
+        progress(&format!("bare relay, {} layout", layout.name()));
+        let relay_dir = dir.path().join(layout.name());
+        std::fs::create_dir_all(&relay_dir).map_err(WritesError::Temp)?;
+        let relay = BareRelay::start(&relay_dir, layout).map_err(|source| WritesError::Relay {
+            layout: layout.name(),
+            source,
+        })?;
+        let target = Target {
+            api: relay.http_addr,
+            token: "bare".into(),
+            app: APP.into(),
+            vault: VAULT.into(),
+        };
+        let sides = relay.cpu_sides();
+        let measured = measure(
+            &plan,
+            &target,
+            &format!("bare-{}-", layout.name()),
+            Some(&sides),
+        )?;
+        drop(relay);
+        bare.push((layout, measured));
+    }
+
+    progress("Ferry: two ferry serve processes");
+    let ferry = built
+        .map_err(|err| format!("the build failed: {err}"))
+        .and_then(|()| measure_ferry(&plan, binary.clone()).map_err(|err| err.to_string()));
+
+    Ok(Report {
+        plan: plan.describe(),
+        floor,
+        bare,
+        ferry,
+        ferry_layout: format!(
+            "2 processes, each one multi-threaded runtime (default workers) + owner thread; binary {}",
+            binary.display()
+        ),
+        load_before,
+        load_after: load_average(),
+    })
+}
+
+fn measure(
+    plan: &Plan,
+    target: &Target,
+    prefix: &str,
+    sides: Option<&Sides>,
+) -> Result<Measured, WritesError> {
+    let keys = Arc::new(Keys::new(format!("{prefix}s-")));
+    let sequential = load::sequential(
+        target,
+        &keys,
+        plan.warmup,
+        plan.sequential,
+        plan.sequential_bound,
+    )?;
+    let keys = Arc::new(Keys::new(format!("{prefix}c-")));
+    let before = sides.and_then(Sides::now);
+    let concurrent = load::concurrent(
+        target,
+        &keys,
+        plan.writers,
+        plan.concurrent_max,
+        plan.concurrent_bound,
+    )?;
+    let after = sides.and_then(Sides::now);
+    Ok(Measured {
+        sequential,
+        concurrent,
+        cpu: before.zip(after).map(|(before, after)| before.until(after)),
+        notes: Vec::new(),
+    })
+}
+
+fn measure_ferry(plan: &Plan, binary: PathBuf) -> Result<Measured, WritesError> {
+    if !binary.is_file() {
+        return Err(WritesError::NoBinary(binary));
+    }
+    let pair = Pair::start(&binary, VAULT)?;
+    let target = Target {
+        api: pair.caller.api,
+        token: pair.caller.token.clone(),
+        app: APP.into(),
+        vault: VAULT.into(),
+    };
+    let sides = pair
+        .caller
+        .pid()
+        .zip(pair.owner.pid())
+        .map(|(caller, owner)| Sides::Processes { caller, owner });
+    // Stopped (or killed, on drop) whatever the measurement did.
+    let measured = measure(plan, &target, "ferry-", sides.as_ref());
+    let mut notes = Vec::new();
+    if measured.is_ok() {
+        notes.push(check_owner_has(&pair, "ferry-s-0000000000"));
+    }
+    if let Err(err) = pair.stop() {
+        notes.push(format!("did not stop cleanly: {err}"));
+    }
+    let mut measured = measured?;
+    measured.notes.extend(notes);
+    Ok(measured)
+}
+
+/// Proves the writes went to the owner: a key written through `b` reads back on `a`.
+fn check_owner_has(pair: &Pair, key: &str) -> String {
+    let path = format!("/v1/vaults/{VAULT}/records/{key}");
+    match load::request_once(pair.owner.api, "GET", &path, &pair.owner.token, Some(APP)) {
+        Ok((200, _)) => format!("check: {key}, written through b, reads back on the owner a"),
+        Ok((status, body)) => format!(
+            "check FAILED: {key} on the owner a answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        ),
+        Err(err) => format!("check FAILED: {err}"),
+    }
+}
+
+fn progress(what: &str) {
+    eprintln!("ferry-bench: {what}");
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".into())
+}

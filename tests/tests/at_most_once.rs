@@ -1,0 +1,410 @@
+//! Writes are sent at most once, and every outcome settles to the truth (SPEC 5, 6, 7), with
+//! real processes on loopback: the owner killed, frozen, crashed at each step of a write,
+//! restarted under a pooled connection, and its tickets rotated.
+
+// Tests may unwrap: a panic here is a failed test, not a crashed gateway.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use harness::{
+    fresh_request_id, pair_with_notes, two_with_notes, wait_for, Gateway, SIGCONT, SIGSTOP,
+};
+use serde_json::Value;
+
+fn header<'a>(name: &'a str, value: &'a str) -> (&'a str, &'a str) {
+    (name, value)
+}
+
+#[test]
+fn the_same_request_id_gets_the_same_answer_byte_for_byte_and_runs_once() {
+    let (a, b) = two_with_notes();
+    let id = fresh_request_id();
+    let send = |value: &[u8]| {
+        let response = b
+            .request(reqwest::Method::PUT, "/v1/vaults/notes/records/once")
+            .header("x-ferry-request-id", &id)
+            .body(value.to_vec())
+            .send()
+            .unwrap();
+        (
+            response.status().as_u16(),
+            response.bytes().unwrap().to_vec(),
+        )
+    };
+    let first = send(b"first");
+    let again = send(b"second");
+    assert_eq!(first.0, 200);
+    assert_eq!(
+        first, again,
+        "the repeat is answered from the journal, byte for byte"
+    );
+    assert_eq!(
+        a.stored("notes", "once"),
+        Some((Some(b"first".to_vec()), 1))
+    );
+    assert_eq!(a.vault_revision("notes"), 1, "the vault changed once");
+}
+
+#[test]
+fn a_killed_owner_means_unavailable_within_the_connect_timeout_and_the_id_settles_never_arrived() {
+    let (mut a, b) = two_with_notes();
+    assert_eq!(b.put("notes", "warm", b"x", &[]).0, 200, "warm the pool");
+    a.kill();
+    // The pooled connection was alive a moment ago; wait (bounded) until B no longer has proof
+    // of life within the write-liveness window (1 s), so the write must dial afresh.
+    wait_for(
+        "B's pooled connection to A to go unproven",
+        Duration::from_secs(10),
+        || {
+            let route = b.route_to("a");
+            (route["last_heard_ms_ago"]
+                .as_u64()
+                .is_none_or(|ms| ms > 1_000))
+            .then_some(())
+        },
+    );
+    let id = fresh_request_id();
+    let started = Instant::now();
+    let (status, body) = b.put(
+        "notes",
+        "k",
+        b"v",
+        &[
+            header("x-ferry-request-id", &id),
+            header("x-ferry-timeout", "10"),
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("nothing was sent"),
+        "{body}"
+    );
+    assert!(
+        took < Duration::from_millis(2_600),
+        "answered after {took:?}; the connect timeout is 2 s"
+    );
+
+    a.restart();
+    assert_eq!(a.journal_row(&id), None, "the owner never saw it");
+    let (status, settled) = b.settle(&id, None);
+    assert_eq!(status, 200, "{settled}");
+    assert_eq!(
+        (settled["state"].as_str(), settled["reason"].as_str()),
+        (Some("not_carried_out"), Some("never_arrived"))
+    );
+    assert_eq!(
+        a.journal_row(&id),
+        Some(("not_carried_out".into(), Some("never_arrived".into())))
+    );
+    // Fenced: the same id sent again never runs.
+    let (status, body) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", &id)]);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("not_carried_out")),
+        "{body}"
+    );
+    assert_eq!(a.stored("notes", "k"), None);
+}
+
+#[test]
+fn a_frozen_owner_gives_outcome_unknown_which_settles_on_its_own_to_the_truth() {
+    let (a, b) = two_with_notes();
+    assert_eq!(b.put("notes", "warm", b"x", &[]).0, 200, "warm the pool");
+    a.signal(SIGSTOP);
+    let id = fresh_request_id();
+    let started = Instant::now();
+    let (status, body) = b.put(
+        "notes",
+        "k",
+        b"v",
+        &[
+            header("x-ferry-request-id", &id),
+            header("x-ferry-timeout", "1"),
+        ],
+    );
+    let took = started.elapsed();
+    a.signal(SIGCONT);
+    assert_eq!(
+        (status, body["error"].as_str(), body["owner"].as_str()),
+        (502, Some("outcome_unknown"), Some("a")),
+        "{body}"
+    );
+    assert!(
+        took >= Duration::from_millis(950) && took < Duration::from_millis(1_800),
+        "answered after {took:?}"
+    );
+    assert!(b.metric("ferry_writes_total{outcome=\"outcome_unknown\"}") >= 1);
+
+    // Remembered, then settled in the background with no action from the app.
+    let settled = wait_for(
+        "the unknown call to settle in the background",
+        Duration::from_secs(20),
+        || {
+            let (code, calls) = b.cli_json(&["calls"]);
+            assert_eq!(code, 0);
+            calls
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["request_id"] == id.as_str())
+                .filter(|c| c["state"] != "unknown")
+                .cloned()
+        },
+    );
+    let (_, body) = b.settle(&id, None);
+    assert_eq!(
+        body["state"], settled["state"],
+        "the API answers from the remembered settlement"
+    );
+    match settled["state"].as_str() {
+        Some("done") => {
+            let revision = settled["revision"].as_u64().unwrap();
+            assert_eq!(
+                a.stored("notes", "k"),
+                Some((Some(b"v".to_vec()), revision))
+            );
+            let (status, again) =
+                b.put("notes", "k", b"other", &[header("x-ferry-request-id", &id)]);
+            assert_eq!(
+                (status, again["revision"].as_u64()),
+                (200, Some(revision)),
+                "{again}"
+            );
+        }
+        Some("not_carried_out") => {
+            assert_eq!(
+                a.stored("notes", "k"),
+                None,
+                "settled not_carried_out, and it did not run"
+            );
+            let (status, again) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", &id)]);
+            assert_eq!(
+                (status, again["error"].as_str()),
+                (503, Some("not_carried_out")),
+                "{again}"
+            );
+            assert_eq!(
+                a.stored("notes", "k"),
+                None,
+                "a settled not_carried_out id never runs"
+            );
+        }
+        other => panic!("settled to {other:?}: {settled}"),
+    }
+    let (code, unknown) = b.cli_json(&["calls", "--state", "unknown"]);
+    assert_eq!((code, unknown.as_array().map(Vec::len)), (0, Some(0)));
+    assert_eq!(
+        a.vault_revision("notes"),
+        1 + u64::from(settled["state"] == "done"),
+        "nothing ran twice"
+    );
+}
+
+/// Crashes the owner at `point` during B's write, restarts it, and returns the write's first
+/// answer and its settled state.
+fn crash_during_a_write(point: &str) -> (u16, Value, Value, Gateway, Gateway, String) {
+    let fault = format!("{point}=crash");
+    let a = Gateway::start_with_env("a", &[("FERRY_DANGEROUS_FAULT", fault.as_str())]);
+    let (mut a, b) = pair_with_notes(a);
+    let id = fresh_request_id();
+    let (status, first) = b.put(
+        "notes",
+        "k",
+        b"v",
+        &[
+            header("x-ferry-request-id", &id),
+            header("x-ferry-timeout", "2"),
+        ],
+    );
+    a.wait_exit(Duration::from_secs(10));
+    a.restart();
+    let (code, settled) = b.settle(&id, None);
+    assert_eq!(code, 200, "{settled}");
+    (status, first, settled, a, b, id)
+}
+
+#[test]
+fn a_crash_before_the_commit_settles_to_interrupted_and_never_runs() {
+    let (status, first, settled, a, b, id) = crash_during_a_write("before_commit");
+    assert_eq!(
+        (status, first["error"].as_str()),
+        (502, Some("outcome_unknown")),
+        "{first}"
+    );
+    assert_eq!(
+        (settled["state"].as_str(), settled["reason"].as_str()),
+        (Some("not_carried_out"), Some("interrupted")),
+        "{settled}"
+    );
+    assert_eq!(a.stored("notes", "k"), None);
+    let (status, again) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", &id)]);
+    assert_eq!(
+        (status, again["error"].as_str()),
+        (503, Some("not_carried_out")),
+        "{again}"
+    );
+    assert_eq!(a.vault_revision("notes"), 0, "nothing ran");
+}
+
+#[test]
+fn a_crash_between_commit_and_answer_settles_to_done() {
+    let (status, first, settled, a, b, id) = crash_during_a_write("after_commit");
+    assert_eq!(
+        (status, first["error"].as_str()),
+        (502, Some("outcome_unknown")),
+        "{first}"
+    );
+    assert_eq!(
+        (settled["state"].as_str(), settled["revision"].as_u64()),
+        (Some("done"), Some(1)),
+        "{settled}"
+    );
+    let (status, again) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", &id)]);
+    assert_eq!(
+        (status, again["revision"].as_u64()),
+        (200, Some(1)),
+        "{again}"
+    );
+    assert_eq!(a.vault_revision("notes"), 1, "ran once");
+}
+
+#[test]
+fn a_crash_after_the_answer_settles_to_the_same_done() {
+    // After the answer left, no fault point is needed: the caller has its 200, then the owner
+    // dies hard and comes back.
+    let (mut a, b) = two_with_notes();
+    let id = fresh_request_id();
+    let (status, first) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", &id)]);
+    assert_eq!(
+        (status, first["revision"].as_u64()),
+        (200, Some(1)),
+        "{first}"
+    );
+    a.kill();
+    a.restart();
+    let (code, settled) = b.settle(&id, None);
+    assert_eq!(code, 200, "{settled}");
+    assert_eq!(
+        (settled["state"].as_str(), settled["revision"].as_u64()),
+        (Some("done"), Some(1)),
+        "{settled}"
+    );
+    let (status, again) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", &id)]);
+    assert_eq!(again["revision"].as_u64(), Some(1), "{status} {again}");
+    assert_eq!(a.vault_revision("notes"), 1, "ran once");
+}
+
+#[test]
+fn rotated_tickets_cost_exactly_one_renewal_and_an_untrusted_caller_is_refused() {
+    let (a, b) = two_with_notes();
+    assert_eq!(b.put("notes", "k1", b"1", &[]).0, 200);
+    assert_eq!(b.metric("ferry_ticket_renewals_total"), 0);
+    let out = a.cli(&["tickets", "rotate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(b.put("notes", "k2", b"2", &[]).0, 200);
+    assert_eq!(
+        b.metric("ferry_ticket_renewals_total"),
+        1,
+        "one renewal after the rotation"
+    );
+    assert_eq!(a.metric("ferry_door_refusals_total"), 1);
+    assert_eq!(b.put("notes", "k3", b"3", &[]).0, 200);
+    assert_eq!(
+        b.metric("ferry_ticket_renewals_total"),
+        1,
+        "the renewed ticket is cached"
+    );
+    let (_, tickets) = b.cli_json(&["tickets"]);
+    assert_eq!(tickets[0]["epoch"].as_u64(), Some(1), "{tickets}");
+
+    let out = a.cli(&["untrust", "b"]);
+    assert!(out.status.success());
+    // A closes B's connections at once; a write racing that close could have reached A just
+    // before it and, with B no longer allowed to ask, honestly be `outcome_unknown`. The
+    // contract under test is the steady state: once B has seen the close, writes are refused.
+    wait_for(
+        "B to see A close its connection",
+        Duration::from_secs(5),
+        || (b.route_to("a")["state"] != "up").then_some(()),
+    );
+    for i in 0..3 {
+        let before = b.metric("ferry_ticket_renewals_total");
+        let (status, body) = b.put(
+            "notes",
+            &format!("u{i}"),
+            b"x",
+            &[header("x-ferry-timeout", "5")],
+        );
+        let refused = (status, body["error"].as_str());
+        assert!(
+            refused == (401, Some("ticket_refused")) || refused == (503, Some("unavailable")),
+            "an untrusted caller's write: {status} {body}"
+        );
+        assert!(
+            b.metric("ferry_ticket_renewals_total") - before <= 1,
+            "at most one renewal per call"
+        );
+    }
+    assert_eq!(
+        a.vault_revision("notes"),
+        3,
+        "none of the refused writes ran"
+    );
+}
+
+#[test]
+fn an_owner_restarted_under_a_pooled_connection_never_causes_outcome_unknown() {
+    let (mut a, b) = two_with_notes();
+    assert_eq!(b.put("notes", "warm", b"x", &[]).0, 200, "warm the pool");
+    a.kill();
+    a.restart();
+    let mut done = 0;
+    for i in 0..5 {
+        let (status, body) = b.put(
+            "notes",
+            &format!("k{i}"),
+            b"v",
+            &[header("x-ferry-timeout", "5")],
+        );
+        assert_ne!(
+            status, 502,
+            "a stale pooled connection made the outcome unknown: {body}"
+        );
+        if status == 200 {
+            done += 1;
+        } else {
+            // Honest and settled: the stale connection's write was confirmed not carried out.
+            assert!(
+                matches!(
+                    body["error"].as_str(),
+                    Some("not_carried_out" | "unavailable")
+                ),
+                "{status} {body}"
+            );
+        }
+    }
+    assert!(
+        done >= 4,
+        "only {done} of 5 writes went through after the restart"
+    );
+    assert_eq!(
+        a.vault_revision("notes"),
+        1 + done,
+        "every done write ran once, the others never"
+    );
+}
