@@ -371,9 +371,11 @@ pub fn sequential(
             };
             warm.record(answer, took);
         }
-        let mut sample = Sample::default();
         // A warm-up that failed is reported, not hidden: its first failure leads the sample's.
-        sample.first_failure = warm.first_failure.map(|f| format!("(warm-up) {f}"));
+        let mut sample = Sample {
+            first_failure: warm.first_failure.map(|f| format!("(warm-up) {f}")),
+            ..Sample::default()
+        };
         let started = Instant::now();
         for _ in 0..count {
             if Instant::now() >= deadline {

@@ -289,12 +289,16 @@ pub fn latency(value: Option<Duration>) -> String {
 pub fn rate(per_second: f64) -> String {
     let whole = per_second.round() as u64;
     let digits = whole.to_string();
-    let mut grouped = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(digit);
+    // The first group holds 1 to 3 digits, every later one exactly 3.
+    let first = match digits.len() % 3 {
+        0 => 3.min(digits.len()),
+        n => n,
+    };
+    let (head, rest) = digits.split_at(first);
+    let mut grouped = head.to_string();
+    for group in rest.as_bytes().chunks(3) {
+        grouped.push(',');
+        grouped.push_str(&String::from_utf8_lossy(group));
     }
     format!("{grouped}/s")
 }
@@ -310,6 +314,8 @@ mod tests {
         assert_eq!(latency(None), "-");
         assert_eq!(rate(12_345.4), "12,345/s");
         assert_eq!(rate(999.0), "999/s");
+        assert_eq!(rate(0.2), "0/s");
+        assert_eq!(rate(1000.0), "1,000/s");
         assert_eq!(rate(1_000_000.0), "1,000,000/s");
     }
 

@@ -233,7 +233,7 @@ impl Caller {
         may_fail_over: bool,
     ) -> Event {
         let frame = match transport::encode(&RequestFrame {
-            body: Request::Write(request),
+            body: Request::Write(Box::new(request)),
             ext: Extensions::default(),
         }) {
             Ok(frame) => frame,

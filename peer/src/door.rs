@@ -121,7 +121,7 @@ async fn serve_stream<S: Service>(
         Ok(Ok(_)) if going_away => Response::Failed(ProtocolFailure::GoingAway),
         Ok(Ok((_, frame))) => match frame.body {
             Request::Hello(hello) => Response::Hello(service.hello(peer, hello).await),
-            Request::Write(request) => Response::Write(service.write(peer, request).await),
+            Request::Write(request) => Response::Write(service.write(peer, *request).await),
             Request::Read(request) => Response::Read(service.read(peer, request).await),
             Request::IssueTicket(request) => {
                 Response::Ticket(service.issue_ticket(peer, request).await)

@@ -57,8 +57,9 @@ pub enum Request {
     /// "Here is who I am and which vaults I own and follow; tell me yours." Sent when a
     /// connection opens and again when the vault list changes.
     Hello(Hello),
-    /// A write verb for a vault the receiver owns. Sent at most once.
-    Write(WriteRequest),
+    /// A write verb for a vault the receiver owns. Sent at most once. Boxed: it carries the
+    /// value and a ticket, far larger than the other requests (the encoding is the same).
+    Write(Box<WriteRequest>),
     /// A read verb. Safe to repeat.
     Read(ReadRequest),
     /// "May my app use these verbs on this vault?" Answered with a signed ticket. Safe to repeat.

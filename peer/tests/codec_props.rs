@@ -34,7 +34,7 @@ fn write_frame(
     deadline_ms: u32,
 ) -> RequestFrame {
     RequestFrame {
-        body: Request::Write(WriteRequest {
+        body: Request::Write(Box::new(WriteRequest {
             // Fixed, so no random byte pair can look like the key the hostile test looks for.
             request_id: RequestId([0; 16]),
             app: "notes-app".into(),
@@ -47,7 +47,7 @@ fn write_frame(
             deadline_ms,
             priority: Priority::Interactive,
             ticket: ticket(),
-        }),
+        })),
         ext: Extensions(vec![Extension {
             tag: 7,
             value: vec![1, 2, 3],

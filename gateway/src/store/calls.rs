@@ -20,9 +20,10 @@ pub struct CallRow {
     pub since_ms: u64,
 }
 
-fn parse(
-    row: &rusqlite::Row<'_>,
-) -> rusqlite::Result<(String, String, String, String, String, Option<String>, i64)> {
+/// A `calls` row as stored: id, owner, owner label, vault, app, settled answer, since.
+type RawCall = (String, String, String, String, String, Option<String>, i64);
+
+fn parse(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawCall> {
     Ok((
         row.get(0)?,
         row.get(1)?,
@@ -34,9 +35,7 @@ fn parse(
     ))
 }
 
-fn to_call(
-    raw: (String, String, String, String, String, Option<String>, i64),
-) -> Result<CallRow, StoreError> {
+fn to_call(raw: RawCall) -> Result<CallRow, StoreError> {
     let (id, owner, owner_label, vault, app, answer, since_ms) = raw;
     let corrupt = |what: &str| StoreError::Corrupt(format!("remembered call {id}: {what}"));
     Ok(CallRow {

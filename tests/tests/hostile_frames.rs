@@ -1,0 +1,114 @@
+//! Bytes straight to the owner's QUIC port from a trusted key: a hostile length prefix, a
+//! truncated frame, garbage, and a hostile length inside a well-framed body. Each stream is
+//! reset, nothing runs, and the owner keeps serving (SPEC 7 rule 1, SPEC 12).
+
+// Tests may unwrap: a panic here is a failed test, not a crashed gateway.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_peer::tls::TrustedKeys;
+use ferry_peer::transport::{self, PeerEndpoint, TransportTuning, RESET_MALFORMED};
+use ferry_peer::wire::{Extensions, Hello, Request, RequestFrame, Response, ResponseFrame};
+use ferry_peer::{NodeId, NodeKey};
+use harness::two_with_notes;
+
+#[derive(Debug)]
+struct OnlyThis(NodeId);
+
+impl TrustedKeys for OnlyThis {
+    fn is_trusted(&self, id: &NodeId) -> bool {
+        *id == self.0
+    }
+}
+
+/// Sends `bytes` on a new stream and reports how the owner ended it: `Ok(bytes)` if it
+/// answered, `Err(code)` if it reset the stream.
+async fn send_raw(conn: &quinn::Connection, bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(bytes).await.unwrap();
+    let _ = send.finish();
+    match tokio::time::timeout(Duration::from_secs(15), recv.read_to_end(1 << 20)).await {
+        Err(_) => panic!("the owner neither answered nor reset the stream within 15 s"),
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(err)) => Err(err.to_string()),
+    }
+}
+
+#[test]
+fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
+    let (a, _b) = two_with_notes();
+    let prober = NodeKey::generate().unwrap();
+    let out = a.cli(&["trust", &prober.node_id().to_string(), "--label", "prober"]);
+    assert!(out.status.success());
+    let owner: NodeId = a.node_id.parse().unwrap();
+    let owner_addr = a.quic.parse().unwrap();
+    let served_before = a.metric("ferry_peer_requests_served_total{kind=\"write\"}");
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let endpoint = PeerEndpoint::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            prober.clone(),
+            Arc::new(OnlyThis(owner)),
+            TransportTuning::default(),
+        )
+        .unwrap();
+        let conn = endpoint.dial(owner_addr, owner, Duration::from_secs(5)).await.unwrap();
+
+        let hostile_prefix = [0xff, 0xff, 0xff, 0xff, 0, 1, 2, 3];
+        let mut truncated = 100u32.to_be_bytes().to_vec();
+        truncated.extend_from_slice(&[0, 1, 9, 9, 9]);
+        let mut garbage = 40u32.to_be_bytes().to_vec();
+        garbage.extend_from_slice(&[0, 1]);
+        garbage.extend((0..38u8).map(|i| i.wrapping_mul(37).wrapping_add(11)));
+        // A Hello whose label claims u64::MAX bytes (varint marker 253 + 8 bytes): the decode
+        // limit must refuse it instead of allocating.
+        let mut hostile_inner = vec![0u8; 4];
+        hostile_inner.extend_from_slice(&1u16.to_be_bytes());
+        hostile_inner.push(0); // Request::Hello
+        hostile_inner.push(253);
+        hostile_inner.extend_from_slice(&u64::MAX.to_le_bytes());
+        let len = (hostile_inner.len() - 4) as u32;
+        hostile_inner[..4].copy_from_slice(&len.to_be_bytes());
+
+        for (what, bytes) in [
+            ("a length prefix over the cap", hostile_prefix.to_vec()),
+            ("a truncated frame", truncated),
+            ("garbage in a well-sized frame", garbage),
+            ("a hostile length inside the body", hostile_inner),
+        ] {
+            let result = send_raw(&conn, &bytes).await;
+            let err = result.expect_err(&format!("{what}: the owner answered instead of resetting"));
+            assert!(
+                err.contains(&RESET_MALFORMED.to_string()) || err.contains("reset"),
+                "{what}: expected a reset with code {RESET_MALFORMED}, got {err}"
+            );
+        }
+
+        // Still serving on the same connection.
+        let hello = transport::encode(&RequestFrame {
+            body: Request::Hello(Hello {
+                label_hint: "prober".into(),
+                owned_vaults: vec![],
+                replicated_vaults: vec![],
+            }),
+            ext: Extensions::default(),
+        })
+        .unwrap();
+        let answer = send_raw(&conn, &hello).await.expect("a valid hello is answered");
+        let (_, frame) = ferry_peer::codec::decode_frame::<ResponseFrame>(&answer).unwrap();
+        let Response::Hello(theirs) = frame.body else {
+            panic!("expected a hello back, got {:?}", frame.body)
+        };
+        assert_eq!(theirs.owned_vaults, vec!["notes".to_string()]);
+    });
+
+    assert_eq!(a.metric("ferry_peer_requests_served_total{kind=\"write\"}"), served_before);
+    assert_eq!(a.vault_revision("notes"), 0, "nothing ran");
+    let (status, _) = a.put("notes", "after", b"ok", &[]);
+    assert_eq!(status, 200, "the owner still takes writes");
+}

@@ -1,0 +1,45 @@
+//! The kit (the app library) against real gateways: typed write outcomes, typed settlement,
+//! and `local_gateway_down` when its gateway is not running.
+
+// Tests may unwrap: a panic here is a failed test, not a crashed gateway.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+
+use std::time::Duration;
+
+use ferry_gateway::home::Home;
+use ferry_gateway::kit::{Kit, KitError, Settlement, WriteOptions, WriteResult};
+use harness::two_with_notes;
+
+#[test]
+fn the_kit_types_every_outcome_and_never_writes_around_a_stopped_gateway() {
+    let (a, mut b) = two_with_notes();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let kit = Kit::from_home(&Home::locate(Some(b.home.clone())).unwrap(), "kit-test");
+    runtime.block_on(async {
+        let WriteResult::Done { revision, request_id } = kit.put("notes", "k", b"v".to_vec(), &WriteOptions::default()).await else {
+            panic!("expected done")
+        };
+        assert_eq!(revision, 1);
+        assert_eq!(kit.settle(&request_id, None).await.unwrap(), Settlement::Done { revision: 1 });
+        let conflict = kit
+            .put("notes", "k", b"w".to_vec(), &WriteOptions { if_revision: Some(0), ..WriteOptions::default() })
+            .await;
+        assert!(matches!(&conflict, WriteResult::Refused { status: 409, code, .. } if code == "conflict"), "{conflict:?}");
+        let record = kit.get("notes", "k").await.unwrap();
+        assert_eq!((record.value.as_slice(), record.revision, record.source.as_str()), (&b"v"[..], 1, "owner"));
+        let bad = kit.put("notes", "k", b"v".to_vec(), &WriteOptions { timeout: Some("0".into()), ..WriteOptions::default() }).await;
+        assert!(matches!(bad, WriteResult::Invalid { status: 400, .. }), "{bad:?}");
+    });
+
+    assert!(b.cli(&["stop"]).status.success());
+    assert_eq!(b.wait_exit(Duration::from_secs(10)), Some(0));
+    runtime.block_on(async {
+        let down = kit.put("notes", "k2", b"v".to_vec(), &WriteOptions::default()).await;
+        let WriteResult::LocalGatewayDown { detail } = down else { panic!("expected local_gateway_down, got {down:?}") };
+        assert!(detail.ends_with("nothing was sent"), "{detail}");
+        assert!(matches!(kit.get("notes", "k").await, Err(KitError::LocalGatewayDown { .. })));
+    });
+    assert_eq!(a.vault_revision("notes"), 1, "the kit never wrote around its gateway");
+}
