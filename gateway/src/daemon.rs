@@ -16,6 +16,7 @@ use std::time::Duration;
 use ferry_peer::call::{CallTuning, Caller};
 use ferry_peer::door;
 use ferry_peer::pool::Pool;
+use ferry_peer::route_table::RouteTable;
 use ferry_peer::tls::peer_node_id;
 use ferry_peer::transport::{BindError, PeerEndpoint, TransportTuning};
 use tokio::net::TcpListener;
@@ -81,14 +82,19 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         addr: config.listen,
         source,
     })?;
+    let routes = Arc::new(RouteTable::default());
+    for peer in peers.all() {
+        routes.set_configured(peer.node_id, &peer.routes, std::time::Instant::now());
+    }
     let caller = Caller::new(
         endpoint.clone(),
-        Arc::new(Pool::default()),
+        Arc::new(Pool::new(routes.clone())),
         CallTuning {
             connect_timeout: config.connect_timeout(),
             write_liveness: config.write_liveness(),
             ..CallTuning::default()
         },
+        routes,
     );
     let listener = TcpListener::bind(config.api)
         .await
@@ -122,6 +128,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     let greeter = gateway.clone();
     tasks.spawn(async move { greeter.hello_all(Duration::from_secs(2)).await });
     tasks.spawn(gateway.clone().settle_in_background());
+    tasks.spawn(crate::monitor::watch_routes(gateway.clone()));
     home.write_api_addr(api_addr)?;
     info!(node = %gateway.node_id().short(), label = %gateway.label, api = %api_addr, quic = %quic_addr, "gateway running");
 
@@ -191,7 +198,13 @@ async fn accept_peers(gateway: Arc<Gateway>, endpoint: PeerEndpoint) {
                         return;
                     };
                     registry.register_incoming(peer, conn.clone());
-                    door::serve_connection(service, conn, peer, stopping).await;
+                    door::serve_connection(service, conn.clone(), peer, stopping).await;
+                    // A peer that closed saying it is stopping takes its routes down at once.
+                    if let Some(quinn::ConnectionError::ApplicationClosed(close)) = conn.close_reason() {
+                        if close.error_code.into_inner() == u64::from(ferry_peer::transport::CLOSE_GOING_AWAY) {
+                            registry.routes.peer_failed(peer, std::time::Instant::now(), ferry_peer::health::Failure::GoingAway);
+                        }
+                    }
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

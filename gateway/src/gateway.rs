@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use ferry_peer::call::{Caller, ReadError, Target, TicketSource, WriteCall};
 use ferry_peer::outcome::{NotSentReason, RefusalCode, UnknownReason, WriteOutcome};
+use ferry_peer::route_table::RouteTable;
 use ferry_peer::routes::Route;
 use ferry_peer::transport::CLOSE_UNTRUSTED;
 use ferry_peer::wire::{
@@ -128,6 +129,7 @@ pub struct Gateway {
     pub peers: Arc<PeerBook>,
     pub directory: Directory,
     pub caller: Caller,
+    pub routes: Arc<RouteTable>,
     pub metrics: Metrics,
     pub started: Instant,
     pub quic_addr: SocketAddr,
@@ -175,6 +177,7 @@ impl Gateway {
             reader: parts.reader,
             peers: parts.peers,
             directory: Directory::default(),
+            routes: parts.caller.routes().clone(),
             caller: parts.caller,
             metrics: Metrics::default(),
             started: Instant::now(),
@@ -189,6 +192,18 @@ impl Gateway {
             incoming: Mutex::new(Vec::new()),
             settle_wake: Notify::new(),
         }
+    }
+
+    /// A call target for a trusted peer: its usable routes, best first. A peer whose every
+    /// route is down gets no routes, so a call to it is refused at once, nothing sent.
+    pub fn target(&self, node: &NodeId) -> Option<Target> {
+        let peer = self.peers.by_node(node)?;
+        Some(Target {
+            node: peer.node_id,
+            label: peer.label,
+            routes: self.routes.ranked(peer.node_id),
+            down_routes: self.routes.down(peer.node_id),
+        })
     }
 
     /// The epoch tickets must carry at this owner's door.
@@ -273,7 +288,7 @@ impl Gateway {
         let deadline = Instant::now() + bound;
         let mut asks = JoinSet::new();
         for peer in self.peers.all() {
-            let Some(target) = self.peers.target(&peer.node_id) else {
+            let Some(target) = self.target(&peer.node_id) else {
                 continue;
             };
             let gateway = self.clone();
@@ -319,7 +334,7 @@ impl Gateway {
 
     fn remote_owner(&self, vault: &str) -> Option<Target> {
         let owner = self.directory.owner_of(vault)?;
-        self.peers.target(&owner)
+        self.target(&owner)
     }
 
     /// A write from a local app: carried out here if this gateway owns the vault, else sent to
@@ -359,7 +374,7 @@ impl Gateway {
                     Some(self.label.clone()),
                 ));
             }
-            Place::Local(row) => match self.peers.target(&row.owner) {
+            Place::Local(row) => match self.target(&row.owner) {
                 Some(target) => target,
                 None => {
                     return Ok((
@@ -447,7 +462,6 @@ impl Gateway {
                 });
         }
         let target = self
-            .peers
             .target(&owner)
             .ok_or_else(|| SettleError::Unavailable {
                 detail: "the owner of that call is no longer trusted".into(),
@@ -634,6 +648,8 @@ impl Gateway {
             .run(move |conn| trust::add(conn, &label, node_id, &routes, store::unix_ms()))
             .await?;
         self.peers.upsert(peer.clone());
+        self.routes
+            .set_configured(peer.node_id, &peer.routes, Instant::now());
         Ok(peer)
     }
 
@@ -650,6 +666,7 @@ impl Gateway {
                 .pool()
                 .drop_peer(node, CLOSE_UNTRUSTED, b"untrusted");
             self.directory.forget(node);
+            self.routes.forget_peer(node);
             lock(&self.tickets).invalidate_owner(&node);
             // Connections the peer opened to us end now, not at their next idle timeout.
             for (peer, conn) in lock(&self.incoming).iter() {

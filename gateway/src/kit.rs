@@ -63,7 +63,11 @@ pub enum Settlement {
     /// Carried out: the first answer's revision.
     Done { revision: u64 },
     /// The owner answered and did not carry it out (its first answer, verbatim).
-    Refused { status: u16, code: String, detail: String },
+    Refused {
+        status: u16,
+        code: String,
+        detail: String,
+    },
     /// Not carried out, and never will be: send it again under a new request id.
     NotCarriedOut { reason: String },
     /// Still running at the owner; ask again (or pass a longer `wait`).
@@ -267,19 +271,35 @@ impl Kit {
     }
 
     /// Asks what became of a write, waiting up to `wait_s` seconds while it is running.
-    pub async fn settle(&self, request_id: &str, wait_s: Option<u32>) -> Result<Settlement, KitError> {
+    pub async fn settle(
+        &self,
+        request_id: &str,
+        wait_s: Option<u32>,
+    ) -> Result<Settlement, KitError> {
         let path = match wait_s {
             Some(wait) => format!("/v1/calls/{}?wait={wait}", encode_segment(request_id)),
             None => format!("/v1/calls/{}", encode_segment(request_id)),
         };
         let body = match self.get_json(&path).await {
             Ok(body) => body,
-            Err(KitError::Answered { status: 503, detail, .. }) => return Ok(Settlement::Unavailable { detail }),
+            Err(KitError::Answered {
+                status: 503,
+                detail,
+                ..
+            }) => return Ok(Settlement::Unavailable { detail }),
             Err(err) => return Err(err),
         };
-        let text = |field: &str| body.get(field).and_then(Value::as_str).unwrap_or_default().to_string();
+        let text = |field: &str| {
+            body.get(field)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
         Ok(match text("state").as_str() {
-            "done" => match (body.get("status").and_then(Value::as_u64), body.get("revision").and_then(Value::as_u64)) {
+            "done" => match (
+                body.get("status").and_then(Value::as_u64),
+                body.get("revision").and_then(Value::as_u64),
+            ) {
                 (Some(200), Some(revision)) => Settlement::Done { revision },
                 (status, _) => Settlement::Refused {
                     status: status.unwrap_or_default() as u16,
@@ -287,7 +307,9 @@ impl Kit {
                     detail: text("detail"),
                 },
             },
-            "not_carried_out" => Settlement::NotCarriedOut { reason: text("reason") },
+            "not_carried_out" => Settlement::NotCarriedOut {
+                reason: text("reason"),
+            },
             "running" => Settlement::Running,
             other => return Err(KitError::Protocol(format!("unknown call state {other:?}"))),
         })

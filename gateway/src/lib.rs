@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod home;
 pub mod kit;
 pub mod metrics;
+pub mod monitor;
 pub mod names;
 pub mod owner;
 pub mod peers;

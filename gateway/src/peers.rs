@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use ferry_peer::call::Target;
 use ferry_peer::tls::TrustedKeys;
 use ferry_ticket::NodeId;
 
@@ -58,19 +57,6 @@ impl PeerBook {
 
     pub fn label_of(&self, node: &NodeId) -> Option<String> {
         self.by_node(node).map(|p| p.label)
-    }
-
-    /// A call target for a trusted peer: its routes, best first.
-    pub fn target(&self, node: &NodeId) -> Option<Target> {
-        let peer = self.by_node(node)?;
-        let mut routes = peer.routes.clone();
-        // Stable: within a kind the admin's order stands until RTTs are measured.
-        routes.sort_by_key(|route| route.kind);
-        Some(Target {
-            node: peer.node_id,
-            label: peer.label,
-            routes,
-        })
     }
 }
 

@@ -16,14 +16,17 @@ use ferry_ticket::{NodeId, Ticket};
 use quinn::Connection;
 use tracing::debug;
 
+use crate::health::Failure;
 use crate::outcome::{NotSentReason, Refusal, RefusalCode, UnknownReason, WriteOutcome};
 use crate::pool::Pool;
+use crate::probe;
+use crate::route_table::RouteTable;
 use crate::routes::Route;
 use crate::transport::{self, DialError, PeerEndpoint, ReadFrameError};
 use crate::wire::{
-    CallState, CallStatusRequest, Extensions, Hello, Priority, ProtocolFailure, ReadAnswer,
-    ReadRequest, Request, RequestFrame, RequestId, Response, ResponseFrame, TicketAnswer,
-    TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
+    CallState, CallStatusRequest, Extensions, Heartbeat, Hello, Priority, ProtocolFailure,
+    ReadAnswer, ReadRequest, Request, RequestFrame, RequestId, Response, ResponseFrame,
+    TicketAnswer, TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
 };
 use crate::write_machine::{Event, Step, WriteMachine};
 
@@ -49,14 +52,27 @@ impl Default for CallTuning {
     }
 }
 
-/// A peer as the caller sees it: who it must be, what to call it, and how to reach it
-/// (best route first).
+/// A peer as the caller sees it: who it must be, what to call it, and how to reach it.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub node: NodeId,
     pub label: String,
+    /// Usable routes, best first. A write uses only these.
     pub routes: Vec<Route>,
+    /// Routes currently down, best first: reads and settle queries (safe to repeat) try them
+    /// after the usable ones, since a peer that just came back is down until re-probed.
+    pub down_routes: Vec<Route>,
 }
+
+/// An exchange gives up on a connection that heard nothing for this long: six keep-alive
+/// intervals (SPEC 8's silence rule, applied to the connection in hand).
+const SILENT_AFTER: Duration = Duration::from_millis(1_800);
+const SILENCE_CHECK: Duration = Duration::from_millis(100);
+
+/// A dial still unanswered after this long gets a side probe of the port.
+const SIDE_PROBE_AFTER: Duration = Duration::from_millis(30);
+/// How long the side probe waits for an ICMP answer.
+const SIDE_PROBE_WAIT: Duration = Duration::from_millis(200);
 
 /// The least time a read on a pooled connection gets before a fresh connection is tried:
 /// enough for a loaded owner on a LAN, far less than a deadline.
@@ -130,20 +146,82 @@ enum Exchange {
     },
 }
 
-/// The caller: the endpoint it dials from, its pool, its timers.
+/// The caller: the endpoint it dials from, its pool, its timers, and the route table it
+/// reports every route's successes and failures to.
 #[derive(Debug, Clone)]
 pub struct Caller {
     endpoint: PeerEndpoint,
     pool: Arc<Pool>,
     tuning: CallTuning,
+    routes: Arc<RouteTable>,
 }
 
 impl Caller {
-    pub fn new(endpoint: PeerEndpoint, pool: Arc<Pool>, tuning: CallTuning) -> Self {
+    pub fn new(
+        endpoint: PeerEndpoint,
+        pool: Arc<Pool>,
+        tuning: CallTuning,
+        routes: Arc<RouteTable>,
+    ) -> Self {
         Self {
             endpoint,
             pool,
             tuning,
+            routes,
+        }
+    }
+
+    pub fn routes(&self) -> &Arc<RouteTable> {
+        &self.routes
+    }
+
+    /// One heartbeat on `route` (SPEC 8): its round-trip time, or why the route is down. A
+    /// heartbeat that gets no answer is not a verdict by itself (silence is, over six
+    /// intervals), unless the side probe finds the port closed.
+    pub async fn heartbeat(
+        &self,
+        peer: NodeId,
+        route: &Route,
+        interval: Duration,
+        timeout: Duration,
+    ) -> Result<Duration, Option<Failure>> {
+        let deadline = Instant::now() + timeout;
+        let frame = transport::encode(&RequestFrame {
+            body: Request::Heartbeat(Heartbeat {
+                interval_ms: interval.as_millis().min(u128::from(u32::MAX)) as u32,
+            }),
+            ext: Extensions::default(),
+        })
+        .map_err(|err| Some(Failure::Failed(err.to_string())))?;
+        let conn = match self.pool.get(peer, route.addr) {
+            Some(pooled) => pooled.conn,
+            None => match self.dial(peer, route.addr, deadline).await {
+                Ok(conn) => conn,
+                Err((reason, detail)) => {
+                    return Err(Some(if reason == NotSentReason::PortClosed {
+                        Failure::PortClosed
+                    } else {
+                        Failure::Failed(detail)
+                    }))
+                }
+            },
+        };
+        let started = Instant::now();
+        match exchange(&conn, &frame, deadline).await {
+            Exchange::Answered(Response::Heartbeat(_)) => Ok(started.elapsed()),
+            Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
+                Err(Some(Failure::GoingAway))
+            }
+            Exchange::Answered(other) => Err(Some(Failure::Failed(format!(
+                "answered a heartbeat with {other:?}"
+            )))),
+            Exchange::NotSent { .. } | Exchange::Lost { .. } => {
+                if probe::port_refuses(route.addr, SIDE_PROBE_WAIT).await {
+                    Err(Some(Failure::PortClosed))
+                } else {
+                    Err(None)
+                }
+            }
         }
     }
 
@@ -193,7 +271,14 @@ impl Caller {
                     }
                     (None, _) => Event::NotSent {
                         reason: NotSentReason::NoRoute,
-                        detail: format!("no route to {} is known", target.label),
+                        detail: if target.down_routes.is_empty() {
+                            format!("no route to {} is known", target.label)
+                        } else {
+                            format!(
+                                "every route to {} is down (see `ferry routes`)",
+                                target.label
+                            )
+                        },
                         may_fail_over: false,
                     },
                     (_, None) => Event::TicketUnavailable {
@@ -249,6 +334,14 @@ impl Caller {
             Ok(conn) => conn,
             Err((reason, detail)) => {
                 debug!(peer = %target.label, route = %route, %detail, "write not sent on this route");
+                // SPEC 8: a route that fails before a send is down.
+                let why = if reason == NotSentReason::PortClosed {
+                    Failure::PortClosed
+                } else {
+                    Failure::Failed(detail.clone())
+                };
+                self.routes
+                    .failed(target.node, route.addr, Instant::now(), why);
                 return Event::NotSent {
                     reason,
                     detail,
@@ -256,7 +349,11 @@ impl Caller {
                 };
             }
         };
-        match exchange(&conn, &frame, deadline).await {
+        let exchanged = exchange(&conn, &frame, deadline).await;
+        if let Exchange::Answered(_) = exchanged {
+            self.routes.carried(target.node, route.addr, Instant::now());
+        }
+        match exchanged {
             Exchange::NotSent { detail } => Event::NotSent {
                 reason: NotSentReason::ConnectFailed,
                 detail,
@@ -311,7 +408,25 @@ impl Caller {
             ));
         }
         let timeout = left.min(self.tuning.connect_timeout);
-        match self.endpoint.dial(addr, peer, timeout).await {
+        // quinn ignores ICMP, so a connect to a stopped gateway would wait out the whole
+        // timeout. A side probe after a short grace tells "port closed" in a millisecond.
+        let port_closed = async {
+            tokio::time::sleep(SIDE_PROBE_AFTER.min(timeout)).await;
+            if probe::port_refuses(addr, timeout).await {
+                return;
+            }
+            std::future::pending::<()>().await;
+        };
+        let dialed = tokio::select! {
+            dialed = self.endpoint.dial(addr, peer, timeout) => dialed,
+            () = port_closed => {
+                return Err((
+                    NotSentReason::PortClosed,
+                    format!("nothing listens at {addr}: the gateway there is not running"),
+                ));
+            }
+        };
+        match dialed {
             Ok(conn) => {
                 self.pool.insert(peer, addr, conn.clone());
                 Ok(conn)
@@ -426,7 +541,7 @@ impl Caller {
             detail: err.to_string(),
         })?;
         let mut last_error = None;
-        for route in &target.routes {
+        for route in target.routes.iter().chain(&target.down_routes) {
             // A pooled connection first, if its peer was heard lately; if it turns out dead, one
             // fresh connection (SPEC 9).
             let pooled = if fresh_only {
@@ -449,7 +564,14 @@ impl Caller {
                     }
                     Err(()) => match self.dial(target.node, route.addr, deadline).await {
                         Ok(conn) => (conn, deadline),
-                        Err((_, detail)) => {
+                        Err((reason, detail)) => {
+                            let why = if reason == NotSentReason::PortClosed {
+                                Failure::PortClosed
+                            } else {
+                                Failure::Failed(detail.clone())
+                            };
+                            self.routes
+                                .failed(target.node, route.addr, Instant::now(), why);
                             last_error = Some(detail);
                             break;
                         }
@@ -457,11 +579,20 @@ impl Caller {
                 };
                 match exchange(&conn, &frame, attempt_deadline).await {
                     Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
+                        self.routes.failed(
+                            target.node,
+                            route.addr,
+                            Instant::now(),
+                            Failure::GoingAway,
+                        );
                         return Err(ReadError::GoingAway {
                             label: target.label.clone(),
-                        })
+                        });
                     }
-                    Exchange::Answered(response) => return Ok(response),
+                    Exchange::Answered(response) => {
+                        self.routes.carried(target.node, route.addr, Instant::now());
+                        return Ok(response);
+                    }
                     Exchange::NotSent { detail } | Exchange::Lost { detail, .. } => {
                         last_error = Some(detail);
                     }
@@ -525,7 +656,19 @@ async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchang
                 other => format!("the answer was not a valid frame: {other}"),
             })
     };
-    match tokio::time::timeout_at(deadline, sent_and_answered).await {
+    let answered = tokio::select! {
+        answered = tokio::time::timeout_at(deadline, sent_and_answered) => answered,
+        () = gone_silent(conn) => {
+            // Nothing heard for six keep-alive intervals: the path is dead, whatever the owner
+            // is doing. Close it so nobody reuses it, and let the caller settle elsewhere.
+            conn.close(quinn::VarInt::from_u32(0), b"silent");
+            return Exchange::Lost {
+                reason: UnknownReason::ConnectionLost,
+                detail: "the connection went silent".into(),
+            };
+        }
+    };
+    match answered {
         Err(_) => Exchange::Lost {
             reason: UnknownReason::TimedOut,
             detail: "no answer came back before the deadline".into(),
@@ -538,6 +681,25 @@ async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchang
             },
         },
         Ok(Ok((_, response))) => Exchange::Answered(response.body),
+    }
+}
+
+/// Resolves once the connection has received nothing for [`SILENT_AFTER`]. Keep-alives come
+/// from quinn's driver every 300 ms whatever the peer's application is doing, so silence means
+/// the path or the peer is gone, not that the owner is busy.
+async fn gone_silent(conn: &Connection) {
+    let mut last = conn.stats().udp_rx.datagrams;
+    let mut quiet_since = Instant::now();
+    let mut ticker = tokio::time::interval(SILENCE_CHECK);
+    loop {
+        ticker.tick().await;
+        let now = conn.stats().udp_rx.datagrams;
+        if now != last {
+            last = now;
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= SILENT_AFTER {
+            return;
+        }
     }
 }
 

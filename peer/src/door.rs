@@ -126,6 +126,7 @@ async fn serve_stream<S: Service>(
             Request::IssueTicket(request) => {
                 Response::Ticket(service.issue_ticket(peer, request).await)
             }
+            Request::Heartbeat(beat) => Response::Heartbeat(beat),
             Request::CallStatus(request) => match service.call_status(peer, request).await {
                 Some(state) => Response::CallStatus(state),
                 None => Response::Failed(ProtocolFailure::GoingAway),

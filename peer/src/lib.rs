@@ -6,6 +6,9 @@
 //! - [`transport`]: the QUIC endpoint, dialing under a connect timeout, frame IO on streams.
 //! - [`outcome`]: what became of a call, as types (answered, not carried out, not sent, unknown).
 //! - [`routes`]: route kinds, parsing, and the preference order.
+//! - [`health`]: one route's health as a state machine over time (heartbeats, silence, backoff).
+//! - [`route_table`]: every route to every peer, its source and health; ranking for calls.
+//! - [`probe`]: the UDP side probe that tells "gateway not running" from "host silent".
 //! - [`pool`]: open connections and when each peer was last heard (write liveness).
 //! - [`call`]: the caller's write (at most once) and read (retry, next route) paths.
 //! - [`write_machine`]: the write's decisions (retry? renew? settle? which outcome?) as a pure
@@ -15,8 +18,11 @@
 pub mod call;
 pub mod codec;
 pub mod door;
+pub mod health;
 pub mod outcome;
 pub mod pool;
+pub mod probe;
+pub mod route_table;
 pub mod routes;
 pub mod tls;
 pub mod transport;

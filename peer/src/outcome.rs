@@ -114,6 +114,8 @@ pub enum NotSentReason {
     ConnectFailed,
     /// The connection attempt did not finish within the connect timeout.
     ConnectTimedOut,
+    /// Nothing listens on the peer's port: the host answered, the gateway is not running.
+    PortClosed,
     /// The peer at that address is not the node this gateway trusts under that label.
     KeyMismatch,
     /// No ticket could be had from the owner.
@@ -130,6 +132,7 @@ impl NotSentReason {
             Self::NoRoute => "no_route",
             Self::ConnectFailed => "connect_failed",
             Self::ConnectTimedOut => "connect_timed_out",
+            Self::PortClosed => "port_closed",
             Self::KeyMismatch => "key_mismatch",
             Self::TicketUnavailable => "ticket_unavailable",
             Self::Stopping => "stopping",

@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 use ferry_ticket::NodeId;
 use tokio::task::JoinSet;
 
+use crate::health::Failure;
+use crate::route_table::RouteTable;
+use crate::transport::{CLOSE_GOING_AWAY, CLOSE_UNTRUSTED};
+
 /// How often a watcher samples its connection's receive counter. Bounds the error of
 /// "last heard" from below; far smaller than any liveness window worth using.
 const WATCH_INTERVAL: Duration = Duration::from_millis(50);
@@ -39,19 +43,20 @@ pub struct Pool {
     epoch: Instant,
     conns: Mutex<HashMap<(NodeId, SocketAddr), Pooled>>,
     watchers: Mutex<JoinSet<()>>,
+    routes: Arc<RouteTable>,
 }
 
-impl Default for Pool {
-    fn default() -> Self {
+impl Pool {
+    /// A pool that tells `routes` when a peer closes a connection saying it is going away.
+    pub fn new(routes: Arc<RouteTable>) -> Self {
         Self {
             epoch: Instant::now(),
             conns: Mutex::new(HashMap::new()),
             watchers: Mutex::new(JoinSet::new()),
+            routes,
         }
     }
-}
 
-impl Pool {
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
@@ -99,7 +104,14 @@ impl Pool {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         // Reap finished watchers so the set does not grow with every reconnect.
         while watchers.try_join_next().is_some() {}
-        watchers.spawn(watch(watched, heard, epoch));
+        watchers.spawn(watch(
+            watched,
+            heard,
+            epoch,
+            self.routes.clone(),
+            peer,
+            addr,
+        ));
     }
 
     /// Every open connection, for telling peers about a change.
@@ -125,12 +137,34 @@ impl Pool {
     }
 }
 
-async fn watch(conn: quinn::Connection, heard_at_ms: Arc<AtomicU64>, epoch: Instant) {
+async fn watch(
+    conn: quinn::Connection,
+    heard_at_ms: Arc<AtomicU64>,
+    epoch: Instant,
+    routes: Arc<RouteTable>,
+    peer: NodeId,
+    addr: SocketAddr,
+) {
     let mut last_count = conn.stats().udp_rx.datagrams;
     let mut ticker = tokio::time::interval(WATCH_INTERVAL);
     loop {
         tokio::select! {
-            _ = conn.closed() => return,
+            reason = conn.closed() => {
+                // A peer that says it is stopping takes its route down at once (SPEC 8).
+                if let quinn::ConnectionError::ApplicationClosed(close) = reason {
+                    let why = match close.error_code.into_inner() {
+                        code if code == u64::from(CLOSE_GOING_AWAY) => Some(Failure::GoingAway),
+                        code if code == u64::from(CLOSE_UNTRUSTED) => {
+                            Some(Failure::Failed("the peer no longer trusts this node".into()))
+                        }
+                        _ => None,
+                    };
+                    if let Some(why) = why {
+                        routes.failed(peer, addr, Instant::now(), why);
+                    }
+                }
+                return;
+            }
             _ = ticker.tick() => {
                 let count = conn.stats().udp_rx.datagrams;
                 if count != last_count {

@@ -67,6 +67,15 @@ pub enum Request {
     /// "What became of my request id?" A read (safe to repeat); the owner tombstones an id it
     /// has never seen so it can never run afterwards.
     CallStatus(CallStatusRequest),
+    /// A route heartbeat, answered at once by the door itself.
+    Heartbeat(Heartbeat),
+}
+
+/// A heartbeat carries the interval it was sent at: its receiver may call the sender silent
+/// after six of them (SPEC 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub interval_ms: u32,
 }
 
 /// The answers. New variants are only ever appended.
@@ -79,6 +88,7 @@ pub enum Response {
     Failed(ProtocolFailure),
     Ticket(TicketAnswer),
     CallStatus(CallState),
+    Heartbeat(Heartbeat),
 }
 
 /// A caller asks the owner for a ticket.

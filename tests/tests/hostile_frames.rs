@@ -57,7 +57,10 @@ fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
             TransportTuning::default(),
         )
         .unwrap();
-        let conn = endpoint.dial(owner_addr, owner, Duration::from_secs(5)).await.unwrap();
+        let conn = endpoint
+            .dial(owner_addr, owner, Duration::from_secs(5))
+            .await
+            .unwrap();
 
         let hostile_prefix = [0xff, 0xff, 0xff, 0xff, 0, 1, 2, 3];
         let mut truncated = 100u32.to_be_bytes().to_vec();
@@ -82,7 +85,8 @@ fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
             ("a hostile length inside the body", hostile_inner),
         ] {
             let result = send_raw(&conn, &bytes).await;
-            let err = result.expect_err(&format!("{what}: the owner answered instead of resetting"));
+            let err =
+                result.expect_err(&format!("{what}: the owner answered instead of resetting"));
             assert!(
                 err.contains(&RESET_MALFORMED.to_string()) || err.contains("reset"),
                 "{what}: expected a reset with code {RESET_MALFORMED}, got {err}"
@@ -99,7 +103,9 @@ fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
             ext: Extensions::default(),
         })
         .unwrap();
-        let answer = send_raw(&conn, &hello).await.expect("a valid hello is answered");
+        let answer = send_raw(&conn, &hello)
+            .await
+            .expect("a valid hello is answered");
         let (_, frame) = ferry_peer::codec::decode_frame::<ResponseFrame>(&answer).unwrap();
         let Response::Hello(theirs) = frame.body else {
             panic!("expected a hello back, got {:?}", frame.body)
@@ -107,7 +113,10 @@ fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
         assert_eq!(theirs.owned_vaults, vec!["notes".to_string()]);
     });
 
-    assert_eq!(a.metric("ferry_peer_requests_served_total{kind=\"write\"}"), served_before);
+    assert_eq!(
+        a.metric("ferry_peer_requests_served_total{kind=\"write\"}"),
+        served_before
+    );
     assert_eq!(a.vault_revision("notes"), 0, "nothing ran");
     let (status, _) = a.put("notes", "after", b"ok", &[]);
     assert_eq!(status, 200, "the owner still takes writes");

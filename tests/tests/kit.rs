@@ -36,10 +36,21 @@ fn the_kit_types_every_outcome_and_never_writes_around_a_stopped_gateway() {
     assert!(b.cli(&["stop"]).status.success());
     assert_eq!(b.wait_exit(Duration::from_secs(10)), Some(0));
     runtime.block_on(async {
-        let down = kit.put("notes", "k2", b"v".to_vec(), &WriteOptions::default()).await;
-        let WriteResult::LocalGatewayDown { detail } = down else { panic!("expected local_gateway_down, got {down:?}") };
+        let down = kit
+            .put("notes", "k2", b"v".to_vec(), &WriteOptions::default())
+            .await;
+        let WriteResult::LocalGatewayDown { detail } = down else {
+            panic!("expected local_gateway_down, got {down:?}")
+        };
         assert!(detail.ends_with("nothing was sent"), "{detail}");
-        assert!(matches!(kit.get("notes", "k").await, Err(KitError::LocalGatewayDown { .. })));
+        assert!(matches!(
+            kit.get("notes", "k").await,
+            Err(KitError::LocalGatewayDown { .. })
+        ));
     });
-    assert_eq!(a.vault_revision("notes"), 1, "the kit never wrote around its gateway");
+    assert_eq!(
+        a.vault_revision("notes"),
+        1,
+        "the kit never wrote around its gateway"
+    );
 }

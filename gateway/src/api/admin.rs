@@ -7,8 +7,7 @@ use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ferry_peer::routes::Route;
-use ferry_peer::transport::TransportTuning;
+use ferry_peer::routes::{Route, RouteState};
 use ferry_ticket::NodeId;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -59,34 +58,26 @@ pub async fn peers(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
     ))
 }
 
-/// Routes with what the connection pool knows of them: `up` while a connection is open and
-/// its peer was heard within six keep-alive intervals, `down` when it is silent longer or
-/// closed, `probing` when no connection is open. Heartbeat probing of idle routes, last errors
-/// and the route of the last call arrive with route health (issue 4).
+/// Every route to every trusted peer with its health (SPEC 8, `ferry routes`).
 pub async fn routes(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
-    let silent_after = TransportTuning::default().keep_alive * 6;
+    let now = std::time::Instant::now();
     let mut rows = Vec::new();
     for peer in gateway.peers.all() {
-        for route in &peer.routes {
-            let pooled = gateway.caller.pool().get(peer.node_id, route.addr);
-            let (state, rtt_ms, heard) = match &pooled {
-                Some(p) if p.heard_ago <= silent_after => (
-                    "up",
-                    Some(p.conn.rtt().as_secs_f64() * 1000.0),
-                    Some(p.heard_ago),
-                ),
-                Some(p) => ("down", None, Some(p.heard_ago)),
-                None => ("probing", None, None),
-            };
+        for view in gateway.routes.view(peer.node_id, now) {
             rows.push(json!({
                 "peer": peer.label,
-                "kind": route.kind.as_str(),
-                "address": route.addr.to_string(),
-                "state": state,
-                "rtt_ms": rtt_ms,
-                "last_heard_ms_ago": heard.map(|h| h.as_millis() as u64),
-                "last_error": null,
-                "carried_last_call": false,
+                "kind": view.route.kind.as_str(),
+                "address": view.route.addr.to_string(),
+                "source": format!("{:?}", view.source).to_lowercase(),
+                "state": match view.state {
+                    RouteState::Up => "up",
+                    RouteState::Down => "down",
+                    RouteState::Probing => "probing",
+                },
+                "rtt_ms": view.rtt.map(|rtt| (rtt.as_secs_f64() * 1000.0 * 100.0).round() / 100.0),
+                "last_heard_ms_ago": view.last_heard_ago.map(|ago| ago.as_millis() as u64),
+                "last_error": view.last_error,
+                "carried_last_call": view.carried_last_call,
             }));
         }
     }

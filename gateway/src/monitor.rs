@@ -1,0 +1,74 @@
+//! The route prober: sends each route's heartbeat when it is due, applies the silence rule,
+//! and records what it learns in the route table (SPEC 8). The decisions (when, how often,
+//! when a route is down) are `ferry_peer::health`'s; this only does the IO.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_peer::health::Failure;
+use ferry_peer::routes::Route;
+use ferry_ticket::NodeId;
+use tokio::task::JoinSet;
+use tracing::debug;
+
+use crate::gateway::Gateway;
+
+/// How often the prober looks for due heartbeats and silent routes.
+const TICK: Duration = Duration::from_millis(50);
+/// The most heartbeats in flight at once.
+const MAX_IN_FLIGHT: usize = 64;
+/// The least time a heartbeat waits for its answer.
+const HEARTBEAT_TIMEOUT_FLOOR: Duration = Duration::from_millis(500);
+
+/// Runs until the gateway stops.
+pub async fn watch_routes(gateway: Arc<Gateway>) {
+    let mut stopping = gateway.stopping();
+    let mut ticker = tokio::time::interval(TICK);
+    let mut beats = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                let now = Instant::now();
+                for (node, route) in gateway.routes.check_silence(now) {
+                    debug!(peer = %node.short(), %route, "route silent: down");
+                }
+                for (node, route, interval) in gateway.routes.due_probes(now) {
+                    if beats.len() >= MAX_IN_FLIGHT {
+                        break;
+                    }
+                    beats.spawn(beat(gateway.clone(), node, route, interval));
+                }
+            }
+            Some(_) = beats.join_next(), if !beats.is_empty() => {}
+            _ = stopping.wait_for(|stopping| *stopping) => break,
+        }
+    }
+    beats.abort_all();
+}
+
+async fn beat(gateway: Arc<Gateway>, node: NodeId, route: Route, interval: Duration) {
+    let timeout = interval.max(HEARTBEAT_TIMEOUT_FLOOR);
+    let result = gateway
+        .caller
+        .heartbeat(node, &route, interval, timeout)
+        .await;
+    let now = Instant::now();
+    match result {
+        Ok(rtt) => gateway.routes.heard(node, route.addr, now, Some(rtt)),
+        Err(Some(failure)) => {
+            debug!(peer = %node.short(), %route, %failure, "route down");
+            gateway.routes.failed(node, route.addr, now, failure);
+        }
+        // No answer this time: silence over six intervals decides, except for a route never
+        // heard at all, which is simply not usable yet.
+        Err(None) if gateway.routes.never_heard(node, route.addr) => {
+            gateway.routes.failed(
+                node,
+                route.addr,
+                now,
+                Failure::Failed("no answer to heartbeats".into()),
+            );
+        }
+        Err(None) => {}
+    }
+}

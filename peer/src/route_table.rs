@@ -1,0 +1,279 @@
+//! Every route to every trusted peer, where it came from, and its health.
+//!
+//! Sources: the admin's `ferry trust --addr` (config), mDNS on the LAN, tailnet addresses from a
+//! peer's mDNS TXT record, and this machine's tailnet client. The table ranks a peer's usable
+//! routes for each call (down routes are left out: a call to a peer whose every route is down is
+//! refused at once, nothing sent) and hands the prober the heartbeats that are due.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ferry_ticket::NodeId;
+use serde::{Deserialize, Serialize};
+
+use crate::health::{Failure, RouteHealth};
+use crate::routes::{rank_routes, Route, RouteState};
+
+/// Where a route came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RouteSource {
+    Config,
+    Mdns,
+    Txt,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    route: Route,
+    source: RouteSource,
+    health: RouteHealth,
+    carried_last_call: bool,
+}
+
+/// One route as `ferry routes` shows it.
+#[derive(Debug, Clone)]
+pub struct RouteView {
+    pub route: Route,
+    pub source: RouteSource,
+    pub state: RouteState,
+    pub rtt: Option<Duration>,
+    pub last_heard_ago: Option<Duration>,
+    pub last_error: Option<String>,
+    pub carried_last_call: bool,
+}
+
+/// The table. All methods take `now`; none does IO.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    peers: Mutex<HashMap<NodeId, Vec<Entry>>>,
+}
+
+impl RouteTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Vec<Entry>>> {
+        // Each method is one short edit of plain data; a panic cannot leave it half-done.
+        self.peers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sets the admin's routes to `node`, keeping the health of routes that stay.
+    pub fn set_configured(&self, node: NodeId, routes: &[Route], now: Instant) {
+        let mut peers = self.lock();
+        let entries = peers.entry(node).or_default();
+        entries.retain(|e| e.source != RouteSource::Config || routes.contains(&e.route));
+        for route in routes {
+            if let Some(entry) = entries.iter_mut().find(|e| e.route == *route) {
+                entry.source = RouteSource::Config;
+            } else {
+                entries.push(Entry {
+                    route: *route,
+                    source: RouteSource::Config,
+                    health: RouteHealth::new(now),
+                    carried_last_call: false,
+                });
+            }
+        }
+    }
+
+    /// Adds a discovered route (an upsert: rediscovering a known route changes nothing).
+    /// Returns true if it is new.
+    pub fn add_discovered(
+        &self,
+        node: NodeId,
+        route: Route,
+        source: RouteSource,
+        now: Instant,
+    ) -> bool {
+        let mut peers = self.lock();
+        let entries = peers.entry(node).or_default();
+        if entries.iter().any(|e| e.route.addr == route.addr) {
+            return false;
+        }
+        entries.push(Entry {
+            route,
+            source,
+            health: RouteHealth::new(now),
+            carried_last_call: false,
+        });
+        true
+    }
+
+    /// Forgets every route to `node` (it was untrusted).
+    pub fn forget_peer(&self, node: NodeId) {
+        self.lock().remove(&node);
+    }
+
+    /// `node`'s usable routes, best first (SPEC 8: kind, then RTT); down routes left out.
+    pub fn ranked(&self, node: NodeId) -> Vec<Route> {
+        let peers = self.lock();
+        let Some(entries) = peers.get(&node) else {
+            return Vec::new();
+        };
+        let mut candidates: Vec<_> = entries
+            .iter()
+            .filter(|e| e.health.state() != RouteState::Down)
+            .map(|e| (e.route, e.health.state(), e.health.rtt()))
+            .collect();
+        rank_routes(&mut candidates);
+        candidates.into_iter().map(|(route, ..)| route).collect()
+    }
+
+    /// `node`'s down routes, best first: the last resort of calls that are safe to repeat.
+    pub fn down(&self, node: NodeId) -> Vec<Route> {
+        let peers = self.lock();
+        let Some(entries) = peers.get(&node) else {
+            return Vec::new();
+        };
+        let mut candidates: Vec<_> = entries
+            .iter()
+            .filter(|e| e.health.state() == RouteState::Down)
+            .map(|e| (e.route, e.health.state(), e.health.rtt()))
+            .collect();
+        rank_routes(&mut candidates);
+        candidates.into_iter().map(|(route, ..)| route).collect()
+    }
+
+    /// Every route to `node` for display.
+    pub fn view(&self, node: NodeId, now: Instant) -> Vec<RouteView> {
+        let peers = self.lock();
+        peers
+            .get(&node)
+            .map(|entries| {
+                entries
+                    .iter()
+                    .map(|e| RouteView {
+                        route: e.route,
+                        source: e.source,
+                        state: e.health.state(),
+                        rtt: e.health.rtt(),
+                        last_heard_ago: e
+                            .health
+                            .last_heard()
+                            .map(|h| now.saturating_duration_since(h)),
+                        last_error: e.health.last_error().map(|f| f.to_string()),
+                        carried_last_call: e.carried_last_call,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn with_route(&self, node: NodeId, addr: SocketAddr, edit: impl FnOnce(&mut Entry)) {
+        if let Some(entry) = self
+            .lock()
+            .get_mut(&node)
+            .and_then(|entries| entries.iter_mut().find(|e| e.route.addr == addr))
+        {
+            edit(entry);
+        }
+    }
+
+    /// The peer answered on this route.
+    pub fn heard(&self, node: NodeId, addr: SocketAddr, now: Instant, rtt: Option<Duration>) {
+        self.with_route(node, addr, |e| e.health.heard(now, rtt));
+    }
+
+    /// A call went over this route (and answered): it carried the last call.
+    pub fn carried(&self, node: NodeId, addr: SocketAddr, now: Instant) {
+        if let Some(entries) = self.lock().get_mut(&node) {
+            for entry in entries.iter_mut() {
+                entry.carried_last_call = entry.route.addr == addr;
+                if entry.carried_last_call {
+                    entry.health.used(now);
+                    entry.health.heard(now, None);
+                }
+            }
+        }
+    }
+
+    /// The route failed.
+    pub fn failed(&self, node: NodeId, addr: SocketAddr, now: Instant, why: Failure) {
+        self.with_route(node, addr, |e| e.health.failed(now, why));
+    }
+
+    /// Every route to `node` failed at once (it said goodbye, or is going away).
+    pub fn peer_failed(&self, node: NodeId, now: Instant, why: Failure) {
+        if let Some(entries) = self.lock().get_mut(&node) {
+            for entry in entries.iter_mut() {
+                entry.health.failed(now, why.clone());
+            }
+        }
+    }
+
+    /// Whether the route is known and not `Up` yet (a failure there means it is not usable).
+    pub fn never_heard(&self, node: NodeId, addr: SocketAddr) -> bool {
+        self.lock()
+            .get(&node)
+            .and_then(|entries| entries.iter().find(|e| e.route.addr == addr))
+            .is_some_and(|e| e.health.last_heard().is_none())
+    }
+
+    /// Applies the silence rule to every route; returns the routes it turned down.
+    pub fn check_silence(&self, now: Instant) -> Vec<(NodeId, Route)> {
+        let mut turned = Vec::new();
+        for (node, entries) in self.lock().iter_mut() {
+            for entry in entries.iter_mut() {
+                if entry.health.check_silence(now) {
+                    turned.push((*node, entry.route));
+                }
+            }
+        }
+        turned
+    }
+
+    /// The heartbeats due now: (peer, route, interval to publish).
+    pub fn due_probes(&self, now: Instant) -> Vec<(NodeId, Route, Duration)> {
+        let mut due = Vec::new();
+        for (node, entries) in self.lock().iter_mut() {
+            for entry in entries.iter_mut() {
+                if let Some(interval) = entry.health.probe_due(now) {
+                    due.push((*node, entry.route, interval));
+                }
+            }
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_ticket::NodeKey;
+
+    #[test]
+    fn down_routes_are_left_out_and_lan_beats_tailnet() {
+        let now = Instant::now();
+        let table = RouteTable::default();
+        let node = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let lan = Route::parse("10.77.0.1:7420").unwrap();
+        let tailnet = Route::parse("100.77.0.1:7420").unwrap();
+        table.set_configured(node, &[tailnet, lan], now);
+        assert_eq!(table.ranked(node), vec![lan, tailnet]);
+        table.failed(node, lan.addr, now, Failure::Silent);
+        assert_eq!(table.ranked(node), vec![tailnet]);
+        table.heard(node, lan.addr, now, Some(Duration::from_millis(1)));
+        assert_eq!(table.ranked(node), vec![lan, tailnet]);
+        table.peer_failed(node, now, Failure::GoingAway);
+        assert_eq!(table.ranked(node), Vec::<Route>::new());
+    }
+
+    #[test]
+    fn discovery_is_an_upsert_and_config_keeps_health() {
+        let now = Instant::now();
+        let table = RouteTable::default();
+        let node = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let lan = Route::parse("10.77.0.1:7420").unwrap();
+        assert!(table.add_discovered(node, lan, RouteSource::Mdns, now));
+        assert!(!table.add_discovered(node, lan, RouteSource::Mdns, now));
+        table.heard(node, lan.addr, now, Some(Duration::from_millis(3)));
+        table.set_configured(node, &[lan], now);
+        let view = table.view(node, now);
+        assert_eq!(view.len(), 1);
+        assert_eq!(
+            (view[0].source, view[0].state),
+            (RouteSource::Config, RouteState::Up)
+        );
+    }
+}
