@@ -27,6 +27,10 @@ pub struct Config {
     pub mdns: bool,
     /// Tailnet addresses of this gateway, to tell peers.
     pub tailnet: Vec<SocketAddr>,
+    /// Interfaces mDNS uses (empty: every non-loopback, non-tailnet interface).
+    pub mdns_interfaces: Vec<String>,
+    /// Interfaces whose discovered peers are `thunderbolt` routes rather than `lan`.
+    pub thunderbolt_interfaces: Vec<String>,
     /// The largest value a write may carry.
     pub max_value_bytes: usize,
     /// The most one connection attempt may take.
@@ -53,6 +57,8 @@ impl Default for Config {
             label: None,
             mdns: true,
             tailnet: Vec::new(),
+            mdns_interfaces: Vec::new(),
+            thunderbolt_interfaces: Vec::new(),
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             connect_timeout_ms: 2_000,
             write_liveness_ms: 1_000,

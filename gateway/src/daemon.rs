@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_peer::call::{CallTuning, Caller};
+use ferry_peer::discovery::{Announcement, Discovery, DiscoveryEvent};
 use ferry_peer::door;
+use ferry_peer::mdns::MdnsDiscovery;
 use ferry_peer::pool::Pool;
 use ferry_peer::route_table::RouteTable;
 use ferry_peer::tls::peer_node_id;
@@ -129,6 +131,13 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     tasks.spawn(async move { greeter.hello_all(Duration::from_secs(2)).await });
     tasks.spawn(gateway.clone().settle_in_background());
     tasks.spawn(crate::monitor::watch_routes(gateway.clone()));
+    let discovery = match start_discovery(&gateway).await {
+        Some((discovery, events)) => {
+            tasks.spawn(gateway.clone().follow_discovery(events));
+            Some(discovery)
+        }
+        None => None,
+    };
     home.write_api_addr(api_addr)?;
     info!(node = %gateway.node_id().short(), label = %gateway.label, api = %api_addr, quic = %quic_addr, "gateway running");
 
@@ -140,6 +149,13 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     if !drained {
         warn!("in-flight writes did not finish within the drain bound");
     }
+    // Goodbyes: on the LAN, then on every connection, so peers mark this gateway's routes
+    // down at once.
+    if let Some(discovery) = discovery {
+        tokio::task::spawn_blocking(move || discovery.goodbye())
+            .await
+            .ok();
+    }
     endpoint.close_going_away().await;
     home.remove_api_addr();
     // Every task watches the stop signal; give them the rest of a short bound, then abort.
@@ -150,6 +166,44 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     tasks.abort_all();
     info!("stopped");
     Ok(())
+}
+
+/// Starts mDNS (unless turned off) and announces this gateway. A failure is logged, not
+/// fatal: peers can still be added with `ferry trust --addr`.
+async fn start_discovery(
+    gateway: &Arc<Gateway>,
+) -> Option<(
+    Arc<dyn Discovery>,
+    tokio::sync::mpsc::Receiver<DiscoveryEvent>,
+)> {
+    if !gateway.config.mdns {
+        return None;
+    }
+    let mut tailnet = gateway.config.tailnet.clone();
+    for addr in crate::tailnet::from_client(gateway.quic_addr.port()).await {
+        if !tailnet.contains(&addr) {
+            tailnet.push(addr);
+        }
+    }
+    let announcement = Announcement {
+        node: gateway.node_id(),
+        protocol: ferry_peer::wire::PROTOCOL_VERSION,
+        quic_port: gateway.quic_addr.port(),
+        label_hint: gateway.label.clone(),
+        tailnet,
+    };
+    let started = MdnsDiscovery::start(&gateway.config.mdns_interfaces)
+        .and_then(|mdns| mdns.announce(&announcement).map(|()| mdns));
+    match started {
+        Ok(mdns) => {
+            let events = mdns.events()?;
+            Some((Arc::new(mdns), events))
+        }
+        Err(err) => {
+            warn!(%err, "mDNS discovery is off");
+            None
+        }
+    }
 }
 
 /// Waits for SIGTERM, SIGINT or a stop requested through the API.

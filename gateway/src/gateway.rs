@@ -130,6 +130,8 @@ pub struct Gateway {
     pub directory: Directory,
     pub caller: Caller,
     pub routes: Arc<RouteTable>,
+    /// Gateways seen on the LAN, trusted or not.
+    pub seen: crate::discovery::SeenPeers,
     pub metrics: Metrics,
     pub started: Instant,
     pub quic_addr: SocketAddr,
@@ -178,6 +180,7 @@ impl Gateway {
             peers: parts.peers,
             directory: Directory::default(),
             routes: parts.caller.routes().clone(),
+            seen: crate::discovery::SeenPeers::default(),
             caller: parts.caller,
             metrics: Metrics::default(),
             started: Instant::now(),
@@ -650,6 +653,8 @@ impl Gateway {
         self.peers.upsert(peer.clone());
         self.routes
             .set_configured(peer.node_id, &peer.routes, Instant::now());
+        // A peer seen on the LAN before it was trusted brings its announced routes along.
+        self.apply_seen(peer.node_id);
         Ok(peer)
     }
 

@@ -9,6 +9,8 @@
 //! - [`service`]: what the gateway does with requests from peers.
 //! - [`owner`]: the executor that carries out writes, and the verbs themselves.
 //! - [`store`] and [`reader`]: SQLite (WAL, synchronous=FULL): vaults, records, trust, journal.
+//! - [`discovery`], [`monitor`], [`tailnet`]: what mDNS tells, the route prober, this machine's
+//!   tailnet addresses.
 //! - [`peers`]: the trust book the TLS server consults, and who owns which vault.
 //! - [`home`], [`config`], [`names`], [`metrics`]: the state directory, settings, validation of
 //!   names, and counters.
@@ -17,6 +19,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod discovery;
 pub mod gateway;
 pub mod home;
 pub mod kit;
@@ -28,3 +31,4 @@ pub mod peers;
 pub mod reader;
 pub mod service;
 pub mod store;
+pub mod tailnet;

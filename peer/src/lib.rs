@@ -8,6 +8,8 @@
 //! - [`routes`]: route kinds, parsing, and the preference order.
 //! - [`health`]: one route's health as a state machine over time (heartbeats, silence, backoff).
 //! - [`route_table`]: every route to every peer, its source and health; ranking for calls.
+//! - [`discovery`]: announcements, events, the `Discovery` trait and its in-memory twin.
+//! - [`mdns`]: discovery over mDNS (`_ferry._udp.local.`).
 //! - [`probe`]: the UDP side probe that tells "gateway not running" from "host silent".
 //! - [`pool`]: open connections and when each peer was last heard (write liveness).
 //! - [`call`]: the caller's write (at most once) and read (retry, next route) paths.
@@ -17,8 +19,10 @@
 
 pub mod call;
 pub mod codec;
+pub mod discovery;
 pub mod door;
 pub mod health;
+pub mod mdns;
 pub mod outcome;
 pub mod pool;
 pub mod probe;

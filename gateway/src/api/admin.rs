@@ -52,10 +52,24 @@ fn peer_json(peer: &crate::store::trust::TrustedPeer) -> Value {
     })
 }
 
+/// Trusted peers, then gateways seen on the LAN that are not trusted (never used).
 pub async fn peers(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
-    Json(Value::Array(
-        gateway.peers.all().iter().map(peer_json).collect(),
-    ))
+    let trusted = gateway.peers.all();
+    let mut rows: Vec<Value> = trusted.iter().map(peer_json).collect();
+    for seen in gateway.seen.all() {
+        if trusted.iter().any(|p| p.node_id == seen.announcement.node) {
+            continue;
+        }
+        rows.push(json!({
+            "label": seen.announcement.label_hint,
+            "node_id": seen.announcement.node.to_string(),
+            "trusted": false,
+            "routes": seen.lan.iter().map(|a| json!({"kind": "lan", "address": a.to_string()}))
+                .chain(seen.announcement.tailnet.iter().map(|a| json!({"kind": "tailnet", "address": a.to_string()})))
+                .collect::<Vec<_>>(),
+        }));
+    }
+    Json(Value::Array(rows))
 }
 
 /// Every route to every trusted peer with its health (SPEC 8, `ferry routes`).
