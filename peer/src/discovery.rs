@@ -125,7 +125,14 @@ pub trait Discovery: Send + Sync + std::fmt::Debug {
 /// An in-memory LAN: every member sees every other member's announcements.
 #[derive(Debug, Default)]
 pub struct MemoryLan {
-    members: Mutex<Vec<(usize, mpsc::Sender<DiscoveryEvent>, Option<Announcement>)>>,
+    members: Mutex<Vec<Member>>,
+}
+
+#[derive(Debug)]
+struct Member {
+    id: usize,
+    events: mpsc::Sender<DiscoveryEvent>,
+    announced: Option<Announcement>,
 }
 
 impl MemoryLan {
@@ -138,12 +145,16 @@ impl MemoryLan {
         let (tx, rx) = mpsc::channel(EVENT_QUEUE);
         let mut members = self.members.lock().unwrap_or_else(|p| p.into_inner());
         let id = members.len();
-        for (_, _, announced) in members.iter() {
-            if let Some(announcement) = announced {
+        for member in members.iter() {
+            if let Some(announcement) = &member.announced {
                 let _ = tx.try_send(seen(announcement));
             }
         }
-        members.push((id, tx, None));
+        members.push(Member {
+            id,
+            events: tx,
+            announced: None,
+        });
         MemoryDiscovery {
             lan: self.clone(),
             id,
@@ -170,11 +181,11 @@ pub struct MemoryDiscovery {
 impl Discovery for MemoryDiscovery {
     fn announce(&self, me: &Announcement) -> Result<(), DiscoveryError> {
         let mut members = self.lan.members.lock().unwrap_or_else(|p| p.into_inner());
-        for (id, tx, announced) in members.iter_mut() {
-            if *id == self.id {
-                *announced = Some(me.clone());
+        for member in members.iter_mut() {
+            if member.id == self.id {
+                member.announced = Some(me.clone());
             } else {
-                let _ = tx.try_send(seen(me));
+                let _ = member.events.try_send(seen(me));
             }
         }
         Ok(())
@@ -188,12 +199,12 @@ impl Discovery for MemoryDiscovery {
         let mut members = self.lan.members.lock().unwrap_or_else(|p| p.into_inner());
         let node = members
             .iter()
-            .find(|(id, ..)| *id == self.id)
-            .and_then(|(_, _, a)| a.as_ref().map(|a| a.node));
-        members.retain(|(id, ..)| *id != self.id);
+            .find(|m| m.id == self.id)
+            .and_then(|m| m.announced.as_ref().map(|a| a.node));
+        members.retain(|m| m.id != self.id);
         if let Some(node) = node {
-            for (_, tx, _) in members.iter() {
-                let _ = tx.try_send(DiscoveryEvent::Gone { node });
+            for member in members.iter() {
+                let _ = member.events.try_send(DiscoveryEvent::Gone { node });
             }
         }
     }
