@@ -72,8 +72,8 @@ impl Rng {
         (self.next_u64() % n as u64) as usize
     }
 
-    fn one_in(&mut self, n: u64) -> bool {
-        self.next_u64() % n == 0
+    fn one_in(&mut self, n: usize) -> bool {
+        self.below(n) == 0
     }
 
     fn millis(&mut self, lo: u64, hi: u64) -> Duration {
@@ -204,6 +204,8 @@ fn connection_lost() -> Event {
 #[derive(Debug, Default, Clone, Copy)]
 struct Stats {
     writes: u64,
+    /// Scheduler actions: steps of the writes, owner batches, crashes, deliveries, ticks.
+    actions: u64,
     not_sent: u64,
     done: u64,
     refused: u64,
@@ -227,6 +229,7 @@ impl Stats {
     fn add(&mut self, other: &Stats) {
         let Stats {
             writes,
+            actions,
             not_sent,
             done,
             refused,
@@ -242,6 +245,7 @@ impl Stats {
             timeouts,
         } = other;
         self.writes += writes;
+        self.actions += actions;
         self.not_sent += not_sent;
         self.done += done;
         self.refused += refused;
@@ -462,9 +466,11 @@ impl Sim {
             && self.owner.zombies.is_empty()
             && self.in_flight.is_empty())
         {
+            actions += 1;
             let action = self.pick_action(false);
             self.act(action);
         }
+        self.stats.actions = actions as u64;
         self.check();
         (self.stats, self.trace)
     }
@@ -820,8 +826,7 @@ impl Sim {
                 "the vault is at revision {vault_revision} but {ran_count} distinct request ids ran: an id ran twice"
             ));
         }
-        for w in 0..self.writes.len() {
-            let revision = ran[w];
+        for (w, &revision) in ran.iter().enumerate() {
             let runs = self.writes[w].runs;
             if runs != u32::from(revision.is_some()) {
                 self.fail(format!(

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ferry_peer::call::WriteCall;
-use ferry_peer::outcome::{Refusal, RefusalCode};
+use ferry_peer::outcome::{NotCarriedOutReason, Refusal, RefusalCode};
 use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
 use rusqlite::Connection;
@@ -191,7 +191,7 @@ fn run(mut conn: Connection, mut queue: mpsc::Receiver<Job>, limits: WriteLimits
 }
 
 /// Where one job stands inside a batch.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Pending {
     Answered(WriteAnswer),
     Run,
@@ -209,11 +209,17 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, limits: &WriteLimits) 
             return answer_all_failed(batch);
         }
     };
+    // What transaction 1 decided is durable (answers from the journal, stale ids); kept in
+    // case transaction 2 fails.
+    let admitted = pending.clone();
     let pending = match execute_all(conn, batch, pending, limits, now_ms) {
         Ok(pending) => pending,
         Err(err) => {
-            error!(%err, "write batch did not commit; none of it happened");
-            return answer_all_failed(batch);
+            error!(%err, "write batch did not commit; none of its verbs happened");
+            // Its `running` markers did commit (transaction 1): fence them, so settle queries
+            // learn the truth now rather than after a restart.
+            let fenced = fence_batch(conn, batch, now_ms).is_ok();
+            return answer_after_failed_commit(batch, admitted, fenced);
         }
     };
     fault::point("after_commit");
@@ -304,10 +310,15 @@ fn execute_all(
             // Dropping the savepoint rolls the effect back.
             Ok(Execution::Fenced(answer)) => Pending::Answered(answer),
             Err(err) => {
-                // This write's effect rolls back; its `running` marker stays, so a later
-                // settle query finds it interrupted, never half-done.
-                error!(%err, request_id = %request.request_id, "write failed in the store");
-                Pending::Answered(busy("the owner's store failed on this write", 1000))
+                // The savepoint (dropped here) rolls this write's effect back. Fence the id in
+                // the same transaction, so a settle query learns the truth at once rather than
+                // `running` until a restart.
+                error!(%err, request_id = %request.request_id, "write failed in the store; fenced as interrupted");
+                drop(savepoint);
+                journal::fence_interrupted(&tx, *caller, request.request_id, now_ms)?;
+                Pending::Answered(WriteAnswer::NotCarriedOut {
+                    reason: NotCarriedOutReason::Interrupted,
+                })
             }
         };
     }
@@ -325,6 +336,45 @@ fn execute_all(
     fault::point("before_commit");
     tx.commit()?;
     Ok(pending)
+}
+
+/// Marks every write of a failed batch that is still `running` as interrupted.
+fn fence_batch(conn: &mut Connection, batch: &[Job], now_ms: u64) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    for job in batch {
+        if let Job::Write { caller, request, .. } = job {
+            journal::fence_interrupted(&tx, *caller, request.request_id, now_ms)?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// After transaction 2 failed: admitted answers stand; writes that were to run did not, and
+/// are `interrupted` if the fence held (else `busy`: their markers settle at the next start).
+fn answer_after_failed_commit(batch: &mut Vec<Job>, admitted: Vec<Pending>, fenced: bool) {
+    for (job, admitted) in batch.drain(..).zip(admitted) {
+        match (job, admitted) {
+            (Job::Write { reply, .. }, Pending::Answered(answer)) => {
+                let _ = reply.send(answer);
+            }
+            (Job::Write { reply, .. }, _) => {
+                let _ = reply.send(if fenced {
+                    WriteAnswer::NotCarriedOut {
+                        reason: NotCarriedOutReason::Interrupted,
+                    }
+                } else {
+                    busy("the owner could not commit", 1000)
+                });
+            }
+            (Job::Status { reply, .. }, Pending::Status(state)) => {
+                let _ = reply.send(state);
+            }
+            (Job::Status { reply, .. }, _) => {
+                let _ = reply.send(Err("the owner's store failed".into()));
+            }
+        }
+    }
 }
 
 fn answer_all_failed(batch: &mut Vec<Job>) {

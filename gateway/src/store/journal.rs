@@ -157,6 +157,21 @@ pub fn tombstone(
     Ok(())
 }
 
+/// Fences one running id whose verb failed: not carried out (its effect rolled back).
+pub fn fence_interrupted(
+    conn: &Connection,
+    caller: NodeId,
+    request_id: RequestId,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE journal SET state = 'not_carried_out', reason = 'interrupted', updated_ms = ?3
+         WHERE caller = ?1 AND request_id = ?2 AND state = 'running'",
+    )?
+    .execute(params![caller.to_string(), &request_id.0[..], now_ms as i64])?;
+    Ok(())
+}
+
 /// After a crash: every id that was running without a committed answer was interrupted.
 pub fn recover_interrupted(conn: &Connection, now_ms: u64) -> Result<usize, StoreError> {
     Ok(conn.execute(
