@@ -16,6 +16,10 @@ const THROUGHPUT_SHARE_TARGET: f64 = 0.5;
 const THROUGHPUT_TARGET: f64 = 10_000.0;
 /// CPU figures below this are mostly rounding (`/proc` counts 10 ms ticks).
 const MIN_CPU_SHOWN: Duration = Duration::from_millis(100);
+/// Other work using more than this many cores on average makes the figures noisy.
+const BUSY_OTHERS_CORES: f64 = 0.25;
+/// Threads that used less than this in a phase are left out of the breakdown.
+const MIN_THREAD_SHOWN: Duration = Duration::from_millis(30);
 
 /// One system's figures.
 #[derive(Debug)]
@@ -23,7 +27,7 @@ pub struct Measured {
     pub sequential: Sample,
     pub concurrent: Sample,
     /// CPU used by each side during the concurrent phase, where `/proc` could tell.
-    pub cpu: Option<cpu::Split>,
+    pub cpu: Option<cpu::Usage>,
     /// Checks and events worth a line in the report.
     pub notes: Vec<String>,
 }
@@ -41,6 +45,8 @@ pub struct Report {
     pub ferry_layout: String,
     pub load_before: String,
     pub load_after: String,
+    /// Cores' worth of CPU used by other work during the run, where `/proc` could tell.
+    pub others_cores: Option<f64>,
 }
 
 impl Report {
@@ -166,31 +172,50 @@ impl Report {
             .iter()
             .map(|(layout, m)| (format!("bare relay, {}", layout.name()), m))
             .chain(self.ferry.iter().map(|m| ("Ferry (b, a)".to_string(), m)));
+        let mut by_thread = Vec::new();
         for (name, m) in systems {
             let writes = m.concurrent.ok() as f64;
             // Below a tenth of a second the 10 ms ticks of /proc say little.
             let Some(cpu) = m
                 .cpu
-                .filter(|cpu| writes > 0.0 && cpu.caller + cpu.owner >= MIN_CPU_SHOWN)
+                .as_ref()
+                .filter(|cpu| writes > 0.0 && cpu.total() >= MIN_CPU_SHOWN)
             else {
                 let _ = writeln!(out, "| {name} | - | - | - | too short to tell |");
                 continue;
             };
-            let per_write = |d: std::time::Duration| d.as_secs_f64() * 1e6 / writes;
-            let total = cpu.caller + cpu.owner;
-            let busy = total.as_secs_f64() / m.concurrent.elapsed.as_secs_f64().max(1e-9);
+            let per_write = |d: Duration| d.as_secs_f64() * 1e6 / writes;
+            let busy = cpu.total().as_secs_f64() / m.concurrent.elapsed.as_secs_f64().max(1e-9);
             let _ = writeln!(
                 out,
                 "| {name} | {:.0} us | {:.0} us | {:.0} us | {busy:.2} |",
-                per_write(cpu.caller),
-                per_write(cpu.owner),
-                per_write(total),
+                per_write(cpu.of(cpu::Side::Caller)),
+                per_write(cpu.of(cpu::Side::Owner)),
+                per_write(cpu.total()),
             );
+            let threads: Vec<String> = cpu
+                .by_thread
+                .iter()
+                .filter(|(_, _, used)| *used >= MIN_THREAD_SHOWN)
+                .map(|(side, thread, used)| {
+                    let side = match side {
+                        cpu::Side::Caller => "calling",
+                        cpu::Side::Owner => "owning",
+                    };
+                    format!("{side} `{thread}` {:.0} us", per_write(*used))
+                })
+                .collect();
+            by_thread.push(format!("- {name}: {}", threads.join(", ")));
         }
         let _ = writeln!(
             out,
-            "\n(The load generator's own CPU is not included; it is the same client for every system.)\n"
+            "\nPer write, by thread name (threads of one name added up; the load generator's own CPU, \
+             the same client for every system, is not counted):"
         );
+        for line in by_thread {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = writeln!(out);
     }
 
     fn render_notes(&self, out: &mut String) {
@@ -209,6 +234,19 @@ impl Report {
             "Load average (1, 5, 15 min) before: {}; after: {}.",
             self.load_before, self.load_after
         );
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(others) = self.others_cores {
+            let _ = writeln!(
+                out,
+                "Other work on the machine used on average {others:.2} of its {cores} cores during the run{}",
+                if others > BUSY_OTHERS_CORES {
+                    ": **the machine was shared**, so absolute figures are low and noisy; the \
+                     ratios, between figures taken seconds apart, hold up better."
+                } else {
+                    "."
+                }
+            );
+        }
         let mut failures = Vec::new();
         let mut notes = Vec::new();
         let systems = self
@@ -326,9 +364,15 @@ mod tests {
         Measured {
             sequential,
             concurrent: Sample::from_latencies(many, Duration::from_secs(1)),
-            cpu: Some(cpu::Split {
-                caller: Duration::from_millis(500),
-                owner: Duration::from_millis(250),
+            cpu: Some(cpu::Usage {
+                by_thread: vec![
+                    (cpu::Side::Caller, "http".into(), Duration::from_millis(500)),
+                    (
+                        cpu::Side::Owner,
+                        "writer".into(),
+                        Duration::from_millis(250),
+                    ),
+                ],
             }),
             notes: Vec::new(),
         }
@@ -347,6 +391,7 @@ mod tests {
             ferry_layout: "2 processes".into(),
             load_before: "0".into(),
             load_after: "0".into(),
+            others_cores: Some(0.1),
         };
         let text = report.render();
         assert!(

@@ -1,17 +1,18 @@
 //! `ferry-bench writes`: the write path, Ferry against the bare relay, in one run.
 //!
-//! Order: build the `ferry` binary (before anything is timed), the SQLite floor, the bare relay
-//! in each layout, then Ferry. Each system runs alone: the previous one is stopped before the
-//! next starts. Progress goes to standard error; the report to standard output.
+//! Order: build the `ferry` binary (before anything is timed), measure the SQLite floor, start
+//! every system (the bare relay in each layout, two `ferry serve` processes), then run every
+//! system's sequential phase and every system's concurrent phase, one system at a time.
+//! Progress goes to standard error; the report to standard output.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bare_relay::{BareRelay, Layout, RelayError};
-use crate::cpu::Sides;
+use crate::cpu::{Machine, Sides, Usage};
 use crate::ferry_procs::{self, Pair, ProcError};
-use crate::load::{self, Keys, LoadError, Target};
+use crate::load::{self, Keys, LoadError, Sample, Target};
 use crate::report::{Measured, Report};
 use crate::sqlite;
 
@@ -113,8 +114,38 @@ pub enum WritesError {
     NoBinary(PathBuf),
 }
 
+/// A system under test, up and idle until its turn.
+enum System {
+    Bare(Layout, BareRelay),
+    Ferry(Box<Pair>),
+}
+
+/// One system's place in the run: where to send writes, whose CPU to read, what it gave.
+struct Slot {
+    system: System,
+    target: Target,
+    sides: Option<Sides>,
+    keys: String,
+    sequential: Option<Result<Sample, LoadError>>,
+    concurrent: Option<Result<(Sample, Option<Usage>), LoadError>>,
+}
+
+impl Slot {
+    fn name(&self) -> String {
+        match &self.system {
+            System::Bare(layout, _) => format!("bare relay, {} layout", layout.name()),
+            System::Ferry(_) => "Ferry".into(),
+        }
+    }
+}
+
 /// Runs everything and returns the report. A Ferry failure is reported, not raised, so the
 /// bare figures of the same run are not lost.
+///
+/// Every system is started first and the phases are interleaved (every system's sequential
+/// phase, then every system's concurrent phase), so the figures compared with each other are
+/// seconds apart, not minutes: on a shared machine the speed drifts. An idle system costs next
+/// to nothing (a QUIC keep-alive every 300 ms).
 pub fn run(options: &Options) -> Result<Report, WritesError> {
     let plan = options.plan;
     let load_before = load_average();
@@ -124,11 +155,13 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
         .unwrap_or_else(ferry_procs::default_binary);
     let built = if options.build {
         progress("building the release ferry binary");
-        ferry_procs::build_release().map_err(|err| err.to_string())
+        ferry_procs::build_release().map_err(|err| format!("the build failed: {err}"))
     } else {
         Ok(())
     };
 
+    // Measured after the build, which is not part of the run.
+    let machine_before = Machine::now();
     let dir = tempfile::Builder::new()
         .prefix("ferry-bench-")
         .tempdir()
@@ -141,36 +174,114 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
     )
     .map_err(WritesError::Floor)?;
 
-    let mut bare = Vec::new();
+    let mut slots = Vec::new();
     for &layout in &options.layouts {
-        progress(&format!("bare relay, {} layout", layout.name()));
+        progress(&format!(
+            "starting the bare relay, {} layout",
+            layout.name()
+        ));
         let relay_dir = dir.path().join(layout.name());
         std::fs::create_dir_all(&relay_dir).map_err(WritesError::Temp)?;
         let relay = BareRelay::start(&relay_dir, layout).map_err(|source| WritesError::Relay {
             layout: layout.name(),
             source,
         })?;
-        let target = Target {
-            api: relay.http_addr,
-            token: "bare".into(),
-            app: APP.into(),
-            vault: VAULT.into(),
-        };
-        let sides = relay.cpu_sides();
-        let measured = measure(
-            &plan,
-            &target,
-            &format!("bare-{}-", layout.name()),
-            Some(&sides),
-        )?;
-        drop(relay);
-        bare.push((layout, measured));
+        slots.push(Slot {
+            target: Target {
+                api: relay.http_addr,
+                token: "bare".into(),
+                app: APP.into(),
+                vault: VAULT.into(),
+            },
+            sides: Some(relay.cpu_sides()),
+            keys: format!("bare-{}-", layout.name()),
+            system: System::Bare(layout, relay),
+            sequential: None,
+            concurrent: None,
+        });
+    }
+    progress("starting two ferry serve processes");
+    // Killed on drop from here on, whatever happens.
+    let ferry_start = built.and_then(|()| start_ferry(&binary).map_err(|err| err.to_string()));
+    let ferry_failed = match ferry_start {
+        Ok(slot) => {
+            slots.push(slot);
+            None
+        }
+        Err(why) => Some(why),
+    };
+
+    for slot in &mut slots {
+        progress(&format!(
+            "{}: {} writes one at a time",
+            slot.name(),
+            plan.sequential
+        ));
+        let keys = Keys::new(format!("{}s-", slot.keys));
+        slot.sequential = Some(load::sequential(
+            &slot.target,
+            &keys,
+            plan.warmup,
+            plan.sequential,
+            plan.sequential_bound,
+        ));
+    }
+    for slot in &mut slots {
+        progress(&format!("{}: {} writers", slot.name(), plan.writers));
+        let keys = Arc::new(Keys::new(format!("{}c-", slot.keys)));
+        let before = slot.sides.as_ref().and_then(Sides::snapshot);
+        let sample = load::concurrent(
+            &slot.target,
+            &keys,
+            plan.writers,
+            plan.concurrent_max,
+            plan.concurrent_bound,
+        );
+        let after = slot.sides.as_ref().and_then(Sides::snapshot);
+        let cpu = before
+            .zip(after)
+            .map(|(before, after)| before.until(&after));
+        slot.concurrent = Some(sample.map(|sample| (sample, cpu)));
     }
 
-    progress("Ferry: two ferry serve processes");
-    let ferry = built
-        .map_err(|err| format!("the build failed: {err}"))
-        .and_then(|()| measure_ferry(&plan, binary.clone()).map_err(|err| err.to_string()));
+    let mut bare = Vec::new();
+    let mut ferry = Err(ferry_failed.unwrap_or_default());
+    for slot in slots {
+        let measured = match (slot.sequential, slot.concurrent) {
+            (Some(Ok(sequential)), Some(Ok((concurrent, cpu)))) => Ok(Measured {
+                sequential,
+                concurrent,
+                cpu,
+                notes: Vec::new(),
+            }),
+            (Some(Err(err)), _) | (_, Some(Err(err))) => Err(WritesError::Load(err)),
+            _ => Err(WritesError::Load(LoadError::Panicked)),
+        };
+        match slot.system {
+            System::Bare(layout, relay) => {
+                drop(relay);
+                bare.push((layout, measured?));
+            }
+            System::Ferry(pair) => {
+                let mut notes = Vec::new();
+                if measured.is_ok() {
+                    notes.push(check_owner_has(
+                        &pair,
+                        &format!("{}s-0000000000", slot.keys),
+                    ));
+                }
+                if let Err(err) = (*pair).stop() {
+                    notes.push(format!("did not stop cleanly: {err}"));
+                }
+                ferry = measured
+                    .map(|mut measured| {
+                        measured.notes = notes;
+                        measured
+                    })
+                    .map_err(|err| err.to_string());
+            }
+        }
+    }
 
     Ok(Report {
         plan: plan.describe(),
@@ -183,46 +294,18 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
         ),
         load_before,
         load_after: load_average(),
+        // The ferry processes were waited for above: their CPU counts as this run's.
+        others_cores: machine_before
+            .zip(Machine::now())
+            .map(|(before, after)| before.others_since(&after)),
     })
 }
 
-fn measure(
-    plan: &Plan,
-    target: &Target,
-    prefix: &str,
-    sides: Option<&Sides>,
-) -> Result<Measured, WritesError> {
-    let keys = Arc::new(Keys::new(format!("{prefix}s-")));
-    let sequential = load::sequential(
-        target,
-        &keys,
-        plan.warmup,
-        plan.sequential,
-        plan.sequential_bound,
-    )?;
-    let keys = Arc::new(Keys::new(format!("{prefix}c-")));
-    let before = sides.and_then(Sides::now);
-    let concurrent = load::concurrent(
-        target,
-        &keys,
-        plan.writers,
-        plan.concurrent_max,
-        plan.concurrent_bound,
-    )?;
-    let after = sides.and_then(Sides::now);
-    Ok(Measured {
-        sequential,
-        concurrent,
-        cpu: before.zip(after).map(|(before, after)| before.until(after)),
-        notes: Vec::new(),
-    })
-}
-
-fn measure_ferry(plan: &Plan, binary: PathBuf) -> Result<Measured, WritesError> {
+fn start_ferry(binary: &Path) -> Result<Slot, WritesError> {
     if !binary.is_file() {
-        return Err(WritesError::NoBinary(binary));
+        return Err(WritesError::NoBinary(binary.to_path_buf()));
     }
-    let pair = Pair::start(&binary, VAULT)?;
+    let pair = Pair::start(binary, VAULT)?;
     let target = Target {
         api: pair.caller.api,
         token: pair.caller.token.clone(),
@@ -234,18 +317,14 @@ fn measure_ferry(plan: &Plan, binary: PathBuf) -> Result<Measured, WritesError> 
         .pid()
         .zip(pair.owner.pid())
         .map(|(caller, owner)| Sides::Processes { caller, owner });
-    // Stopped (or killed, on drop) whatever the measurement did.
-    let measured = measure(plan, &target, "ferry-", sides.as_ref());
-    let mut notes = Vec::new();
-    if measured.is_ok() {
-        notes.push(check_owner_has(&pair, "ferry-s-0000000000"));
-    }
-    if let Err(err) = pair.stop() {
-        notes.push(format!("did not stop cleanly: {err}"));
-    }
-    let mut measured = measured?;
-    measured.notes.extend(notes);
-    Ok(measured)
+    Ok(Slot {
+        system: System::Ferry(Box::new(pair)),
+        target,
+        sides,
+        keys: "ferry-".into(),
+        sequential: None,
+        concurrent: None,
+    })
 }
 
 /// Proves the writes went to the owner: a key written through `b` reads back on `a`.

@@ -125,7 +125,12 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     let _ = gateway.api_addr.set(api_addr);
 
     let mut tasks = JoinSet::new();
-    tasks.spawn(accept_peers(gateway.clone(), endpoint.clone()));
+    let in_flight = Arc::new(door::InFlight::default());
+    tasks.spawn(accept_peers(
+        gateway.clone(),
+        endpoint.clone(),
+        in_flight.clone(),
+    ));
     tasks.spawn(api::serve(gateway.clone(), listener));
     let greeter = gateway.clone();
     tasks.spawn(async move { greeter.hello_all(Duration::from_secs(2)).await });
@@ -145,9 +150,14 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     info!("stopping: refusing new calls, draining in-flight writes");
     gateway.begin_stop();
     endpoint.refuse_new_connections();
+    let drain_until = tokio::time::Instant::now() + gateway.config.drain();
     let drained = gateway.executor.drain(gateway.config.drain()).await;
-    if !drained {
-        warn!("in-flight writes did not finish within the drain bound");
+    // The executor has answered; let those answers leave on their streams before closing.
+    let answered = tokio::time::timeout_at(drain_until, in_flight.wait_idle())
+        .await
+        .is_ok();
+    if !drained || !answered {
+        warn!("in-flight writes did not finish within the drain bound; unfinished ones are interrupted");
     }
     // Goodbyes: on the LAN, then on every connection, so peers mark this gateway's routes
     // down at once.
@@ -228,7 +238,11 @@ async fn wait_for_stop(gateway: &Gateway) {
 }
 
 /// Accepts peer connections until the stop; each is served until it closes.
-async fn accept_peers(gateway: Arc<Gateway>, endpoint: PeerEndpoint) {
+async fn accept_peers(
+    gateway: Arc<Gateway>,
+    endpoint: PeerEndpoint,
+    in_flight: Arc<door::InFlight>,
+) {
     let mut connections = JoinSet::new();
     let mut stopping = gateway.stopping();
     let service = Arc::new(PeerService(gateway.clone()));
@@ -239,6 +253,7 @@ async fn accept_peers(gateway: Arc<Gateway>, endpoint: PeerEndpoint) {
                 let service = service.clone();
                 let stopping = gateway.stopping();
                 let registry = gateway.clone();
+                let in_flight = in_flight.clone();
                 connections.spawn(async move {
                     let conn = match incoming.await {
                         Ok(conn) => conn,
@@ -252,7 +267,7 @@ async fn accept_peers(gateway: Arc<Gateway>, endpoint: PeerEndpoint) {
                         return;
                     };
                     registry.register_incoming(peer, conn.clone());
-                    door::serve_connection(service, conn.clone(), peer, stopping).await;
+                    door::serve_connection(service, conn.clone(), peer, stopping, in_flight).await;
                     // A peer that closed saying it is stopping takes its routes down at once.
                     if let Some(quinn::ConnectionError::ApplicationClosed(close)) = conn.close_reason() {
                         if close.error_code.into_inner() == u64::from(ferry_peer::transport::CLOSE_GOING_AWAY) {

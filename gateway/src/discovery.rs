@@ -124,6 +124,7 @@ impl Gateway {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(node, Seen { announcement, lan });
+                    self.routes.revive_peer(node, Instant::now());
                     if self.apply_seen(node) {
                         // A new way to a trusted peer: learn what it owns.
                         let gateway = self.clone();

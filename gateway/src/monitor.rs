@@ -17,8 +17,11 @@ use crate::gateway::Gateway;
 const TICK: Duration = Duration::from_millis(50);
 /// The most heartbeats in flight at once.
 const MAX_IN_FLIGHT: usize = 64;
-/// The least time a heartbeat waits for its answer.
-const HEARTBEAT_TIMEOUT_FLOOR: Duration = Duration::from_millis(500);
+/// The least time a heartbeat waits for its answer. A heartbeat that times out only triggers
+/// the side probe; silence over six intervals, not one late answer, takes a route down.
+const HEARTBEAT_TIMEOUT_FLOOR: Duration = Duration::from_millis(300);
+/// The most: past this the side probe runs even on a quiet route.
+const HEARTBEAT_TIMEOUT_CAP: Duration = Duration::from_secs(1);
 
 /// Runs until the gateway stops.
 pub async fn watch_routes(gateway: Arc<Gateway>) {
@@ -47,17 +50,22 @@ pub async fn watch_routes(gateway: Arc<Gateway>) {
 }
 
 async fn beat(gateway: Arc<Gateway>, node: NodeId, route: Route, interval: Duration) {
-    let timeout = interval.max(HEARTBEAT_TIMEOUT_FLOOR);
+    let timeout = interval.clamp(HEARTBEAT_TIMEOUT_FLOOR, HEARTBEAT_TIMEOUT_CAP);
     let result = gateway
         .caller
         .heartbeat(node, &route, interval, timeout)
         .await;
     let now = Instant::now();
+    gateway.routes.probe_finished(node, route.addr);
     match result {
         Ok(rtt) => gateway.routes.heard(node, route.addr, now, Some(rtt)),
         Err(Some(failure)) => {
             debug!(peer = %node.short(), %route, %failure, "route down");
+            let port_closed = failure == Failure::PortClosed;
             gateway.routes.failed(node, route.addr, now, failure);
+            if port_closed {
+                gateway.routes.probe_all_now(node, now);
+            }
         }
         // No answer this time: silence over six intervals decides, except for a route never
         // heard at all, which is simply not usable yet.

@@ -47,6 +47,8 @@ impl Service for PeerService {
     async fn hello(&self, from: NodeId, hello: Hello) -> Hello {
         if self.0.peers.is_trusted(&from) {
             self.0.directory.learn(from, &hello.owned_vaults);
+            // A peer that greets us is alive: its routes may have come back (a restart).
+            self.0.routes.revive_peer(from, Instant::now());
         }
         match self.0.own_hello().await {
             Ok(own) => own,

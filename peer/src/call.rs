@@ -69,6 +69,9 @@ pub struct Target {
 const SILENT_AFTER: Duration = Duration::from_millis(1_800);
 const SILENCE_CHECK: Duration = Duration::from_millis(100);
 
+/// How long a write's connect runs alone before the failover route's connect is raced.
+const RACE_DELAY: Duration = Duration::from_millis(100);
+
 /// A dial still unanswered after this long gets a side probe of the port.
 const SIDE_PROBE_AFTER: Duration = Duration::from_millis(30);
 /// How long the side probe waits for an ICMP answer.
@@ -258,14 +261,18 @@ impl Caller {
                 }
                 Step::Send { route } => match (target.routes.get(route), ticket.clone()) {
                     (Some(chosen), Some(ticket)) => {
-                        let may_fail_over =
-                            chosen.kind.fails_over() && route + 1 < target.routes.len();
+                        // A local link may fail over to the next route: its connect is raced
+                        // against this one's, so the failover costs no second connect timeout.
+                        let alternate = target
+                            .routes
+                            .get(route + 1)
+                            .filter(|_| chosen.kind.fails_over());
                         self.send_write(
                             target,
                             chosen,
+                            alternate,
                             call.request(ticket, deadline),
                             deadline,
-                            may_fail_over,
                         )
                         .await
                     }
@@ -308,14 +315,15 @@ impl Caller {
         }
     }
 
-    /// One send on one route: a connection fit for a write, a new stream, one frame.
+    /// One send: a connection fit for a write (on `route`, or on `alternate` if that connects
+    /// first), a new stream, one frame.
     async fn send_write(
         &self,
         target: &Target,
         route: &Route,
+        alternate: Option<&Route>,
         request: WriteRequest,
         deadline: Instant,
-        may_fail_over: bool,
     ) -> Event {
         let frame = match transport::encode(&RequestFrame {
             body: Request::Write(Box::new(request)),
@@ -330,25 +338,23 @@ impl Caller {
                 }
             }
         };
-        let conn = match self.write_connection(target.node, route, deadline).await {
-            Ok(conn) => conn,
+        // Racing the alternate spends the one failover SPEC 6 rule 4 allows.
+        let may_fail_over = false;
+        let (conn, route) = match self
+            .connection_for_write(target, route, alternate, deadline)
+            .await
+        {
+            Ok(chosen) => chosen,
             Err((reason, detail)) => {
-                debug!(peer = %target.label, route = %route, %detail, "write not sent on this route");
-                // SPEC 8: a route that fails before a send is down.
-                let why = if reason == NotSentReason::PortClosed {
-                    Failure::PortClosed
-                } else {
-                    Failure::Failed(detail.clone())
-                };
-                self.routes
-                    .failed(target.node, route.addr, Instant::now(), why);
+                debug!(peer = %target.label, %detail, "write not sent");
                 return Event::NotSent {
                     reason,
                     detail,
-                    may_fail_over: may_fail_over && reason != NotSentReason::DeadlineSpent,
+                    may_fail_over,
                 };
             }
         };
+        let route = &route;
         let exchanged = exchange(&conn, &frame, deadline).await;
         if let Exchange::Answered(_) = exchanged {
             self.routes.carried(target.node, route.addr, Instant::now());
@@ -376,6 +382,74 @@ impl Caller {
             },
             Exchange::Lost { reason, detail } => Event::Lost { reason, detail },
         }
+    }
+
+    /// A connection for a write on `route`, raced against `alternate` (started a moment later
+    /// and bounded to end with the first's connect timeout). Nothing is sent until one wins,
+    /// so racing connects cannot send a write twice. Every route that fails is marked down.
+    async fn connection_for_write(
+        &self,
+        target: &Target,
+        route: &Route,
+        alternate: Option<&Route>,
+        deadline: Instant,
+    ) -> Result<(Connection, Route), (NotSentReason, String)> {
+        let Some(alternate) = alternate else {
+            return match self.write_connection(target.node, route, deadline).await {
+                Ok(conn) => Ok((conn, *route)),
+                Err(failure) => Err(self.route_failed(target, route, failure)),
+            };
+        };
+        let started = Instant::now();
+        let alternate_deadline = deadline.min(started + self.tuning.connect_timeout);
+        let first = self.write_connection(target.node, route, deadline);
+        let second = async {
+            tokio::time::sleep(RACE_DELAY).await;
+            self.write_connection(target.node, alternate, alternate_deadline)
+                .await
+        };
+        tokio::pin!(first, second);
+        let (mut first_done, mut second_done) = (false, false);
+        let mut last_failure = None;
+        while !(first_done && second_done) {
+            tokio::select! {
+                result = &mut first, if !first_done => {
+                    first_done = true;
+                    match result {
+                        Ok(conn) => return Ok((conn, *route)),
+                        Err(failure) => last_failure = Some(self.route_failed(target, route, failure)),
+                    }
+                }
+                result = &mut second, if !second_done => {
+                    second_done = true;
+                    match result {
+                        Ok(conn) => return Ok((conn, *alternate)),
+                        Err(failure) => last_failure = Some(self.route_failed(target, alternate, failure)),
+                    }
+                }
+            }
+        }
+        Err(last_failure.unwrap_or((NotSentReason::NoRoute, "no route answered".into())))
+    }
+
+    /// SPEC 8: a route that fails before a send is down.
+    fn route_failed(
+        &self,
+        target: &Target,
+        route: &Route,
+        (reason, detail): (NotSentReason, String),
+    ) -> (NotSentReason, String) {
+        debug!(peer = %target.label, route = %route, %detail, "route failed before a send");
+        let why = match reason {
+            NotSentReason::PortClosed => Some(Failure::PortClosed),
+            NotSentReason::DeadlineSpent => None,
+            _ => Some(Failure::Failed(detail.clone())),
+        };
+        if let Some(why) = why {
+            self.routes
+                .failed(target.node, route.addr, Instant::now(), why);
+        }
+        (reason, detail)
     }
 
     /// A connection fit to carry a write: pooled and proven alive, or opened now.
@@ -541,7 +615,18 @@ impl Caller {
             detail: err.to_string(),
         })?;
         let mut last_error = None;
-        for route in target.routes.iter().chain(&target.down_routes) {
+        // Ranked now, not when the call started: a retry after a break (a settle query above
+        // all) must not go back to the route that just died.
+        let (usable, down) = match (
+            self.routes.ranked(target.node),
+            self.routes.down(target.node),
+        ) {
+            (usable, down) if usable.is_empty() && down.is_empty() => {
+                (target.routes.clone(), target.down_routes.clone())
+            }
+            live => live,
+        };
+        for route in usable.iter().chain(&down) {
             // A pooled connection first, if its peer was heard lately; if it turns out dead, one
             // fresh connection (SPEC 9).
             let pooled = if fresh_only {

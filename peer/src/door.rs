@@ -6,12 +6,13 @@
 //! While the gateway stops, new streams are answered "going away" at once.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_ticket::NodeId;
 use quinn::{Connection, RecvStream, SendStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
@@ -53,6 +54,42 @@ pub trait Service: Send + Sync + 'static {
     ) -> impl Future<Output = Option<CallState>> + Send;
 }
 
+/// Counts the streams being served across every connection, so a stopping gateway can wait
+/// for their answers to leave before it closes the connections.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+impl InFlight {
+    fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(self.clone())
+    }
+
+    /// Waits until no stream is being served (returns at once if none is).
+    pub async fn wait_idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
 /// Serves one connection until it closes. `stopping` turns new streams away ("going away");
 /// streams already being served finish before this returns.
 pub async fn serve_connection<S: Service>(
@@ -60,6 +97,7 @@ pub async fn serve_connection<S: Service>(
     conn: Connection,
     peer: NodeId,
     mut stopping: watch::Receiver<bool>,
+    in_flight: Arc<InFlight>,
 ) {
     let mut streams = JoinSet::new();
     loop {
@@ -73,7 +111,12 @@ pub async fn serve_connection<S: Service>(
                     }
                 };
                 let going_away = *stopping.borrow();
-                streams.spawn(serve_stream(service.clone(), peer, send, recv, going_away));
+                let guard = in_flight.enter();
+                let service = service.clone();
+                streams.spawn(async move {
+                    serve_stream(service, peer, send, recv, going_away).await;
+                    drop(guard);
+                });
             }
             Some(_) = streams.join_next(), if !streams.is_empty() => {}
             changed = stopping.changed() => {

@@ -69,6 +69,8 @@ pub struct RouteHealth {
     published: Duration,
     next_probe: Instant,
     down_backoff: Duration,
+    /// A heartbeat is out: no second one until it ends (a dead peer must not cause a storm).
+    in_flight: bool,
 }
 
 impl RouteHealth {
@@ -83,6 +85,7 @@ impl RouteHealth {
             published: IDLE_INTERVAL,
             next_probe: now,
             down_backoff: DOWN_BACKOFF_FIRST,
+            in_flight: false,
         }
     }
 
@@ -110,16 +113,19 @@ impl RouteHealth {
         {
             Some(quiet) if quiet < ACTIVE_FOR => ACTIVE_INTERVAL,
             Some(quiet) if quiet < QUIET_AFTER => IDLE_INTERVAL,
+            Some(_) => QUIET_INTERVAL,
+            // Never used by a call: fast until first heard, then idle.
             None if self.last_heard.is_none() => ACTIVE_INTERVAL,
-            _ => QUIET_INTERVAL,
+            None => IDLE_INTERVAL,
         }
     }
 
     /// Whether a heartbeat is due; if so the caller sends one, with the interval returned.
     pub fn probe_due(&mut self, now: Instant) -> Option<Duration> {
-        if now < self.next_probe {
+        if self.in_flight || now < self.next_probe {
             return None;
         }
+        self.in_flight = true;
         let interval = match self.state {
             RouteState::Down => self.down_backoff,
             _ => self.interval(now),
@@ -127,6 +133,26 @@ impl RouteHealth {
         self.published = interval.max(ACTIVE_INTERVAL);
         self.next_probe = now + interval;
         Some(self.published)
+    }
+
+    /// The heartbeat that [`Self::probe_due`] started has ended, whatever its result.
+    pub fn probe_finished(&mut self) {
+        self.in_flight = false;
+    }
+
+    /// Makes the next heartbeat due now, if the route is not already down (a down route keeps
+    /// its backoff).
+    pub fn probe_now(&mut self, now: Instant) {
+        if self.state != RouteState::Down {
+            self.next_probe = now;
+        }
+    }
+
+    /// The peer showed signs of life elsewhere (it greeted us, or announced itself again):
+    /// probe this route now, down or not, and restart its backoff.
+    pub fn revive(&mut self, now: Instant) {
+        self.next_probe = now;
+        self.down_backoff = DOWN_BACKOFF_FIRST;
     }
 
     /// A heartbeat (or any call) got an answer after `rtt`.
@@ -229,7 +255,12 @@ mod tests {
             gaps.push(due.saturating_duration_since(now).as_millis());
             now = due;
             assert!(health.probe_due(now).is_some());
+            assert!(
+                health.probe_due(now).is_none(),
+                "one heartbeat in flight at a time"
+            );
             health.failed(now, Failure::PortClosed);
+            health.probe_finished();
         }
         assert_eq!(gaps, vec![250, 500, 1000, 2000, 4000, 4000]);
         health.heard(now, Some(Duration::from_millis(2)));

@@ -210,6 +210,30 @@ impl RouteTable {
             .is_some_and(|e| e.health.last_heard().is_none())
     }
 
+    /// The heartbeat on this route ended (whatever it found).
+    pub fn probe_finished(&self, node: NodeId, addr: SocketAddr) {
+        self.with_route(node, addr, |e| e.health.probe_finished());
+    }
+
+    /// `node` is alive (it greeted us or announced itself): probe all its routes now.
+    pub fn revive_peer(&self, node: NodeId, now: Instant) {
+        if let Some(entries) = self.lock().get_mut(&node) {
+            for entry in entries.iter_mut() {
+                entry.health.revive(now);
+            }
+        }
+    }
+
+    /// Probes every route to `node` at once (one of them found the gateway not running: the
+    /// others very likely lead to the same dead process).
+    pub fn probe_all_now(&self, node: NodeId, now: Instant) {
+        if let Some(entries) = self.lock().get_mut(&node) {
+            for entry in entries.iter_mut() {
+                entry.health.probe_now(now);
+            }
+        }
+    }
+
     /// Applies the silence rule to every route; returns the routes it turned down.
     pub fn check_silence(&self, now: Instant) -> Vec<(NodeId, Route)> {
         let mut turned = Vec::new();

@@ -294,6 +294,11 @@ fn stop_drains_removes_api_addr_and_exits_zero_then_writes_are_local_gateway_dow
     );
     // Trust and vaults are on disk: the owner comes back with them.
     a.restart();
+    harness::wait_for(
+        "B to see A's route up again",
+        std::time::Duration::from_secs(10),
+        || (b.route_to("a")["state"] == "up").then_some(()),
+    );
     let (code, json) = b.cli_json(&["put", "notes", "k", "v"]);
     assert_eq!(
         (code, json["outcome"].as_str()),

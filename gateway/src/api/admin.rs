@@ -89,7 +89,14 @@ pub async fn routes(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
                     RouteState::Probing => "probing",
                 },
                 "rtt_ms": view.rtt.map(|rtt| (rtt.as_secs_f64() * 1000.0 * 100.0).round() / 100.0),
-                "last_heard_ms_ago": view.last_heard_ago.map(|ago| ago.as_millis() as u64),
+                // The freshest evidence: a heartbeat answer, or any packet on the pooled
+                // connection (what the write path's liveness check uses).
+                "last_heard_ms_ago": view
+                    .last_heard_ago
+                    .into_iter()
+                    .chain(gateway.caller.pool().get(peer.node_id, view.route.addr).map(|p| p.heard_ago))
+                    .min()
+                    .map(|ago| ago.as_millis() as u64),
                 "last_error": view.last_error,
                 "carried_last_call": view.carried_last_call,
             }));

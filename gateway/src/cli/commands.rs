@@ -53,12 +53,14 @@ pub async fn run(cli: Cli) -> Exit {
                 Ok(value) => value,
                 Err(detail) => return fail(Exit::Usage, &detail),
             };
+            let started = std::time::Instant::now();
             let result = kit.put(&vault, &key, value, &options(write)).await;
-            report_write(result, json)
+            report_write(result, json, started.elapsed())
         }
         Command::Delete { vault, key, write } => {
+            let started = std::time::Instant::now();
             let result = kit.delete(&vault, &key, &options(write)).await;
-            report_write(result, json)
+            report_write(result, json, started.elapsed())
         }
         Command::Get { vault, key } => get(&kit, json, &vault, &key).await,
         Command::Calls { state } => calls(&kit, json, state).await,
@@ -77,15 +79,15 @@ pub async fn run(cli: Cli) -> Exit {
     }
 }
 
-fn fail(exit: Exit, message: &str) -> Exit {
-    eprintln!("ferry: {message}");
-    exit
-}
-
-/// Maps a failed non-write call to a message and an exit code.
-fn kit_failure(err: KitError) -> Exit {
-    match &err {
-        KitError::LocalGatewayDown { .. } => fail(Exit::NothingWritten, &err.to_string()),
+/// Maps a failed non-write call to a message and an exit code; with `--json`, the error is
+/// also a JSON object on standard output (`error`, `detail`), so scripts parse one shape.
+fn kit_failure(err: KitError, json: bool) -> Exit {
+    let (exit, code, detail) = match &err {
+        KitError::LocalGatewayDown { detail } => (
+            Exit::NothingWritten,
+            "local_gateway_down".to_string(),
+            detail.clone(),
+        ),
         KitError::Answered {
             status,
             code,
@@ -96,10 +98,19 @@ fn kit_failure(err: KitError) -> Exit {
                 503 => Exit::NothingWritten,
                 _ => Exit::Refused,
             };
-            fail(exit, &format!("{code}: {detail}"))
+            (exit, code.clone(), detail.clone())
         }
-        KitError::Protocol(_) => fail(Exit::Unknown, &err.to_string()),
+        KitError::Protocol(detail) => (Exit::Unknown, "protocol".to_string(), detail.clone()),
+    };
+    if json {
+        output::json(&json!({"error": code, "detail": detail}));
     }
+    fail(exit, &format!("{code}: {detail}"))
+}
+
+fn fail(exit: Exit, message: &str) -> Exit {
+    eprintln!("ferry: {message}");
+    exit
 }
 
 async fn serve(home: Home, args: ServeArgs) -> Exit {
@@ -136,7 +147,7 @@ async fn stop(kit: &Kit, json: bool) -> Exit {
             }
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }
 
@@ -160,7 +171,7 @@ async fn status(kit: &Kit, json: bool) -> Exit {
             }
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }
 
@@ -221,7 +232,7 @@ async fn trust_peer(
                 Err(err) => return fail(Exit::Usage, &err.to_string()),
             }
         }
-        Err(err) => return kit_failure(err),
+        Err(err) => return kit_failure(err, json),
     };
     if json {
         output::json(&answer);
@@ -255,7 +266,7 @@ async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: String) -> Exit
                 Err(err) => return fail(Exit::Usage, &err.to_string()),
             }
         }
-        Err(err) => return kit_failure(err),
+        Err(err) => return kit_failure(err, json),
     };
     if json {
         output::json(&answer);
@@ -298,7 +309,7 @@ async fn peers(kit: &Kit, json: bool) -> Exit {
             output::table(&["label", "node id", "trust", "routes"], &rows);
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }
 
@@ -342,7 +353,7 @@ async fn routes(kit: &Kit, json: bool) -> Exit {
             );
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }
 
@@ -367,7 +378,7 @@ async fn create_vault(home: &Home, kit: &Kit, json: bool, name: String) -> Exit 
                 Err(err) => return fail(Exit::Usage, &err.to_string()),
             }
         }
-        Err(err) => return kit_failure(err),
+        Err(err) => return kit_failure(err, json),
     };
     if json {
         output::json(&answer);
@@ -408,7 +419,7 @@ async fn list_vaults(kit: &Kit, json: bool) -> Exit {
             );
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }
 
@@ -437,8 +448,9 @@ fn options(flags: WriteFlags) -> WriteOptions {
     }
 }
 
-/// Prints a write's result and returns its exit code (SPEC 13).
-fn report_write(result: WriteResult, json: bool) -> Exit {
+/// Prints a write's result and returns its exit code (SPEC 13). `elapsed` is the time the
+/// gateway took to answer (the call itself, not this process's start), in the JSON output.
+fn report_write(result: WriteResult, json: bool, elapsed: std::time::Duration) -> Exit {
     let (exit, object) = match &result {
         WriteResult::Done {
             revision,
@@ -482,6 +494,8 @@ fn report_write(result: WriteResult, json: bool) -> Exit {
         ),
     };
     if json {
+        let mut object = object;
+        object["elapsed_ms"] = json!((elapsed.as_secs_f64() * 1000.0 * 100.0).round() / 100.0);
         output::json(&object);
     } else if let WriteResult::Done {
         revision,
@@ -529,7 +543,7 @@ async fn get(kit: &Kit, json: bool, vault: &str, key: &str) -> Exit {
             }
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }
 
@@ -551,7 +565,7 @@ async fn list(kit: &Kit, json: bool, vault: &str, prefix: &str, limit: Option<us
             }
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }
 
@@ -583,7 +597,7 @@ async fn calls(kit: &Kit, json: bool, state: Option<String>) -> Exit {
             );
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }
 
@@ -602,7 +616,7 @@ async fn settle(kit: &Kit, json: bool, request_id: &str, wait: Option<String>) -
             // The owner could not be asked: the outcome is still unknown.
             return fail(Exit::Unknown, &format!("{detail} (request {request_id})"));
         }
-        Err(err) => return kit_failure(err),
+        Err(err) => return kit_failure(err, json),
     };
     let state = cell(answer.get("state"));
     let exit = match (state.as_str(), answer.get("status").and_then(Value::as_u64)) {
@@ -649,7 +663,7 @@ async fn tickets(kit: &Kit, json: bool) -> Exit {
             );
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }
 
@@ -666,6 +680,6 @@ async fn rotate_tickets(kit: &Kit, json: bool) -> Exit {
             }
             Exit::Done
         }
-        Err(err) => kit_failure(err),
+        Err(err) => kit_failure(err, json),
     }
 }

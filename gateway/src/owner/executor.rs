@@ -342,7 +342,10 @@ fn execute_all(
 fn fence_batch(conn: &mut Connection, batch: &[Job], now_ms: u64) -> Result<(), StoreError> {
     let tx = conn.transaction()?;
     for job in batch {
-        if let Job::Write { caller, request, .. } = job {
+        if let Job::Write {
+            caller, request, ..
+        } = job
+        {
             journal::fence_interrupted(&tx, *caller, request.request_id, now_ms)?;
         }
     }

@@ -168,7 +168,11 @@ pub fn fence_interrupted(
         "UPDATE journal SET state = 'not_carried_out', reason = 'interrupted', updated_ms = ?3
          WHERE caller = ?1 AND request_id = ?2 AND state = 'running'",
     )?
-    .execute(params![caller.to_string(), &request_id.0[..], now_ms as i64])?;
+    .execute(params![
+        caller.to_string(),
+        &request_id.0[..],
+        now_ms as i64
+    ])?;
     Ok(())
 }
 
