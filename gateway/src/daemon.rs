@@ -65,6 +65,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     let peers = Arc::new(PeerBook::default());
     peers.replace_all(trust::list(&setup)?);
     let ticket_epoch = meta::ticket_epoch(&setup)?;
+    let local_vaults = crate::store::vaults::list(&setup)?;
     drop(setup);
     let executor = Executor::start(
         &db_path,
@@ -121,6 +122,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         caller,
         quic_addr,
         ticket_epoch,
+        local_vaults,
     }));
     let _ = gateway.api_addr.set(api_addr);
 

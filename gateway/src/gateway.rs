@@ -19,7 +19,7 @@ use ferry_peer::wire::{
     CallState, Hello, Priority, ReadAnswer, ReadRequest, ReadVerb, RequestId, TicketAnswer,
     TicketRequest, WriteAnswer, WriteVerb,
 };
-use ferry_ticket::{NodeId, NodeKey, Ticket, TicketCache, VerbSet};
+use ferry_ticket::{NodeId, NodeKey, Ticket, TicketCache, VerbSet, VerifiedTickets};
 use lru::LruCache;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
@@ -142,6 +142,10 @@ pub struct Gateway {
     recent_calls: Mutex<LruCache<RequestId, RecentCall>>,
     incoming: Mutex<Vec<(NodeId, quinn::Connection)>>,
     settle_wake: Notify,
+    verified_tickets: Mutex<VerifiedTickets>,
+    /// The vaults this gateway owns or replicates, by name: every call asks, so it is answered
+    /// from memory (the database is the truth; this mirrors it on every change).
+    local_vaults: std::sync::RwLock<std::collections::HashMap<String, VaultRow>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -165,6 +169,8 @@ pub struct Parts {
     pub caller: Caller,
     pub quic_addr: SocketAddr,
     pub ticket_epoch: u64,
+    /// The vaults in the database at start.
+    pub local_vaults: Vec<VaultRow>,
 }
 
 impl Gateway {
@@ -194,7 +200,24 @@ impl Gateway {
             )),
             incoming: Mutex::new(Vec::new()),
             settle_wake: Notify::new(),
+            verified_tickets: Mutex::new(VerifiedTickets::default()),
+            local_vaults: std::sync::RwLock::new(
+                parts.local_vaults.into_iter().map(|v| (v.name.clone(), v)).collect(),
+            ),
         }
+    }
+
+    /// The owner's memory of ticket signatures it verified (see `VerifiedTickets`).
+    pub fn verified_tickets(&self) -> std::sync::MutexGuard<'_, VerifiedTickets> {
+        lock(&self.verified_tickets)
+    }
+
+    fn local_vault(&self, name: &str) -> Option<VaultRow> {
+        self.local_vaults
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 
     /// A call target for a trusted peer: its usable routes, best first. A peer whose every
@@ -312,15 +335,7 @@ impl Gateway {
         vault: &str,
         deadline: Instant,
     ) -> Result<Place, ReadFailure> {
-        let name = vault.to_string();
-        let local = self
-            .reader
-            .run(move |conn| vaults::get(conn, &name))
-            .await
-            .map_err(|err| ReadFailure::Unavailable {
-                detail: err.to_string(),
-            })?;
-        if let Some(row) = local {
+        if let Some(row) = self.local_vault(vault) {
             return Ok(Place::Local(row));
         }
         if let Some(target) = self.remote_owner(vault) {
@@ -690,6 +705,10 @@ impl Gateway {
             .reader
             .run(move |conn| vaults::create_owned(conn, &name, owner, store::unix_ms()))
             .await?;
+        self.local_vaults
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(row.name.clone(), row.clone());
         self.hello_all(DIRECTORY_REFRESH_BOUND).await;
         Ok(row)
     }

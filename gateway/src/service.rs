@@ -80,7 +80,10 @@ impl Service for PeerService {
             now_ms: store::unix_ms(),
             current_epoch: self.0.ticket_epoch(),
         };
-        if let Err(refusal) = request.ticket.check_at_door(&door) {
+        let checked = request
+            .ticket
+            .check_at_door_remembering(&door, &mut self.0.verified_tickets());
+        if let Err(refusal) = checked {
             self.0.metrics.door_refusal();
             return WriteAnswer::Refused(Refusal {
                 reason: Some(refusal.code().to_string()),

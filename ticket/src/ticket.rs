@@ -444,6 +444,33 @@ impl Ticket {
         if !self.is_signed_by(door.owner) {
             return Err(DoorRefusal::BadSignature);
         }
+        self.check_claims_at_door(door)
+    }
+
+    /// [`Ticket::check_at_door`], with signatures already verified remembered in `verified`:
+    /// a caller presents the same ticket for every write until it renews, and an ed25519
+    /// verification costs tens of microseconds. The memory is keyed by the whole ticket
+    /// (claims and signature), so a ticket differing in any byte is verified afresh; the
+    /// claims checks run every time.
+    pub fn check_at_door_remembering(
+        &self,
+        door: &DoorContext<'_>,
+        verified: &mut VerifiedTickets,
+    ) -> Result<(), DoorRefusal> {
+        if self.claims.owner != *door.owner {
+            return Err(DoorRefusal::BadSignature);
+        }
+        if !verified.contains(self) {
+            if !self.is_signed_by(door.owner) {
+                return Err(DoorRefusal::BadSignature);
+            }
+            verified.insert(self.clone());
+        }
+        self.check_claims_at_door(door)
+    }
+
+    /// Checks 2-5 of the door, for a ticket whose signature holds.
+    fn check_claims_at_door(&self, door: &DoorContext<'_>) -> Result<(), DoorRefusal> {
         let claims = &self.claims;
         if claims.holder != *door.connection_peer {
             return Err(DoorRefusal::WrongHolder);
@@ -458,6 +485,30 @@ impl Ticket {
             return Err(DoorRefusal::Expired);
         }
         Ok(())
+    }
+}
+
+/// Tickets whose signature this owner has verified (see
+/// [`Ticket::check_at_door_remembering`]). Bounded: when full it forgets everything, which only
+/// costs one verification per live ticket.
+#[derive(Debug, Default)]
+pub struct VerifiedTickets {
+    seen: std::collections::HashSet<Ticket>,
+}
+
+impl VerifiedTickets {
+    /// The most tickets remembered (one per caller, app and vault is typical).
+    pub const MAX: usize = 4096;
+
+    fn contains(&self, ticket: &Ticket) -> bool {
+        self.seen.contains(ticket)
+    }
+
+    fn insert(&mut self, ticket: Ticket) {
+        if self.seen.len() >= Self::MAX {
+            self.seen.clear();
+        }
+        self.seen.insert(ticket);
     }
 }
 
@@ -1057,5 +1108,35 @@ mod tests {
             prop_assert_ne!(&changed.claims, &ticket.claims);
             prop_assert_eq!(changed.check_at_door(&door), Err(DoorRefusal::BadSignature));
         }
+    }
+}
+
+#[cfg(test)]
+mod remembering_tests {
+    use super::*;
+
+    #[test]
+    fn a_remembered_ticket_still_gets_every_claims_check_and_a_changed_one_is_verified_again() {
+        let owner = NodeKey::from_secret_bytes([1; 32]);
+        let holder = NodeKey::from_secret_bytes([2; 32]).node_id();
+        let ticket = Ticket::issue(&owner, holder, "app", "v", VerbSet::all_writes(), 0, 1_000, 0);
+        let owner_id = owner.node_id();
+        let door = |now_ms, epoch| DoorContext {
+            owner: &owner_id,
+            connection_peer: &holder,
+            app: "app",
+            vault: "v",
+            verb: Verb::Put,
+            now_ms,
+            current_epoch: epoch,
+        };
+        let mut verified = VerifiedTickets::default();
+        assert_eq!(ticket.check_at_door_remembering(&door(1, 0), &mut verified), Ok(()));
+        assert_eq!(ticket.check_at_door_remembering(&door(1, 0), &mut verified), Ok(()));
+        assert_eq!(ticket.check_at_door_remembering(&door(1, 1), &mut verified), Err(DoorRefusal::OldEpoch));
+        assert_eq!(ticket.check_at_door_remembering(&door(2_000, 0), &mut verified), Err(DoorRefusal::Expired));
+        let mut forged = ticket.clone();
+        forged.claims.expires_at_ms = u64::MAX;
+        assert_eq!(forged.check_at_door_remembering(&door(2_000, 0), &mut verified), Err(DoorRefusal::BadSignature));
     }
 }
