@@ -202,7 +202,11 @@ impl Gateway {
             settle_wake: Notify::new(),
             verified_tickets: Mutex::new(VerifiedTickets::default()),
             local_vaults: std::sync::RwLock::new(
-                parts.local_vaults.into_iter().map(|v| (v.name.clone(), v)).collect(),
+                parts
+                    .local_vaults
+                    .into_iter()
+                    .map(|v| (v.name.clone(), v))
+                    .collect(),
             ),
         }
     }

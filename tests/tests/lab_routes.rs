@@ -228,6 +228,7 @@ fn an_untrusted_fourth_gateway_is_listed_untrusted_and_never_carries_a_call() {
 #[test]
 fn a_cut_lan_cable_fails_over_to_the_tailnet_and_heals_back() {
     let mut failover = Vec::new();
+    let mut detected = Vec::new();
     for run in 0..RUNS {
         let Some(lab) = Lab::new(3) else { return };
         let (h1, h2, h3) = three_trusting_by_id(&lab);
@@ -236,6 +237,24 @@ fn a_cut_lan_cable_fails_over_to_the_tailnet_and_heals_back() {
         assert_eq!(put(&h2, "before", "10").0, 0);
         assert_eq!(carried_by(&h2, "h1").as_deref(), Some("lan"));
 
+        // A watcher notes when h2 marks its LAN route to h1 down, while the writer below works.
+        let watcher = {
+            let cli = h2.cli_prefix();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_secs(20) {
+                    let (_, routes) = cli.run(&["--json", "routes"]);
+                    let lan_down =
+                        routes.as_array().into_iter().flatten().any(|r| {
+                            r["peer"] == "h1" && r["kind"] == "lan" && r["state"] == "down"
+                        });
+                    if lan_down {
+                        return Some(started.elapsed());
+                    }
+                }
+                None
+            })
+        };
         lab.cut_cable(1);
         let cut = Instant::now();
         // Calls right after the cut may honestly fail (a write on the LAN connection that was
@@ -257,6 +276,12 @@ fn a_cut_lan_cable_fails_over_to_the_tailnet_and_heals_back() {
             },
         );
         failover.push(took);
+        detected.push(
+            watcher
+                .join()
+                .unwrap()
+                .expect("h2 never marked the cut LAN route down"),
+        );
         eprintln!("run {run}: outcomes from the cut until the first tailnet call: {outcomes:?}");
         let (code, read) = h3.cli_json(&["get", "notes", "before"]);
         assert_eq!(
@@ -278,6 +303,10 @@ fn a_cut_lan_cable_fails_over_to_the_tailnet_and_heals_back() {
             "calls move back to the LAN"
         );
     }
+    figure(
+        "LAN cable cut until a peer marks that route down",
+        &detected,
+    );
     figure(
         "LAN cable cut to the first write served over the tailnet",
         &failover,
@@ -512,6 +541,52 @@ fn under_five_percent_loss_every_write_ends_honestly_and_none_runs_twice() {
         dropped.inbound + dropped.outbound > 0,
         "the loss rule dropped nothing"
     );
+}
+
+#[test]
+fn a_tailnet_address_from_the_tailnet_client_reaches_peers_as_a_route() {
+    let Some(lab) = Lab::new(2) else { return };
+    // A fake `tailscale` first on PATH, answering `status --json` with h1's tailnet address.
+    let bin = tempfile::tempdir().unwrap();
+    let tailnet_ip = lab.addr(1, lab::Nic::Tailnet);
+    let script = format!(
+        "#!/bin/sh\n[ \"$1 $2\" = \"status --json\" ] || exit 2\necho '{{\"Self\": {{\"TailscaleIPs\": [\"{tailnet_ip}\", \"fd7a:115c:a1e0::1\"]}}}}'\n"
+    );
+    let fake = bin.path().join("tailscale");
+    std::fs::write(&fake, script).unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&fake)
+        .status()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // No --tailnet flag: the address can only come from the (fake) tailnet client.
+    let h1 = lab.start_ferry_with_env(1, "h1", &[], &[("PATH", path.as_str())]);
+    let h2 = start(&lab, 2, &[]);
+    for (me, them) in [(&h1, &h2), (&h2, &h1)] {
+        let out = me.cli(&["trust", them.node_id(), "--label", them.label()]);
+        assert!(out.status.success());
+    }
+    let expected = format!("{tailnet_ip}:{}", lab::FERRY_PORT);
+    wait_for(
+        "h2 to learn h1's tailnet route from its TXT record",
+        Duration::from_secs(10),
+        || {
+            routes_to(&h2, "h1")
+                .into_iter()
+                .find(|r| {
+                    r["kind"] == "tailnet"
+                        && r["address"] == expected.as_str()
+                        && r["source"] == "txt"
+                })
+                .map(|_| ())
+        },
+    );
+    wait_routes_up(&h2, "h1", &["tailnet"]);
 }
 
 #[test]

@@ -13,6 +13,6 @@ pub mod ticket;
 pub use cache::{TicketCache, DEFAULT_MAX_TICKETS, DEFAULT_REFRESH_MARGIN_MS};
 pub use key::{KeyGenError, NodeId, NodeKey, ParseNodeIdError, SignatureError};
 pub use ticket::{
-    DoorContext, DoorRefusal, Ticket, TicketClaims, TicketSignature, Verb, VerbSet, VerifiedTickets,
-    DEFAULT_TICKET_LIFETIME_MS, TICKET_SIGNATURE_LEN, TICKET_SIGNING_DOMAIN,
+    DoorContext, DoorRefusal, Ticket, TicketClaims, TicketSignature, Verb, VerbSet,
+    VerifiedTickets, DEFAULT_TICKET_LIFETIME_MS, TICKET_SIGNATURE_LEN, TICKET_SIGNING_DOMAIN,
 };

@@ -1119,7 +1119,16 @@ mod remembering_tests {
     fn a_remembered_ticket_still_gets_every_claims_check_and_a_changed_one_is_verified_again() {
         let owner = NodeKey::from_secret_bytes([1; 32]);
         let holder = NodeKey::from_secret_bytes([2; 32]).node_id();
-        let ticket = Ticket::issue(&owner, holder, "app", "v", VerbSet::all_writes(), 0, 1_000, 0);
+        let ticket = Ticket::issue(
+            &owner,
+            holder,
+            "app",
+            "v",
+            VerbSet::all_writes(),
+            0,
+            1_000,
+            0,
+        );
         let owner_id = owner.node_id();
         let door = |now_ms, epoch| DoorContext {
             owner: &owner_id,
@@ -1131,12 +1140,27 @@ mod remembering_tests {
             current_epoch: epoch,
         };
         let mut verified = VerifiedTickets::default();
-        assert_eq!(ticket.check_at_door_remembering(&door(1, 0), &mut verified), Ok(()));
-        assert_eq!(ticket.check_at_door_remembering(&door(1, 0), &mut verified), Ok(()));
-        assert_eq!(ticket.check_at_door_remembering(&door(1, 1), &mut verified), Err(DoorRefusal::OldEpoch));
-        assert_eq!(ticket.check_at_door_remembering(&door(2_000, 0), &mut verified), Err(DoorRefusal::Expired));
+        assert_eq!(
+            ticket.check_at_door_remembering(&door(1, 0), &mut verified),
+            Ok(())
+        );
+        assert_eq!(
+            ticket.check_at_door_remembering(&door(1, 0), &mut verified),
+            Ok(())
+        );
+        assert_eq!(
+            ticket.check_at_door_remembering(&door(1, 1), &mut verified),
+            Err(DoorRefusal::OldEpoch)
+        );
+        assert_eq!(
+            ticket.check_at_door_remembering(&door(2_000, 0), &mut verified),
+            Err(DoorRefusal::Expired)
+        );
         let mut forged = ticket.clone();
         forged.claims.expires_at_ms = u64::MAX;
-        assert_eq!(forged.check_at_door_remembering(&door(2_000, 0), &mut verified), Err(DoorRefusal::BadSignature));
+        assert_eq!(
+            forged.check_at_door_remembering(&door(2_000, 0), &mut verified),
+            Err(DoorRefusal::BadSignature)
+        );
     }
 }

@@ -612,6 +612,18 @@ add rule inet lab out oifname \"lan0\" numgen random mod 100 < {percent} counter
     /// Starts `ferry serve` on host `host` in a fresh home, its QUIC endpoint on
     /// 0.0.0.0:7420 and its API on loopback inside the host; waits (bounded) for `api.addr`.
     pub fn start_ferry(&self, host: usize, label: &str, extra_serve_args: &[&str]) -> LabGateway {
+        self.start_ferry_with_env(host, label, extra_serve_args, &[])
+    }
+
+    /// [`Lab::start_ferry`] with extra environment for the gateway process (e.g. a `PATH`
+    /// with a fake `tailscale` first).
+    pub fn start_ferry_with_env(
+        &self,
+        host: usize,
+        label: &str,
+        extra_serve_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> LabGateway {
         let home = tempfile::Builder::new()
             .prefix(&format!("ferry-lab-{label}-"))
             .tempdir()
@@ -623,6 +635,10 @@ add rule inet lab out oifname \"lan0\" numgen random mod 100 < {percent} counter
             lan_addr: format!("{}:{FERRY_PORT}", self.addr(host, Nic::Lan)),
             tailnet_addr: format!("{}:{FERRY_PORT}", self.addr(host, Nic::Tailnet)),
             extra_args: extra_serve_args.iter().map(|s| s.to_string()).collect(),
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             home,
             child: None,
             node_id: String::new(),
@@ -692,6 +708,7 @@ pub struct LabGateway {
     lan_addr: String,
     tailnet_addr: String,
     extra_args: Vec<String>,
+    extra_env: Vec<(String, String)>,
     home: tempfile::TempDir,
     child: Option<Child>,
     node_id: String,
@@ -739,6 +756,7 @@ impl LabGateway {
         let child = Command::new("ip")
             .args(&args)
             .env("RUST_LOG", "info,ferry_peer=debug,ferry_gateway=debug")
+            .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env_remove("FERRY_HOME")
             .env_remove("FERRY_DANGEROUS_FAULT")
             .stdin(Stdio::null())
