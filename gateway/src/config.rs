@@ -44,6 +44,16 @@ pub struct Config {
     /// Let the local API listen on a non-loopback address. Anyone who can reach it and read
     /// the token can write; leave this off.
     pub dangerous_api_on_any_address: bool,
+    /// The read cache's bound in bytes (values, keys and bookkeeping).
+    pub cache_max_bytes: usize,
+    /// The read cache's bound in entries.
+    pub cache_max_entries: usize,
+    /// How long a cached record answers reads without asking its owner (then the owner is
+    /// asked with the cached revision: an unchanged record costs no body).
+    pub cache_fresh_ms: u64,
+    /// How long after its last catch-up a local replica counts as fresh enough to answer reads
+    /// before the owner.
+    pub replica_fresh_ms: u64,
     /// Who may write which vault this gateway owns: vault name to the peer labels allowed. A
     /// vault not listed is open to every trusted peer (SPEC 3).
     pub writers: std::collections::BTreeMap<String, Vec<String>>,
@@ -66,6 +76,10 @@ impl Default for Config {
             journal_retention_days: 7,
             dangerous_api_on_any_address: false,
             writers: std::collections::BTreeMap::new(),
+            cache_max_bytes: ferry_cache::DEFAULT_MAX_BYTES,
+            cache_max_entries: ferry_cache::DEFAULT_MAX_ENTRIES,
+            cache_fresh_ms: 1_000,
+            replica_fresh_ms: 2_000,
         }
     }
 }

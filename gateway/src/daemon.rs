@@ -137,6 +137,11 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     let greeter = gateway.clone();
     tasks.spawn(async move { greeter.hello_all(Duration::from_secs(2)).await });
     tasks.spawn(gateway.clone().settle_in_background());
+    for replica in gateway.local_vault_rows() {
+        if replica.role == crate::store::vaults::Role::Replica {
+            gateway.start_sync(replica.name, replica.owner);
+        }
+    }
     tasks.spawn(crate::monitor::watch_routes(gateway.clone()));
     let discovery = match start_discovery(&gateway).await {
         Some((discovery, events)) => {
@@ -169,6 +174,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
             .ok();
     }
     endpoint.close_going_away().await;
+    gateway.stop_background();
     home.remove_api_addr();
     // Every task watches the stop signal; give them the rest of a short bound, then abort.
     let _ = tokio::time::timeout(Duration::from_secs(1), async {

@@ -143,6 +143,13 @@ pub struct Gateway {
     incoming: Mutex<Vec<(NodeId, quinn::Connection)>>,
     settle_wake: Notify,
     verified_tickets: Mutex<VerifiedTickets>,
+    cache: Mutex<ferry_cache::RecordCache>,
+    monotonic: Mutex<ferry_cache::MonotonicReads>,
+    /// Each replicated vault's sync progress.
+    pub sync: crate::replication::SyncBoard,
+    /// Long-running jobs started after start-up (replica syncs); aborted when the gateway
+    /// stops.
+    background: Mutex<JoinSet<()>>,
     /// The vaults this gateway owns or replicates, by name: every call asks, so it is answered
     /// from memory (the database is the truth; this mirrors it on every change).
     local_vaults: std::sync::RwLock<std::collections::HashMap<String, VaultRow>>,
@@ -175,6 +182,10 @@ pub struct Parts {
 
 impl Gateway {
     pub fn new(parts: Parts) -> Self {
+        let cache = ferry_cache::RecordCache::new(
+            parts.config.cache_max_bytes,
+            parts.config.cache_max_entries,
+        );
         Self {
             home: parts.home,
             config: parts.config,
@@ -201,6 +212,10 @@ impl Gateway {
             incoming: Mutex::new(Vec::new()),
             settle_wake: Notify::new(),
             verified_tickets: Mutex::new(VerifiedTickets::default()),
+            cache: Mutex::new(cache),
+            monotonic: Mutex::new(ferry_cache::MonotonicReads::default()),
+            sync: crate::replication::SyncBoard::default(),
+            background: Mutex::new(JoinSet::new()),
             local_vaults: std::sync::RwLock::new(
                 parts
                     .local_vaults
@@ -214,6 +229,89 @@ impl Gateway {
     /// The owner's memory of ticket signatures it verified (see `VerifiedTickets`).
     pub fn verified_tickets(&self) -> std::sync::MutexGuard<'_, VerifiedTickets> {
         lock(&self.verified_tickets)
+    }
+
+    /// Runs `job` until it ends or the gateway stops.
+    pub fn spawn_background(&self, job: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut jobs = lock(&self.background);
+        while jobs.try_join_next().is_some() {}
+        jobs.spawn(job);
+    }
+
+    /// Stops every background job.
+    pub fn stop_background(&self) {
+        lock(&self.background).abort_all();
+    }
+
+    /// The read cache.
+    pub fn cache(&self) -> std::sync::MutexGuard<'_, ferry_cache::RecordCache> {
+        lock(&self.cache)
+    }
+
+    /// What each app has already been given, for monotonic reads.
+    pub fn monotonic(&self) -> std::sync::MutexGuard<'_, ferry_cache::MonotonicReads> {
+        lock(&self.monotonic)
+    }
+
+    /// Whether this gateway's replica of `vault` caught up with its owner recently enough to
+    /// answer reads first.
+    pub fn replica_is_fresh(&self, vault: &str) -> bool {
+        self.sync
+            .caught_up_ago(vault)
+            .is_some_and(|ago| ago.as_millis() < u128::from(self.config.replica_fresh_ms))
+    }
+
+    /// Remembers a vault this gateway now owns or replicates.
+    pub fn remember_local_vault(&self, row: VaultRow) {
+        self.local_vaults
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(row.name.clone(), row);
+    }
+
+    /// The local vaults (owned and replicated).
+    pub fn local_vault_rows(&self) -> Vec<VaultRow> {
+        let mut rows: Vec<VaultRow> = self
+            .local_vaults
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        rows
+    }
+
+    /// Keeps the cache true to a write through this gateway: the written value (or the
+    /// deletion) at its new revision once done; anything else may have changed the record,
+    /// so the entry is marked stale.
+    fn cache_write_through(
+        &self,
+        app: &str,
+        vault: &str,
+        verb: &WriteVerb,
+        outcome: &WriteOutcome,
+    ) {
+        let key = verb.key();
+        match outcome {
+            WriteOutcome::Answered(WriteAnswer::Done { revision }) => {
+                let value = match verb {
+                    WriteVerb::Put { value, .. } => {
+                        Some(std::sync::Arc::<[u8]>::from(value.as_slice()))
+                    }
+                    WriteVerb::Delete { .. } => None,
+                };
+                self.cache()
+                    .insert(vault, key, *revision, value, store::unix_ms());
+                // The app that wrote it has seen this revision.
+                self.monotonic()
+                    .admit_from_owner(app, vault, key, *revision);
+            }
+            WriteOutcome::NotSent { .. } | WriteOutcome::NotCarriedOut { .. } => {}
+            _ => {
+                self.cache().invalidate(vault, key);
+            }
+        }
     }
 
     fn local_vault(&self, name: &str) -> Option<VaultRow> {
@@ -325,7 +423,12 @@ impl Gateway {
             let hello = hello.clone();
             asks.spawn(async move {
                 match gateway.caller.hello(&target, hello, deadline).await {
-                    Ok(theirs) => gateway.directory.learn(target.node, &theirs.owned_vaults),
+                    Ok(theirs) => {
+                        gateway.directory.learn(target.node, &theirs.owned_vaults);
+                        gateway
+                            .directory
+                            .learn_replicas(target.node, &theirs.replicated_vaults);
+                    }
                     Err(err) => debug!(peer = %target.label, %err, "hello not answered"),
                 }
             });
@@ -391,10 +494,9 @@ impl Gateway {
         };
         let target = match place {
             Place::Local(row) if row.role == Role::Owner => {
-                return Ok((
-                    self.write_here(call, deadline).await,
-                    Some(self.label.clone()),
-                ));
+                let outcome = self.write_here(call.clone(), deadline).await;
+                self.cache_write_through(&call.app, &call.vault, &call.verb, &outcome);
+                return Ok((outcome, Some(self.label.clone())));
             }
             Place::Local(row) => match self.target(&row.owner) {
                 Some(target) => target,
@@ -418,6 +520,7 @@ impl Gateway {
             .caller
             .write(&target, call.clone(), &**self, deadline)
             .await;
+        self.cache_write_through(&call.app, &call.vault, &call.verb, &outcome);
         if matches!(outcome, WriteOutcome::Unknown { .. }) {
             self.remember_unknown(&call, target.node, &target.label)
                 .await;
@@ -709,10 +812,7 @@ impl Gateway {
             .reader
             .run(move |conn| vaults::create_owned(conn, &name, owner, store::unix_ms()))
             .await?;
-        self.local_vaults
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(row.name.clone(), row.clone());
+        self.remember_local_vault(row.clone());
         self.hello_all(DIRECTORY_REFRESH_BOUND).await;
         Ok(row)
     }

@@ -11,6 +11,8 @@
 //! - [`store`] and [`reader`]: SQLite (WAL, synchronous=FULL): vaults, records, trust, journal.
 //! - [`discovery`], [`monitor`], [`tailnet`]: what mDNS tells, the route prober, this machine's
 //!   tailnet addresses.
+//! - [`reads`], [`replication`]: the read path (cache, owner, replicas, stale fallback) and
+//!   replicas' sync jobs.
 //! - [`peers`]: the trust book the TLS server consults, and who owns which vault.
 //! - [`home`], [`config`], [`names`], [`metrics`]: the state directory, settings, validation of
 //!   names, and counters.
@@ -29,6 +31,8 @@ pub mod names;
 pub mod owner;
 pub mod peers;
 pub mod reader;
+pub mod reads;
+pub mod replication;
 pub mod service;
 pub mod store;
 pub mod tailnet;

@@ -36,12 +36,16 @@ pub enum ReadSource {
     Local,
     Owner,
     Unavailable,
+    Cache,
+    Replica,
 }
 
-const READ_SOURCES: [(&str, ReadSource); 3] = [
+const READ_SOURCES: [(&str, ReadSource); 5] = [
     ("local", ReadSource::Local),
     ("owner", ReadSource::Owner),
     ("unavailable", ReadSource::Unavailable),
+    ("cache", ReadSource::Cache),
+    ("replica", ReadSource::Replica),
 ];
 
 #[derive(Debug, Default)]
@@ -101,6 +105,7 @@ pub struct Metrics {
     tickets_issued: AtomicU64,
     door_refusals: AtomicU64,
     calls_settled: AtomicU64,
+    cache_hits: AtomicU64,
 }
 
 impl Metrics {
@@ -133,6 +138,11 @@ impl Metrics {
 
     pub fn door_refusal(&self) {
         self.door_refusals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A read was answered from the cache without asking anyone.
+    pub fn cache_hit(&self) {
+        self.cache_hits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A remembered `outcome_unknown` call got its definite answer.
@@ -189,6 +199,11 @@ impl Metrics {
                 "ferry_calls_settled_total",
                 "Remembered outcome_unknown calls that got a definite answer.",
                 &self.calls_settled,
+            ),
+            (
+                "ferry_cache_hits_total",
+                "Reads answered from the cache without asking anyone.",
+                &self.cache_hits,
             ),
         ] {
             let _ = writeln!(

@@ -66,10 +66,12 @@ impl TrustedKeys for PeerBook {
     }
 }
 
-/// Which peer owns which vault, as the peers said in their hellos.
+/// Which peer owns which vault, and which peers replicate it, as the peers said in their
+/// hellos.
 #[derive(Debug, Default)]
 pub struct Directory {
     owners: RwLock<HashMap<String, NodeId>>,
+    replicas: RwLock<HashMap<NodeId, Vec<String>>>,
 }
 
 impl Directory {
@@ -84,8 +86,25 @@ impl Directory {
         }
     }
 
+    /// Replaces what `peer` replicates with `vaults`.
+    pub fn learn_replicas(&self, peer: NodeId, vaults: &[String]) {
+        write(&self.replicas).insert(peer, vaults.to_vec());
+    }
+
+    /// The peers that replicate `vault`.
+    pub fn replicas_of(&self, vault: &str) -> Vec<NodeId> {
+        let mut peers: Vec<NodeId> = read(&self.replicas)
+            .iter()
+            .filter(|(_, vaults)| vaults.iter().any(|v| v == vault))
+            .map(|(peer, _)| *peer)
+            .collect();
+        peers.sort();
+        peers
+    }
+
     pub fn forget(&self, peer: NodeId) {
         write(&self.owners).retain(|_, owner| *owner != peer);
+        write(&self.replicas).remove(&peer);
     }
 
     pub fn owner_of(&self, vault: &str) -> Option<NodeId> {

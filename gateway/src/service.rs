@@ -47,6 +47,9 @@ impl Service for PeerService {
     async fn hello(&self, from: NodeId, hello: Hello) -> Hello {
         if self.0.peers.is_trusted(&from) {
             self.0.directory.learn(from, &hello.owned_vaults);
+            self.0
+                .directory
+                .learn_replicas(from, &hello.replicated_vaults);
             // A peer that greets us is alive: its routes may have come back (a restart).
             self.0.routes.revive_peer(from, Instant::now());
         }

@@ -201,11 +201,12 @@ impl Caller {
             None => match self.dial(peer, route.addr, deadline).await {
                 Ok(conn) => conn,
                 Err((reason, detail)) => {
-                    return Err(Some(if reason == NotSentReason::PortClosed {
-                        Failure::PortClosed
-                    } else {
-                        Failure::Failed(detail)
-                    }))
+                    return Err(match reason {
+                        NotSentReason::PortClosed => Some(Failure::PortClosed),
+                        // A slow handshake is no verdict on the route; silence decides.
+                        NotSentReason::ConnectTimedOut | NotSentReason::DeadlineSpent => None,
+                        _ => Some(Failure::Failed(detail)),
+                    });
                 }
             },
         };

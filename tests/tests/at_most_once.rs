@@ -51,7 +51,8 @@ fn the_same_request_id_gets_the_same_answer_byte_for_byte_and_runs_once() {
 #[test]
 fn a_killed_owner_means_unavailable_within_the_connect_timeout_and_the_id_settles_never_arrived() {
     let (mut a, b) = two_with_notes();
-    assert_eq!(b.put("notes", "warm", b"x", &[]).0, 200, "warm the pool");
+    let (warm_status, warm_body) = b.put("notes", "warm", b"x", &[]);
+    assert_eq!(warm_status, 200, "warm the pool: {warm_body}");
     a.kill();
     // The pooled connection was alive a moment ago; wait (bounded) until B no longer has proof
     // of life within the write-liveness window (1 s), so the write must dial afresh.
@@ -120,7 +121,8 @@ fn a_killed_owner_means_unavailable_within_the_connect_timeout_and_the_id_settle
 #[test]
 fn a_frozen_owner_gives_outcome_unknown_which_settles_on_its_own_to_the_truth() {
     let (a, b) = two_with_notes();
-    assert_eq!(b.put("notes", "warm", b"x", &[]).0, 200, "warm the pool");
+    let (warm_status, warm_body) = b.put("notes", "warm", b"x", &[]);
+    assert_eq!(warm_status, 200, "warm the pool: {warm_body}");
     a.signal(SIGSTOP);
     let id = fresh_request_id();
     let started = Instant::now();
@@ -370,7 +372,8 @@ fn rotated_tickets_cost_exactly_one_renewal_and_an_untrusted_caller_is_refused()
 #[test]
 fn an_owner_restarted_under_a_pooled_connection_never_causes_outcome_unknown() {
     let (mut a, b) = two_with_notes();
-    assert_eq!(b.put("notes", "warm", b"x", &[]).0, 200, "warm the pool");
+    let (warm_status, warm_body) = b.put("notes", "warm", b"x", &[]);
+    assert_eq!(warm_status, 200, "warm the pool: {warm_body}");
     a.kill();
     a.restart();
     let mut done = 0;

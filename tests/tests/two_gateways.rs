@@ -37,10 +37,11 @@ fn a_write_through_b_reaches_the_owner_a_and_reads_agree_everywhere() {
         (status, value.as_slice(), rev, source.as_deref()),
         (200, &b"world"[..], Some(revision), Some("local"))
     );
+    // b wrote it, so b's cache holds it (write-through).
     let (status, value, rev, source) = b.get("notes", "hello");
     assert_eq!(
         (status, value.as_slice(), rev, source.as_deref()),
-        (200, &b"world"[..], Some(revision), Some("owner"))
+        (200, &b"world"[..], Some(revision), Some("cache"))
     );
 
     for gateway in [&a, &b] {

@@ -122,14 +122,40 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, 
     let mut rows: Vec<Value> = local
         .iter()
         .map(|v| {
-            json!({
-                "name": v.name,
-                "owner": label_of(&v.owner),
-                "role": v.role.as_str(),
-                "revision": v.revision,
-                "lag_revisions": 0,
-                "lag_s": 0,
-            })
+            if v.role == crate::store::vaults::Role::Replica {
+                // A replica's lag: revisions behind the owner's last known revision, and
+                // seconds since it was last caught up (0 while caught up).
+                let sync = gateway.sync.get(&v.name).unwrap_or_default();
+                let lag_revisions = sync.owner_revision.saturating_sub(v.revision.max(sync.cursor));
+                let lag_s = match (lag_revisions, sync.caught_up_at) {
+                    (0, Some(_)) => 0.0,
+                    (_, Some(at)) => at.elapsed().as_secs_f64(),
+                    (_, None) => gateway.started.elapsed().as_secs_f64(),
+                };
+                json!({
+                    "name": v.name,
+                    "owner": label_of(&v.owner),
+                    "role": "replica",
+                    "revision": v.revision.max(sync.cursor),
+                    "lag_revisions": lag_revisions,
+                    "lag_s": (lag_s * 10.0).round() / 10.0,
+                    "sync": {
+                        "owner_revision": sync.owner_revision,
+                        "applied": sync.applied,
+                        "last_pull_ms_ago": sync.last_pull.map(|at| at.elapsed().as_millis() as u64),
+                        "last_error": sync.last_error,
+                    },
+                })
+            } else {
+                json!({
+                    "name": v.name,
+                    "owner": label_of(&v.owner),
+                    "role": v.role.as_str(),
+                    "revision": v.revision,
+                    "lag_revisions": 0,
+                    "lag_s": 0,
+                })
+            }
         })
         .collect();
     for (name, owner) in gateway.directory.remote_vaults() {
@@ -140,6 +166,12 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, 
             "name": name,
             "owner": label_of(&owner),
             "role": "remote",
+            "replicas": gateway
+                .directory
+                .replicas_of(&name)
+                .iter()
+                .map(|node| label_of(node))
+                .collect::<Vec<_>>(),
             "revision": null,
             "lag_revisions": null,
             "lag_s": null,
@@ -234,6 +266,26 @@ pub async fn create_vault(
     let row = gateway.create_vault(body.name).await.map_err(store_error)?;
     Ok(Json(
         json!({"name": row.name, "owner": gateway.label, "role": "owner", "revision": row.revision}),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FollowBody {
+    name: String,
+    owner: String,
+}
+
+pub async fn follow_vault(
+    State(gateway): State<Arc<Gateway>>,
+    Json(body): Json<FollowBody>,
+) -> Result<Json<Value>, ApiError> {
+    names::check_vault(&body.name).map_err(ApiError::bad_request)?;
+    let row = gateway
+        .follow(body.name, body.owner.clone())
+        .await
+        .map_err(|detail| ApiError::new(409, "conflict", detail))?;
+    Ok(Json(
+        json!({"name": row.name, "owner": body.owner, "role": "replica", "revision": row.revision}),
     ))
 }
 

@@ -63,6 +63,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/admin/trust", post(admin::trust))
         .route("/v1/admin/untrust", post(admin::untrust))
         .route("/v1/admin/vaults", post(admin::create_vault))
+        .route("/v1/admin/vaults/follow", post(admin::follow_vault))
         .route("/v1/admin/stop", post(admin::stop))
         // Bodies are read by the handlers with the configured value limit, so an oversized
         // value gets Ferry's own 400 rather than a bare 413.

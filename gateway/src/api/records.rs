@@ -18,6 +18,7 @@ use crate::gateway::{Gateway, LocalRefusal, ReadFailure};
 use crate::metrics::{ReadSource as MetricSource, WriteKind};
 use crate::names;
 use crate::reader::MAX_PAGE;
+use crate::reads::{RecordRead, Source};
 
 fn check_vault_and_key(vault: &str, key: &str) -> Result<(), ApiError> {
     names::check_vault(vault).map_err(ApiError::bad_request)?;
@@ -73,12 +74,8 @@ pub async fn get_record(
     let app = headers::app(&headers)?;
     check_vault_and_key(&vault, &key)?;
     let deadline = started + headers::timeout(&headers)?;
-    let verb = ReadVerb::Get {
-        key: key.clone(),
-        known_revision: None,
-    };
-    let (answer, source) = match gateway.read(app, vault, verb, deadline).await {
-        Ok(found) => found,
+    let read = match gateway.read_record(&app, &vault, &key, deadline).await {
+        Ok(read) => read,
         Err(failure) => {
             gateway
                 .metrics
@@ -86,34 +83,43 @@ pub async fn get_record(
             return Err(read_failure(failure));
         }
     };
+    let source = match &read {
+        RecordRead::Found(found) => &found.source,
+        RecordRead::NotFound { source } => source,
+    };
     gateway.metrics.read(
         match source {
-            crate::gateway::ReadSource::Local => MetricSource::Local,
-            crate::gateway::ReadSource::Owner => MetricSource::Owner,
+            Source::Local => MetricSource::Local,
+            Source::Cache => MetricSource::Cache,
+            Source::Owner => MetricSource::Owner,
+            Source::Replica(_) => MetricSource::Replica,
         },
         started.elapsed(),
     );
-    match answer {
-        ReadAnswer::Record { record, .. } => {
-            let mut response = Response::new(Body::from(record.value));
+    match read {
+        RecordRead::Found(found) => {
+            let mut response =
+                Response::new(Body::from(bytes::Bytes::copy_from_slice(&found.value)));
             let h = response.headers_mut();
-            h.insert("x-ferry-revision", HeaderValue::from(record.revision));
-            h.insert("x-ferry-source", HeaderValue::from_static(source.header()));
+            h.insert("x-ferry-revision", HeaderValue::from(found.revision));
+            if let Ok(value) = HeaderValue::from_str(&found.source.header()) {
+                h.insert("x-ferry-source", value);
+            }
+            if found.stale {
+                h.insert("x-ferry-stale", HeaderValue::from_static("true"));
+            }
             h.insert(
                 axum::http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/octet-stream"),
             );
             Ok(response)
         }
-        ReadAnswer::NotFound { .. } => Err(ApiError::new(
+        RecordRead::NotFound { source } => Err(ApiError::new(
             404,
             "not_found",
             format!("there is no record {key:?} in this vault"),
-        )),
-        ReadAnswer::Refused(refusal) => Err(refusal_error(&refusal)),
-        other => Err(ApiError::internal(format!(
-            "unexpected answer to a get: {other:?}"
-        ))),
+        )
+        .with("source", source.header())),
     }
 }
 

@@ -42,6 +42,9 @@ pub async fn run(cli: Cli) -> Exit {
             create_vault(&home, &kit, json, name).await
         }
         Command::Vault(VaultCommand::List) => list_vaults(&kit, json).await,
+        Command::Vault(VaultCommand::Follow { name, owner }) => {
+            follow_vault(&kit, json, name, owner).await
+        }
         Command::Put {
             vault,
             key,
@@ -677,6 +680,26 @@ async fn rotate_tickets(kit: &Kit, json: bool) -> Exit {
                     "ticket epoch is now {}; every ticket issued before is refused at the door",
                     cell(answer.get("epoch"))
                 );
+            }
+            Exit::Done
+        }
+        Err(err) => kit_failure(err, json),
+    }
+}
+
+async fn follow_vault(kit: &Kit, json: bool, name: String, owner: String) -> Exit {
+    match kit
+        .post_json(
+            "/v1/admin/vaults/follow",
+            &json!({"name": name, "owner": owner}),
+        )
+        .await
+    {
+        Ok(answer) => {
+            if json {
+                output::json(&answer);
+            } else {
+                println!("following vault {} from {}: it syncs in the background (`ferry vault list` shows the lag)", cell(answer.get("name")), cell(answer.get("owner")));
             }
             Exit::Done
         }

@@ -166,6 +166,13 @@ pub enum TicketsCommand {
 pub enum VaultCommand {
     /// Create a vault owned by this gateway.
     Create { name: String },
+    /// Replicate a vault a trusted peer owns.
+    Follow {
+        name: String,
+        /// The label of the trusted peer that owns it.
+        #[arg(long)]
+        owner: String,
+    },
     /// Vaults here and at peers.
     List,
 }

@@ -21,7 +21,7 @@ use ferry_peer::call::WriteCall;
 use ferry_peer::outcome::{NotCarriedOutReason, Refusal, RefusalCode};
 use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
-use rusqlite::Connection;
+use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
 
@@ -242,6 +242,10 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, limits: &WriteLimits) 
 }
 
 /// Transaction 1: journal lookups, `running` markers, tombstones for settle queries.
+///
+/// Every transaction here is `IMMEDIATE`: it takes the write lock at `BEGIN`, so a concurrent
+/// writer on another connection (admin changes, replication) makes it wait out the busy
+/// timeout instead of failing at its first write on a stale snapshot.
 fn admit_all(
     conn: &mut Connection,
     batch: &[Job],
@@ -250,7 +254,7 @@ fn admit_all(
     now_ms: u64,
 ) -> Result<Vec<Pending>, StoreError> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
-    let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut pending = Vec::with_capacity(batch.len());
     for job in batch {
         pending.push(match job {
@@ -290,7 +294,7 @@ fn execute_all(
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<Vec<Pending>, StoreError> {
-    let mut tx = conn.transaction()?;
+    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for (job, slot) in batch.iter().zip(pending.iter_mut()) {
         let Job::Write {
             caller, request, ..
@@ -340,7 +344,7 @@ fn execute_all(
 
 /// Marks every write of a failed batch that is still `running` as interrupted.
 fn fence_batch(conn: &mut Connection, batch: &[Job], now_ms: u64) -> Result<(), StoreError> {
-    let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in batch {
         if let Job::Write {
             caller, request, ..

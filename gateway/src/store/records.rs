@@ -94,6 +94,10 @@ pub fn list(
     Ok((keys, false))
 }
 
+/// The most value bytes in one page of changes: with the largest value allowed this still
+/// fits a frame.
+pub const MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
+
 /// Every key changed after `since_revision`, oldest change first, with its latest state.
 pub fn changes(
     conn: &Connection,
@@ -115,9 +119,20 @@ pub fn changes(
             })
         },
     )?;
-    let mut changes = rows.collect::<Result<Vec<_>, _>>()?;
-    let more = changes.len() > limit as usize;
-    changes.truncate(limit as usize);
+    let mut changes = Vec::new();
+    let mut bytes = 0usize;
+    let mut more = false;
+    for row in rows {
+        let row = row?;
+        // A page must fit a frame: stop at the count limit, or once the values reach the
+        // byte budget (always at least one change, so a page moves the cursor).
+        if changes.len() == limit as usize || (!changes.is_empty() && bytes >= MAX_PAGE_BYTES) {
+            more = true;
+            break;
+        }
+        bytes += row.key.len() + row.value.as_ref().map_or(0, Vec::len);
+        changes.push(row);
+    }
     Ok((changes, more))
 }
 

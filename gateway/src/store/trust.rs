@@ -23,7 +23,9 @@ pub fn add(
     routes: &[Route],
     now_ms: u64,
 ) -> Result<TrustedPeer, StoreError> {
-    let tx = conn.unchecked_transaction()?;
+    // Immediate: take the write lock up front, so a concurrent writer makes this wait (busy
+    // timeout) instead of failing at its first write with a stale read snapshot.
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
     let by_label: Option<String> = tx
         .query_row("SELECT node_id FROM peers WHERE label = ?1", [label], |r| {
             r.get(0)

@@ -79,6 +79,57 @@ pub fn create_owned(
     })
 }
 
+/// Creates a replica of `name`, owned by `owner`, at revision 0 (its sync cursor).
+pub fn create_replica(
+    conn: &Connection,
+    name: &str,
+    owner: NodeId,
+    now_ms: u64,
+) -> Result<VaultRow, StoreError> {
+    let inserted = conn.execute(
+        "INSERT INTO vaults (name, owner, role, revision, created_ms) VALUES (?1, ?2, 'replica', 0, ?3)
+         ON CONFLICT (name) DO NOTHING",
+        params![name, owner.to_string(), now_ms as i64],
+    )?;
+    if inserted == 0 {
+        return Err(StoreError::VaultExists { name: name.into() });
+    }
+    Ok(VaultRow {
+        name: name.into(),
+        owner,
+        role: Role::Replica,
+        revision: 0,
+    })
+}
+
+/// Applies one page of the owner's change log to a replica and moves its cursor, in one
+/// transaction: after a crash the replica resumes exactly where the last page ended.
+pub fn apply_changes(
+    conn: &Connection,
+    name: &str,
+    changes: &[ferry_peer::wire::WireChange],
+    cursor: u64,
+) -> Result<(), StoreError> {
+    // Immediate: take the write lock up front, so a concurrent writer makes this wait (busy
+    // timeout) instead of failing at its first write with a stale read snapshot.
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+    for change in changes {
+        super::records::set(
+            &tx,
+            name,
+            &change.key,
+            change.revision,
+            change.value.as_deref(),
+        )?;
+    }
+    tx.execute(
+        "UPDATE vaults SET revision = ?2 WHERE name = ?1 AND role = 'replica' AND revision < ?2",
+        params![name, cursor as i64],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
 pub fn get(conn: &Connection, name: &str) -> Result<Option<VaultRow>, StoreError> {
     let raw = conn
         .prepare_cached("SELECT name, owner, role, revision FROM vaults WHERE name = ?1")?

@@ -82,6 +82,18 @@ pub fn pair_with_notes(a: Gateway) -> (Gateway, Gateway) {
     (a, b)
 }
 
+/// `a` and `b` (both already started), trusting each other, with vault `notes` owned by `a`.
+pub fn pair_with_notes_b(a: Gateway, b: Gateway) -> (Gateway, Gateway) {
+    a.trust_each_other(&b);
+    let out = a.cli(&["vault", "create", "notes"]);
+    assert!(
+        out.status.success(),
+        "vault create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (a, b)
+}
+
 /// One running `ferry serve`.
 #[derive(Debug)]
 pub struct Gateway {
@@ -104,6 +116,19 @@ impl Gateway {
             .tempdir()
             .unwrap();
         let home = dir.path().to_path_buf();
+        let mut gateway = Self::start_in(label, &home, "127.0.0.1:0", &[]);
+        gateway._dir = Some(dir);
+        gateway
+    }
+
+    /// Starts a gateway in a fresh temporary home whose `config.toml` is `config`.
+    pub fn start_with_config(label: &str, config: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("ferry-{label}-"))
+            .tempdir()
+            .unwrap();
+        let home = dir.path().to_path_buf();
+        std::fs::write(home.join("config.toml"), config).unwrap();
         let mut gateway = Self::start_in(label, &home, "127.0.0.1:0", &[]);
         gateway._dir = Some(dir);
         gateway
