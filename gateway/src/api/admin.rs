@@ -170,7 +170,7 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, 
                 .directory
                 .replicas_of(&name)
                 .iter()
-                .map(|node| label_of(node))
+                .map(&label_of)
                 .collect::<Vec<_>>(),
             "revision": null,
             "lag_revisions": null,
