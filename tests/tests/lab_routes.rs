@@ -544,6 +544,79 @@ fn under_five_percent_loss_every_write_ends_honestly_and_none_runs_twice() {
 }
 
 #[test]
+fn with_the_owners_lan_cable_cut_a_reader_reads_through_a_replica_fast() {
+    let mut took = Vec::new();
+    for _ in 0..RUNS {
+        let Some(lab) = Lab::new(3) else { return };
+        // LAN routes only, so a cut cable leaves no way to the owner.
+        let gateways: Vec<LabGateway> = (1..=3)
+            .map(|h| lab.start_ferry(h, &format!("h{h}"), &["--no-mdns"]))
+            .collect();
+        for me in &gateways {
+            for them in &gateways {
+                if me.node_id() != them.node_id() {
+                    let lan = format!("{},lan", them.lan_addr());
+                    let out = me.cli(&[
+                        "trust",
+                        them.node_id(),
+                        "--label",
+                        them.label(),
+                        "--addr",
+                        &lan,
+                    ]);
+                    assert!(out.status.success());
+                }
+            }
+        }
+        let (h1, h2, h3) = (&gateways[0], &gateways[1], &gateways[2]);
+        create_notes(h1);
+        assert_eq!(put(h1, "k", "10").0, 0);
+        let out = h2.cli(&["vault", "follow", "notes", "--owner", "h1"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_for(
+            "h2's replica to catch up and h3 to know of it",
+            Duration::from_secs(15),
+            || {
+                let (_, replica) = h2.cli_json(&["vault", "list"]);
+                let (_, seen) = h3.cli_json(&["vault", "list"]);
+                let caught_up = replica[0]["lag_revisions"] == 0 && replica[0]["revision"] == 1;
+                let known = seen[0]["replicas"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|l| l == "h2"));
+                (caught_up && known).then_some(())
+            },
+        );
+        lab.cut_cable(1);
+        let started = Instant::now();
+        let (code, read) = h3.cli_json(&["get", "notes", "k"]);
+        let elapsed = started.elapsed();
+        assert_eq!(code, 0, "{read}");
+        assert_eq!(
+            (
+                read["value"].as_str(),
+                read["source"].as_str(),
+                read["stale"].as_bool()
+            ),
+            (Some("v"), Some("replica:h2"), Some(true))
+        );
+        // The CLI's own start is in `elapsed`; the read itself must not wait for a deadline.
+        assert!(
+            elapsed < Duration::from_millis(400),
+            "read through the replica after {elapsed:?}"
+        );
+        took.push(elapsed);
+    }
+    figure(
+        "owner's LAN cable cut, a read through a replica (CLI included)",
+        &took,
+    );
+}
+
+#[test]
 fn a_tailnet_address_from_the_tailnet_client_reaches_peers_as_a_route() {
     let Some(lab) = Lab::new(2) else { return };
     // A fake `tailscale` first on PATH, answering `status --json` with h1's tailnet address.

@@ -226,3 +226,82 @@ fn a_pooled_connection_killed_under_the_reader_costs_one_retry_not_an_error() {
         (200, &b"f"[..], "owner")
     );
 }
+
+/// `GET` as a given app: status, revision, source.
+fn read_as(g: &Gateway, app: &str, key: &str) -> (u16, Option<u64>, String) {
+    let client = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap();
+    let response = client
+        .get(g.url(&format!("/v1/vaults/notes/records/{key}")))
+        .bearer_auth(&g.token)
+        .header("x-ferry-app", app)
+        .header("x-ferry-timeout", "5")
+        .send()
+        .unwrap();
+    let status = response.status().as_u16();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    (
+        status,
+        header("x-ferry-revision").and_then(|v| v.parse().ok()),
+        header("x-ferry-source").unwrap_or_default(),
+    )
+}
+
+#[test]
+fn an_app_never_sees_a_revision_go_backwards_even_when_a_stale_replica_answers() {
+    let (mut a, b) = harness::pair_with_notes_b(
+        Gateway::start("a"),
+        Gateway::start_with_config("b", "cache_fresh_ms = 1\n"),
+    );
+    assert_eq!(a.put("notes", "k", b"v1", &[]).0, 200);
+    let mut c = replica_of_notes(&a, &b);
+    caught_up(&c, 1);
+    // The replica stops at revision 1; the owner moves on to 2, and the app sees 2.
+    assert!(c.cli(&["stop"]).status.success());
+    assert_eq!(c.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(a.put("notes", "k", b"v2", &[]).0, 200);
+    assert_eq!(read_as(&b, "seen-two", "k"), (200, Some(2), "owner".into()));
+    // The owner dies; the stale replica comes back (it cannot sync) and says revision 1.
+    a.kill();
+    c.restart();
+    wait_for(
+        "b to know c replicates notes again",
+        Duration::from_secs(10),
+        || {
+            let (_, vaults) = b.cli_json(&["vault", "list"]);
+            let notes = vaults
+                .as_array()?
+                .iter()
+                .find(|v| v["name"] == "notes")?
+                .clone();
+            notes["replicas"]
+                .as_array()?
+                .iter()
+                .any(|r| r == "c")
+                .then_some(())
+        },
+    );
+    for _ in 0..5 {
+        let (status, revision, source) = read_as(&b, "seen-two", "k");
+        assert_eq!(status, 200);
+        assert_eq!(
+            revision,
+            Some(2),
+            "an app that saw revision 2 never gets 1 (source {source})"
+        );
+    }
+    // An app that never saw the record may get the replica's older answer, marked as such.
+    let (status, revision, source) = read_as(&b, "fresh-app", "k");
+    assert_eq!(
+        (status, revision, source.as_str()),
+        (200, Some(1), "replica:c")
+    );
+}
