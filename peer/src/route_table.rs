@@ -202,14 +202,6 @@ impl RouteTable {
         }
     }
 
-    /// Whether the route is known and not `Up` yet (a failure there means it is not usable).
-    pub fn never_heard(&self, node: NodeId, addr: SocketAddr) -> bool {
-        self.lock()
-            .get(&node)
-            .and_then(|entries| entries.iter().find(|e| e.route.addr == addr))
-            .is_some_and(|e| e.health.last_heard().is_none())
-    }
-
     /// The heartbeat on this route ended (whatever it found).
     pub fn probe_finished(&self, node: NodeId, addr: SocketAddr) {
         self.with_route(node, addr, |e| e.health.probe_finished());
