@@ -218,7 +218,7 @@ fn a_frozen_owner_gives_outcome_unknown_which_settles_on_its_own_to_the_truth() 
 fn crash_during_a_write(point: &str) -> (u16, Value, Value, Gateway, Gateway, String) {
     let fault = format!("{point}=crash");
     let a = Gateway::start_with_env("a", &[("FERRY_DANGEROUS_FAULT", fault.as_str())]);
-    let (mut a, b) = pair_with_notes(a);
+    let (mut a, b) = pair_with_notes(a, Gateway::start("b"));
     let id = fresh_request_id();
     let (status, first) = b.put(
         "notes",

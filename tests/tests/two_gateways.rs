@@ -6,21 +6,8 @@
 
 mod harness;
 
-use harness::Gateway;
+use harness::{two_with_notes, Gateway};
 use serde_json::Value;
-
-fn two_with_notes() -> (Gateway, Gateway) {
-    let a = Gateway::start("a");
-    let b = Gateway::start("b");
-    a.trust_each_other(&b);
-    let out = a.cli(&["vault", "create", "notes"]);
-    assert!(
-        out.status.success(),
-        "vault create: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (a, b)
-}
 
 #[test]
 fn a_write_through_b_reaches_the_owner_a_and_reads_agree_everywhere() {

@@ -63,20 +63,7 @@ pub fn create_owned(
     owner: NodeId,
     now_ms: u64,
 ) -> Result<VaultRow, StoreError> {
-    let inserted = conn.execute(
-        "INSERT INTO vaults (name, owner, role, revision, created_ms) VALUES (?1, ?2, 'owner', 0, ?3)
-         ON CONFLICT (name) DO NOTHING",
-        params![name, owner.to_string(), now_ms as i64],
-    )?;
-    if inserted == 0 {
-        return Err(StoreError::VaultExists { name: name.into() });
-    }
-    Ok(VaultRow {
-        name: name.into(),
-        owner,
-        role: Role::Owner,
-        revision: 0,
-    })
+    create(conn, name, owner, Role::Owner, now_ms)
 }
 
 /// Creates a replica of `name`, owned by `owner`, at revision 0 (its sync cursor).
@@ -86,10 +73,20 @@ pub fn create_replica(
     owner: NodeId,
     now_ms: u64,
 ) -> Result<VaultRow, StoreError> {
+    create(conn, name, owner, Role::Replica, now_ms)
+}
+
+fn create(
+    conn: &Connection,
+    name: &str,
+    owner: NodeId,
+    role: Role,
+    now_ms: u64,
+) -> Result<VaultRow, StoreError> {
     let inserted = conn.execute(
-        "INSERT INTO vaults (name, owner, role, revision, created_ms) VALUES (?1, ?2, 'replica', 0, ?3)
+        "INSERT INTO vaults (name, owner, role, revision, created_ms) VALUES (?1, ?2, ?3, 0, ?4)
          ON CONFLICT (name) DO NOTHING",
-        params![name, owner.to_string(), now_ms as i64],
+        params![name, owner.to_string(), role.as_str(), now_ms as i64],
     )?;
     if inserted == 0 {
         return Err(StoreError::VaultExists { name: name.into() });
@@ -97,7 +94,7 @@ pub fn create_replica(
     Ok(VaultRow {
         name: name.into(),
         owner,
-        role: Role::Replica,
+        role,
         revision: 0,
     })
 }

@@ -65,25 +65,12 @@ pub const SIGCONT: i32 = 18;
 
 /// Two gateways that trust each other, with vault `notes` owned by `a`.
 pub fn two_with_notes() -> (Gateway, Gateway) {
-    pair_with_notes(Gateway::start("a"))
+    pair_with_notes(Gateway::start("a"), Gateway::start("b"))
 }
 
-/// `a` (already started, e.g. with fault points) and a fresh `b`, trusting each other, with
-/// vault `notes` owned by `a`.
-pub fn pair_with_notes(a: Gateway) -> (Gateway, Gateway) {
-    let b = Gateway::start("b");
-    a.trust_each_other(&b);
-    let out = a.cli(&["vault", "create", "notes"]);
-    assert!(
-        out.status.success(),
-        "vault create: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (a, b)
-}
-
-/// `a` and `b` (both already started), trusting each other, with vault `notes` owned by `a`.
-pub fn pair_with_notes_b(a: Gateway, b: Gateway) -> (Gateway, Gateway) {
+/// `a` and `b` (both already started, e.g. with fault points or a config), trusting each
+/// other, with vault `notes` owned by `a`.
+pub fn pair_with_notes(a: Gateway, b: Gateway) -> (Gateway, Gateway) {
     a.trust_each_other(&b);
     let out = a.cli(&["vault", "create", "notes"]);
     assert!(
@@ -111,39 +98,33 @@ pub struct Gateway {
 impl Gateway {
     /// Starts a gateway labelled `label` in a fresh temporary home.
     pub fn start(label: &str) -> Self {
+        Self::start_fresh(label, None, &[])
+    }
+
+    /// Starts a gateway in a fresh temporary home, with an optional `config.toml` and extra
+    /// environment.
+    fn start_fresh(label: &str, config: Option<&str>, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix(&format!("ferry-{label}-"))
             .tempdir()
             .unwrap();
         let home = dir.path().to_path_buf();
-        let mut gateway = Self::start_in(label, &home, "127.0.0.1:0", &[]);
+        if let Some(config) = config {
+            std::fs::write(home.join("config.toml"), config).unwrap();
+        }
+        let mut gateway = Self::start_in(label, &home, "127.0.0.1:0", env);
         gateway._dir = Some(dir);
         gateway
     }
 
     /// Starts a gateway in a fresh temporary home whose `config.toml` is `config`.
     pub fn start_with_config(label: &str, config: &str) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("ferry-{label}-"))
-            .tempdir()
-            .unwrap();
-        let home = dir.path().to_path_buf();
-        std::fs::write(home.join("config.toml"), config).unwrap();
-        let mut gateway = Self::start_in(label, &home, "127.0.0.1:0", &[]);
-        gateway._dir = Some(dir);
-        gateway
+        Self::start_fresh(label, Some(config), &[])
     }
 
     /// Starts a gateway in a fresh temporary home with extra environment.
     pub fn start_with_env(label: &str, env: &[(&str, &str)]) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("ferry-{label}-"))
-            .tempdir()
-            .unwrap();
-        let home = dir.path().to_path_buf();
-        let mut gateway = Self::start_in(label, &home, "127.0.0.1:0", env);
-        gateway._dir = Some(dir);
-        gateway
+        Self::start_fresh(label, None, env)
     }
 
     /// Starts (or restarts) a gateway in `home`, its QUIC endpoint on `listen`, with extra
