@@ -4,6 +4,12 @@
 //! cannot mistake "nothing was sent" for "the request left and nobody knows". When the local
 //! gateway does not answer its connect, a write is [`WriteResult::LocalGatewayDown`]: nothing
 //! was sent, and the kit never goes around the local gateway to write.
+//!
+//! A [`Kit::get`] that finds the local gateway down (no `api.addr`, or its connect refused)
+//! reads straight from a trusted peer's gateway instead, as this machine's node (SPEC 9; see
+//! [`peer_read`]). Only when no peer can answer either is it [`KitError::LocalGatewayDown`].
+
+mod peer_read;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,6 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::home::Home;
+use peer_read::{PeerRead, PeerReadError};
 
 /// Extra time the HTTP client waits beyond the call's own timeout, so the gateway's answer
 /// (which it must give by the deadline) always wins over the client giving up.
@@ -108,6 +115,9 @@ pub struct Kit {
     token: String,
     app: String,
     home: String,
+    /// The state directory itself: a read around a stopped gateway needs its node key and
+    /// trust store.
+    state: Home,
 }
 
 impl Kit {
@@ -128,6 +138,7 @@ impl Kit {
             token,
             app: app.to_string(),
             home: home.root().display().to_string(),
+            state: home.clone(),
         }
     }
 
@@ -315,15 +326,27 @@ impl Kit {
         })
     }
 
-    /// Reads one record.
+    /// Reads one record. When the local gateway is down (it wrote no `api.addr`, or its
+    /// connect is refused), reads it straight from a trusted peer's gateway: `source` is then
+    /// `owner`, or `replica:<label>` with `stale` set.
     pub async fn get(&self, vault: &str, key: &str) -> Result<ReadRecord, KitError> {
-        let url = self
-            .url(&record_path(vault, key))
-            .map_err(|detail| KitError::LocalGatewayDown { detail })?;
-        let response = self
-            .send(self.request(reqwest::Method::GET, url))
-            .await
-            .map_err(|detail| KitError::LocalGatewayDown { detail })?;
+        let Some(base) = &self.base else {
+            return self
+                .get_around(vault, key, "it has not written api.addr")
+                .await;
+        };
+        let url = format!("{base}{}", record_path(vault, key));
+        let response = match self.request(reqwest::Method::GET, url).send().await {
+            Ok(response) => response,
+            Err(err) if err.is_connect() => {
+                return self.get_around(vault, key, "connection refused").await
+            }
+            Err(err) => {
+                return Err(KitError::LocalGatewayDown {
+                    detail: self.down(&err.to_string()),
+                })
+            }
+        };
         if !response.status().is_success() {
             return Err(answered(response).await);
         }
@@ -351,6 +374,42 @@ impl Kit {
             source,
             stale,
         })
+    }
+
+    /// `get` with the local gateway down (`why`): from a trusted peer's gateway, never a write.
+    async fn get_around(&self, vault: &str, key: &str, why: &str) -> Result<ReadRecord, KitError> {
+        // The checks the local API would make, so a bad name is the same 400 either way.
+        crate::names::check_vault(vault)
+            .and_then(|()| crate::names::check_key(key))
+            .map_err(|detail| KitError::Answered {
+                status: 400,
+                code: "bad_request".into(),
+                detail,
+            })?;
+        let timeout = peer_read::DEFAULT_TIMEOUT;
+        match peer_read::get(&self.state, &self.app, vault, key, timeout).await {
+            Ok(PeerRead::Found(record)) => Ok(record),
+            // The shape the local gateway gives a missing record.
+            Ok(PeerRead::NotFound { source }) => Err(KitError::Answered {
+                status: 404,
+                code: "not_found".into(),
+                detail: format!(
+                    "there is no record {key:?} in this vault \
+                     (answered by {source}; the local gateway is down)"
+                ),
+            }),
+            Err(err) => Err(KitError::LocalGatewayDown {
+                detail: self.down_for_reads(why, &err),
+            }),
+        }
+    }
+
+    fn down_for_reads(&self, why: &str, peers: &PeerReadError) -> String {
+        let home = &self.home;
+        format!(
+            "no gateway answers for {home} ({why}) and no trusted peer could answer either \
+             ({peers}); start it with `ferry serve --home {home}`"
+        )
     }
 
     /// Every key with `prefix`, page by page (or at most `limit`).

@@ -23,6 +23,9 @@ use crate::transport::{CLOSE_GOING_AWAY, CLOSE_UNTRUSTED};
 /// "last heard" from below; far smaller than any liveness window worth using.
 const WATCH_INTERVAL: Duration = Duration::from_millis(50);
 
+/// How long a connection replaced in the pool stays open for the calls still using it.
+const REPLACED_GRACE: Duration = Duration::from_secs(30);
+
 #[derive(Debug)]
 struct Pooled {
     conn: quinn::Connection,
@@ -90,20 +93,23 @@ impl Pool {
         let watched = conn.clone();
         let heard = heard_at_ms.clone();
         let epoch = self.epoch;
-        if let Some(old) = self
+        let replaced = self
             .lock()
-            .insert((peer, addr), Pooled { conn, heard_at_ms })
-        {
-            if old.conn.stable_id() != watched.stable_id() {
-                old.conn.close(quinn::VarInt::from_u32(0), b"replaced");
-            }
-        }
+            .insert((peer, addr), Pooled { conn, heard_at_ms });
         let mut watchers = self
             .watchers
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         // Reap finished watchers so the set does not grow with every reconnect.
         while watchers.try_join_next().is_some() {}
+        if let Some(old) = replaced.filter(|old| old.conn.stable_id() != watched.stable_id()) {
+            // Two calls may dial the same place at once; the one that loses the pool slot may
+            // still be carrying a request. Close it only after a grace period.
+            watchers.spawn(async move {
+                tokio::time::sleep(REPLACED_GRACE).await;
+                old.conn.close(quinn::VarInt::from_u32(0), b"replaced");
+            });
+        }
         watchers.spawn(watch(
             watched,
             heard,
