@@ -161,6 +161,18 @@ impl Machine {
     }
 }
 
+/// The load average over 1, 5 and 15 minutes, as `/proc/loadavg` says it.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// Busy time of all CPUs from the first line of `/proc/stat`: user, nice, system, irq,
 /// softirq and steal (idle and iowait are not busy; guest time is already in user).
 fn parse_machine_busy(stat: &str) -> Option<Duration> {

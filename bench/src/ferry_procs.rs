@@ -67,6 +67,31 @@ pub fn default_binary() -> PathBuf {
     target.join("release").join("ferry")
 }
 
+/// The `ferry` binary to run: `given`, or the workspace's release build, built first when
+/// `build` is set (before anything is timed). Returns its path and, when Ferry cannot run, why:
+/// the caller still measures the bare systems and reports the reason.
+pub fn prepare_binary(given: Option<PathBuf>, build: bool) -> (PathBuf, Result<(), String>) {
+    let binary = given.unwrap_or_else(default_binary);
+    let built = if build {
+        crate::progress("building the release ferry binary");
+        build_release().map_err(|err| format!("the build failed: {err}"))
+    } else {
+        Ok(())
+    };
+    let ready = built.and_then(|()| {
+        if binary.is_file() {
+            Ok(())
+        } else {
+            Err(format!(
+                "no ferry binary at {}; build it with `cargo build --release -p ferry-gateway` or \
+                 pass --ferry-bin",
+                binary.display()
+            ))
+        }
+    });
+    (binary, ready)
+}
+
 /// Builds the release `ferry` binary, so the benchmark measures the code in the work tree.
 pub fn build_release() -> Result<(), ProcError> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

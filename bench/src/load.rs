@@ -2,10 +2,12 @@
 //!
 //! The same generator drives every system under test, so they are compared on equal terms: a
 //! hyper HTTP/1.1 client on its own OS thread and single-threaded tokio runtime, one keep-alive
-//! TCP connection per writer (`TCP_NODELAY`), each request a `PUT` of a 64-byte value under a
-//! fresh, increasing key, with the bearer token and `X-Ferry-App`. Only `200` answers with a
-//! revision count as writes; every other answer is counted by status, and a request that got no
-//! answer (broken connection, timeout) is counted as a transport error.
+//! TCP connection per client (`TCP_NODELAY`), every request with the bearer token and
+//! `X-Ferry-App`. A [`Verb::Write`] is a `PUT` of a 64-byte value under a fresh, increasing key
+//! and counts only if answered `200` with a revision; a [`Verb::Read`] is a `GET` of a key from
+//! [`Keys`] and counts only if answered `200` with the 64-byte value (its `X-Ferry-Source` is
+//! tallied). Every other answer is counted by status, and a request that got no answer (broken
+//! connection, timeout) is counted as a transport error.
 //!
 //! Every loop is bounded twice, by a count and by a time; every request by a timeout.
 
@@ -31,7 +33,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Answers are a few dozen bytes; anything past this is not an answer we sent for.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
-/// A writer whose connection cannot be re-established this many times in a row stops.
+/// A client whose connection cannot be re-established this many times in a row stops.
 const MAX_CONNECT_FAILURES: u32 = 3;
 
 /// Where writes go and how they are labelled.
@@ -61,41 +63,84 @@ pub enum LoadError {
     },
 }
 
-/// Fresh keys, increasing (like the time-ordered ids Ferry uses), unique within a run.
+/// Keys `<prefix><n:010>`: fresh and increasing (like the time-ordered ids Ferry uses), unique
+/// within a run, from `first` on; or cycling through `len` of them from `first`, for reading the
+/// same few keys again and again.
 #[derive(Debug)]
 pub struct Keys {
     prefix: String,
     next: AtomicU64,
+    first: u64,
+    cycle: Option<u64>,
 }
 
 impl Keys {
+    /// `<prefix>0000000000`, `<prefix>0000000001`, ...
     pub fn new(prefix: impl Into<String>) -> Self {
+        Self::starting_at(prefix, 0)
+    }
+
+    /// Fresh keys from number `first` on.
+    pub fn starting_at(prefix: impl Into<String>, first: u64) -> Self {
         Self {
             prefix: prefix.into(),
             next: AtomicU64::new(0),
+            first,
+            cycle: None,
         }
+    }
+
+    /// Numbers `first .. first + len`, then again from `first`. `len` is at least 1.
+    pub fn cycling(prefix: impl Into<String>, first: u64, len: u64) -> Self {
+        Self {
+            cycle: Some(len.max(1)),
+            ..Self::starting_at(prefix, first)
+        }
+    }
+
+    /// The key with number `n`.
+    pub fn key(prefix: &str, n: u64) -> String {
+        format!("{prefix}{n:010}")
     }
 
     pub fn next_key(&self) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        format!("{}{n:010}", self.prefix)
+        let n = match self.cycle {
+            Some(len) => n % len,
+            None => n,
+        };
+        Self::key(&self.prefix, self.first + n)
     }
 }
 
-/// The value every write carries.
+/// What every request of a measurement does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// `PUT` a 64-byte value under the next key: done when answered `200` with a revision.
+    Write,
+    /// `GET` the next key: done when answered `200` with the 64-byte value.
+    Read,
+}
+
+/// The value every write carries (and every read expects back).
+static VALUE: [u8; VALUE_BYTES] = [b'v'; VALUE_BYTES];
+
+/// The value every write carries, without a copy.
 pub fn value() -> Bytes {
-    Bytes::from(vec![b'v'; VALUE_BYTES])
+    Bytes::from_static(&VALUE)
 }
 
 /// What one measurement saw.
 #[derive(Debug, Default, Clone)]
 pub struct Sample {
-    /// The latency of every successful write, sorted.
+    /// The latency of every successful request, sorted.
     latencies: Vec<Duration>,
     /// Wall time of the measured part.
     pub elapsed: Duration,
-    /// Answers other than `200` with a revision, by status.
+    /// Answers other than the expected `200`, by status.
     pub non_200: BTreeMap<u16, u64>,
+    /// Successful answers by their `X-Ferry-Source` header (`-` when there was none).
+    pub sources: BTreeMap<String, u64>,
     /// Requests that got no answer at all.
     pub transport_errors: u64,
     /// The first failure seen, for the report.
@@ -121,12 +166,12 @@ impl Sample {
         self.non_200.values().sum::<u64>() + self.transport_errors
     }
 
-    /// The `p`th percentile (nearest rank) of successful writes' latency.
+    /// The `p`th percentile (nearest rank) of successful requests' latency.
     pub fn percentile(&self, p: f64) -> Option<Duration> {
         percentile(&self.latencies, p)
     }
 
-    /// Successful writes per second of wall time.
+    /// Successful requests per second of wall time.
     pub fn per_second(&self) -> f64 {
         let secs = self.elapsed.as_secs_f64();
         if secs > 0.0 {
@@ -138,7 +183,11 @@ impl Sample {
 
     fn record(&mut self, answer: Answer, took: Duration) {
         match answer {
-            Answer::Written => self.latencies.push(took),
+            Answer::Done { source } => {
+                self.latencies.push(took);
+                let source = source.unwrap_or_else(|| NO_SOURCE.to_string());
+                *self.sources.entry(source).or_default() += 1;
+            }
             Answer::Status(status, detail) => {
                 *self.non_200.entry(status).or_default() += 1;
                 self.note(|| format!("HTTP {status}: {detail}"));
@@ -160,6 +209,9 @@ impl Sample {
         self.latencies.extend(other.latencies);
         for (status, n) in other.non_200 {
             *self.non_200.entry(status).or_default() += n;
+        }
+        for (source, n) in other.sources {
+            *self.sources.entry(source).or_default() += n;
         }
         self.transport_errors += other.transport_errors;
         if self.first_failure.is_none() {
@@ -185,11 +237,15 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
 }
 
+/// How [`Sample::sources`] counts an answer without `X-Ferry-Source`.
+pub const NO_SOURCE: &str = "-";
+
 /// How one request ended.
 #[derive(Debug)]
 enum Answer {
-    /// `200` with a revision: the write is durable.
-    Written,
+    /// What was asked for: a write answered `200` with a revision (durable), or a read answered
+    /// `200` with the value; with the answer's `X-Ferry-Source`, if any.
+    Done { source: Option<String> },
     /// Any other answer.
     Status(u16, String),
     /// No answer.
@@ -224,22 +280,27 @@ async fn connect(addr: SocketAddr) -> Result<Conn, String> {
     Ok(Conn { sender, driver })
 }
 
-async fn put(conn: &mut Conn, target: &Target, key: &str, value: Bytes) -> Answer {
-    match tokio::time::timeout(REQUEST_TIMEOUT, put_inner(conn, target, key, value)).await {
+async fn exchange(conn: &mut Conn, target: &Target, verb: Verb, key: &str) -> Answer {
+    match tokio::time::timeout(REQUEST_TIMEOUT, exchange_inner(conn, target, verb, key)).await {
         Ok(answer) => answer,
         Err(_) => Answer::Broken(format!("no answer within {REQUEST_TIMEOUT:?}")),
     }
 }
 
-async fn put_inner(conn: &mut Conn, target: &Target, key: &str, value: Bytes) -> Answer {
-    let request = Request::put(format!("/v1/vaults/{}/records/{key}", target.vault))
+async fn exchange_inner(conn: &mut Conn, target: &Target, verb: Verb, key: &str) -> Answer {
+    let path = format!("/v1/vaults/{}/records/{key}", target.vault);
+    let (builder, body) = match verb {
+        Verb::Write => (Request::put(path), value()),
+        Verb::Read => (Request::get(path), Bytes::new()),
+    };
+    let request = builder
         .header(hyper::header::HOST, target.api.to_string())
         .header(
             hyper::header::AUTHORIZATION,
             format!("Bearer {}", target.token),
         )
         .header("x-ferry-app", target.app.as_str())
-        .body(Full::new(value));
+        .body(Full::new(body));
     let request = match request {
         Ok(request) => request,
         Err(err) => return Answer::Broken(format!("cannot build the request: {err}")),
@@ -252,6 +313,10 @@ async fn put_inner(conn: &mut Conn, target: &Target, key: &str, value: Bytes) ->
         Err(err) => return Answer::Broken(format!("request failed: {err}")),
     };
     let status = response.status().as_u16();
+    let source = response
+        .headers()
+        .get("x-ferry-source")
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     let body = match Limited::new(response.into_body(), MAX_ANSWER_BYTES)
         .collect()
         .await
@@ -262,14 +327,26 @@ async fn put_inner(conn: &mut Conn, target: &Target, key: &str, value: Bytes) ->
     if status != 200 {
         return Answer::Status(status, String::from_utf8_lossy(&body).into_owned());
     }
-    let revision = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|json| json.get("revision").and_then(serde_json::Value::as_u64));
-    match revision {
-        Some(_) => Answer::Written,
-        None => Answer::Status(
+    match verb {
+        Verb::Write => {
+            let revision = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|json| json.get("revision").and_then(serde_json::Value::as_u64));
+            match revision {
+                Some(_) => Answer::Done { source },
+                None => Answer::Status(
+                    200,
+                    format!("200 without a revision: {}", String::from_utf8_lossy(&body)),
+                ),
+            }
+        }
+        Verb::Read if body.len() == VALUE_BYTES => Answer::Done { source },
+        Verb::Read => Answer::Status(
             200,
-            format!("200 without a revision: {}", String::from_utf8_lossy(&body)),
+            format!(
+                "200 with {} bytes instead of the {VALUE_BYTES}-byte value",
+                body.len()
+            ),
         ),
     }
 }
@@ -297,24 +374,26 @@ where
     })
 }
 
-/// A writer's connection, re-established after a failure (bounded).
-struct Writer<'a> {
+/// A client's connection, re-established after a failure (bounded).
+struct Client<'a> {
     target: &'a Target,
+    verb: Verb,
     conn: Option<Conn>,
     connect_failures: u32,
 }
 
-impl<'a> Writer<'a> {
-    fn new(target: &'a Target, conn: Option<Conn>) -> Self {
+impl<'a> Client<'a> {
+    fn new(target: &'a Target, verb: Verb, conn: Option<Conn>) -> Self {
         Self {
             target,
+            verb,
             conn,
             connect_failures: 0,
         }
     }
 
-    /// Sends one write; `None` once the writer has given up reconnecting.
-    async fn write(&mut self, key: &str, value: Bytes) -> Option<(Answer, Duration)> {
+    /// Sends one request for `key`; `None` once the client has given up reconnecting.
+    async fn send(&mut self, key: &str) -> Option<(Answer, Duration)> {
         let mut conn = match self.conn.take() {
             Some(conn) => conn,
             None => {
@@ -332,7 +411,7 @@ impl<'a> Writer<'a> {
         };
         self.connect_failures = 0;
         let started = Instant::now();
-        let answer = put(&mut conn, self.target, key, value).await;
+        let answer = exchange(&mut conn, self.target, self.verb, key).await;
         let took = started.elapsed();
         // A request with no answer leaves the connection in an unknown state: start afresh.
         if !matches!(answer, Answer::Broken(_)) {
@@ -342,10 +421,11 @@ impl<'a> Writer<'a> {
     }
 }
 
-/// Writes one at a time on one keep-alive connection: `warmup` unmeasured writes, then at most
+/// Requests one at a time on one keep-alive connection: `warmup` unmeasured ones, then at most
 /// `count` measured ones, all within `bound`.
 pub fn sequential(
     target: &Target,
+    verb: Verb,
     keys: &Keys,
     warmup: usize,
     count: usize,
@@ -359,14 +439,13 @@ pub fn sequential(
                 addr: target.api,
                 detail,
             })?;
-        let mut writer = Writer::new(target, Some(first));
-        let value = value();
+        let mut client = Client::new(target, verb, Some(first));
         let mut warm = Sample::default();
         for _ in 0..warmup {
             if Instant::now() >= deadline {
                 break;
             }
-            let Some((answer, took)) = writer.write(&keys.next_key(), value.clone()).await else {
+            let Some((answer, took)) = client.send(&keys.next_key()).await else {
                 break;
             };
             warm.record(answer, took);
@@ -381,7 +460,7 @@ pub fn sequential(
             if Instant::now() >= deadline {
                 break;
             }
-            let Some((answer, took)) = writer.write(&keys.next_key(), value.clone()).await else {
+            let Some((answer, took)) = client.send(&keys.next_key()).await else {
                 break;
             };
             sample.record(answer, took);
@@ -390,18 +469,19 @@ pub fn sequential(
     })?
 }
 
-/// `writers` writers at once, each on its own keep-alive connection, until `max_total` writes
+/// `clients` clients at once, each on its own keep-alive connection, until `max_total` requests
 /// were started or `bound` passed. Connections are opened before the clock starts.
 pub fn concurrent(
     target: &Target,
+    verb: Verb,
     keys: &Arc<Keys>,
-    writers: usize,
+    clients: usize,
     max_total: u64,
     bound: Duration,
 ) -> Result<Sample, LoadError> {
     on_own_thread("bench-load-conc", || async move {
-        let mut conns = Vec::with_capacity(writers);
-        for _ in 0..writers {
+        let mut conns = Vec::with_capacity(clients);
+        for _ in 0..clients {
             let conn = connect(target.api)
                 .await
                 .map_err(|detail| LoadError::Connect {
@@ -417,14 +497,12 @@ pub fn concurrent(
         for conn in conns {
             let (target, keys, issued) = (target.clone(), keys.clone(), issued.clone());
             tasks.spawn(async move {
-                let mut writer = Writer::new(&target, Some(conn));
-                let value = value();
+                let mut client = Client::new(&target, verb, Some(conn));
                 let mut sample = Sample::default();
                 while Instant::now() < deadline
                     && issued.fetch_add(1, Ordering::Relaxed) < max_total
                 {
-                    let Some((answer, took)) = writer.write(&keys.next_key(), value.clone()).await
-                    else {
+                    let Some((answer, took)) = client.send(&keys.next_key()).await else {
                         break;
                     };
                     sample.record(answer, took);
@@ -525,10 +603,15 @@ mod tests {
     #[test]
     fn samples_sort_count_and_merge() {
         let mut a = Sample::default();
-        a.record(Answer::Written, Duration::from_millis(3));
+        a.record(
+            Answer::Done {
+                source: Some("cache".into()),
+            },
+            Duration::from_millis(3),
+        );
         a.record(Answer::Status(503, "busy".into()), Duration::ZERO);
         let mut b = Sample::default();
-        b.record(Answer::Written, Duration::from_millis(1));
+        b.record(Answer::Done { source: None }, Duration::from_millis(1));
         b.record(Answer::Broken("reset".into()), Duration::ZERO);
         a.merge(b);
         let a = a.finish(Duration::from_secs(2));
@@ -538,6 +621,10 @@ mod tests {
         assert_eq!(a.percentile(50.0), Some(Duration::from_millis(1)));
         assert_eq!(a.per_second(), 1.0);
         assert_eq!(a.first_failure.as_deref(), Some("HTTP 503: busy"));
+        assert_eq!(
+            a.sources,
+            BTreeMap::from([("-".to_string(), 1), ("cache".to_string(), 1)])
+        );
     }
 
     #[test]
@@ -546,5 +633,19 @@ mod tests {
         let (first, second) = (keys.next_key(), keys.next_key());
         assert!(first < second, "{first} < {second}");
         assert_eq!(first, "s-0000000000");
+        let later = Keys::starting_at("r-", 7);
+        assert_eq!(later.next_key(), "r-0000000007");
+        let hot = Keys::cycling("r-", 3, 2);
+        let seen: Vec<_> = (0..5).map(|_| hot.next_key()).collect();
+        assert_eq!(
+            seen,
+            [
+                "r-0000000003",
+                "r-0000000004",
+                "r-0000000003",
+                "r-0000000004",
+                "r-0000000003"
+            ]
+        );
     }
 }

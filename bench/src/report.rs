@@ -162,60 +162,12 @@ impl Report {
     }
 
     fn render_cpu(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "| CPU per durable write, 64 writers | calling side | owning side | total | cores busy |"
-        );
-        let _ = writeln!(out, "|---|---|---|---|---|");
         let systems = self
             .bare
             .iter()
             .map(|(layout, m)| (format!("bare relay, {}", layout.name()), m))
             .chain(self.ferry.iter().map(|m| ("Ferry (b, a)".to_string(), m)));
-        let mut by_thread = Vec::new();
-        for (name, m) in systems {
-            let writes = m.concurrent.ok() as f64;
-            // Below a tenth of a second the 10 ms ticks of /proc say little.
-            let Some(cpu) = m
-                .cpu
-                .as_ref()
-                .filter(|cpu| writes > 0.0 && cpu.total() >= MIN_CPU_SHOWN)
-            else {
-                let _ = writeln!(out, "| {name} | - | - | - | too short to tell |");
-                continue;
-            };
-            let per_write = |d: Duration| d.as_secs_f64() * 1e6 / writes;
-            let busy = cpu.total().as_secs_f64() / m.concurrent.elapsed.as_secs_f64().max(1e-9);
-            let _ = writeln!(
-                out,
-                "| {name} | {:.0} us | {:.0} us | {:.0} us | {busy:.2} |",
-                per_write(cpu.of(cpu::Side::Caller)),
-                per_write(cpu.of(cpu::Side::Owner)),
-                per_write(cpu.total()),
-            );
-            let threads: Vec<String> = cpu
-                .by_thread
-                .iter()
-                .filter(|(_, _, used)| *used >= MIN_THREAD_SHOWN)
-                .map(|(side, thread, used)| {
-                    let side = match side {
-                        cpu::Side::Caller => "calling",
-                        cpu::Side::Owner => "owning",
-                    };
-                    format!("{side} `{thread}` {:.0} us", per_write(*used))
-                })
-                .collect();
-            by_thread.push(format!("- {name}: {}", threads.join(", ")));
-        }
-        let _ = writeln!(
-            out,
-            "\nPer write, by thread name (threads of one name added up; the load generator's own CPU, \
-             the same client for every system, is not counted):"
-        );
-        for line in by_thread {
-            let _ = writeln!(out, "{line}");
-        }
-        let _ = writeln!(out);
+        render_cpu(out, "CPU per durable write, 64 writers", "write", systems);
     }
 
     fn render_notes(&self, out: &mut String) {
@@ -229,24 +181,7 @@ impl Report {
             );
         }
         let _ = writeln!(out, "- Ferry: {}\n", self.ferry_layout);
-        let _ = writeln!(
-            out,
-            "Load average (1, 5, 15 min) before: {}; after: {}.",
-            self.load_before, self.load_after
-        );
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if let Some(others) = self.others_cores {
-            let _ = writeln!(
-                out,
-                "Other work on the machine used on average {others:.2} of its {cores} cores during the run{}",
-                if others > BUSY_OTHERS_CORES {
-                    ": **the machine was shared**, so absolute figures are low and noisy; the \
-                     ratios, between figures taken seconds apart, hold up better."
-                } else {
-                    "."
-                }
-            );
-        }
+        render_machine(out, &self.load_before, &self.load_after, self.others_cores);
         let mut failures = Vec::new();
         let mut notes = Vec::new();
         let systems = self
@@ -291,6 +226,93 @@ impl Report {
     }
 }
 
+/// CPU per request of each system's concurrent phase, by side, then by thread name. `unit`
+/// names one request (`write`, `read`).
+pub fn render_cpu<'a>(
+    out: &mut String,
+    heading: &str,
+    unit: &str,
+    systems: impl Iterator<Item = (String, &'a Measured)>,
+) {
+    let _ = writeln!(
+        out,
+        "| {heading} | calling side | owning side | total | cores busy |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    let mut by_thread = Vec::new();
+    for (name, m) in systems {
+        let requests = m.concurrent.ok() as f64;
+        // Below a tenth of a second the 10 ms ticks of /proc say little.
+        let Some(cpu) = m
+            .cpu
+            .as_ref()
+            .filter(|cpu| requests > 0.0 && cpu.total() >= MIN_CPU_SHOWN)
+        else {
+            let _ = writeln!(out, "| {name} | - | - | - | too short to tell |");
+            continue;
+        };
+        let per_request = |d: Duration| d.as_secs_f64() * 1e6 / requests;
+        let busy = cpu.total().as_secs_f64() / m.concurrent.elapsed.as_secs_f64().max(1e-9);
+        let _ = writeln!(
+            out,
+            "| {name} | {:.0} us | {:.0} us | {:.0} us | {busy:.2} |",
+            per_request(cpu.of(cpu::Side::Caller)),
+            per_request(cpu.of(cpu::Side::Owner)),
+            per_request(cpu.total()),
+        );
+        let threads: Vec<String> = cpu
+            .by_thread
+            .iter()
+            .filter(|(_, _, used)| *used >= MIN_THREAD_SHOWN)
+            .map(|(side, thread, used)| {
+                let side = match side {
+                    cpu::Side::Caller => "calling",
+                    cpu::Side::Owner => "owning",
+                };
+                format!("{side} `{thread}` {:.0} us", per_request(*used))
+            })
+            .collect();
+        by_thread.push(format!("- {name}: {}", threads.join(", ")));
+    }
+    if !by_thread.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nPer {unit}, by thread name (threads of one name added up; the load generator's own \
+             CPU, the same client for every system, is not counted):"
+        );
+        for line in by_thread {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    let _ = writeln!(out);
+}
+
+/// The load average around the run and how much other work shared the machine.
+pub fn render_machine(
+    out: &mut String,
+    load_before: &str,
+    load_after: &str,
+    others_cores: Option<f64>,
+) {
+    let _ = writeln!(
+        out,
+        "Load average (1, 5, 15 min) before: {load_before}; after: {load_after}."
+    );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(others) = others_cores {
+        let _ = writeln!(
+            out,
+            "Other work on the machine used on average {others:.2} of its {cores} cores during the run{}",
+            if others > BUSY_OTHERS_CORES {
+                ": **the machine was shared**, so absolute figures are low and noisy; the \
+                 ratios, between figures taken seconds apart, hold up better."
+            } else {
+                "."
+            }
+        );
+    }
+}
+
 fn row(out: &mut String, system: &str, layout: &str, m: &Measured) {
     let _ = writeln!(
         out,
@@ -306,7 +328,7 @@ fn row(out: &mut String, system: &str, layout: &str, m: &Measured) {
     );
 }
 
-fn met(ok: Option<bool>) -> &'static str {
+pub fn met(ok: Option<bool>) -> &'static str {
     match ok {
         Some(true) => "yes",
         Some(false) => "**no**",
@@ -323,10 +345,14 @@ pub fn latency(value: Option<Duration>) -> String {
     }
 }
 
-/// Whole writes per second with thousands separated: `12,345/s`.
+/// Whole requests per second with thousands separated: `12,345/s`.
 pub fn rate(per_second: f64) -> String {
-    let whole = per_second.round() as u64;
-    let digits = whole.to_string();
+    format!("{}/s", count(per_second.round() as u64))
+}
+
+/// A count with thousands separated: `12,345`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
     // The first group holds 1 to 3 digits, every later one exactly 3.
     let first = match digits.len() % 3 {
         0 => 3.min(digits.len()),
@@ -338,7 +364,7 @@ pub fn rate(per_second: f64) -> String {
         grouped.push(',');
         grouped.push_str(&String::from_utf8_lossy(group));
     }
-    format!("{grouped}/s")
+    grouped
 }
 
 #[cfg(test)]
@@ -355,6 +381,8 @@ mod tests {
         assert_eq!(rate(0.2), "0/s");
         assert_eq!(rate(1000.0), "1,000/s");
         assert_eq!(rate(1_000_000.0), "1,000,000/s");
+        assert_eq!(count(0), "0");
+        assert_eq!(count(12_345), "12,345");
     }
 
     fn measured(p50_us: u64, per_second: u64) -> Measured {

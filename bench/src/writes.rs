@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bare_relay::{BareRelay, Layout, RelayError};
-use crate::cpu::{Machine, Sides, Usage};
+use crate::cpu::{self, Machine, Sides, Usage};
 use crate::ferry_procs::{self, Pair, ProcError};
-use crate::load::{self, Keys, LoadError, Sample, Target};
+use crate::load::{self, Keys, LoadError, Sample, Target, Verb};
 use crate::report::{Measured, Report};
-use crate::sqlite;
+use crate::{progress, sqlite};
 
 /// The vault and app every write names.
 const VAULT: &str = "bench";
@@ -110,8 +110,6 @@ pub enum WritesError {
     Load(#[from] LoadError),
     #[error(transparent)]
     Proc(#[from] ProcError),
-    #[error("no ferry binary at {0}; build it with `cargo build --release -p ferry-gateway` or pass --ferry-bin")]
-    NoBinary(PathBuf),
 }
 
 /// A system under test, up and idle until its turn.
@@ -148,17 +146,8 @@ impl Slot {
 /// to nothing (a QUIC keep-alive every 300 ms).
 pub fn run(options: &Options) -> Result<Report, WritesError> {
     let plan = options.plan;
-    let load_before = load_average();
-    let binary = options
-        .ferry_binary
-        .clone()
-        .unwrap_or_else(ferry_procs::default_binary);
-    let built = if options.build {
-        progress("building the release ferry binary");
-        ferry_procs::build_release().map_err(|err| format!("the build failed: {err}"))
-    } else {
-        Ok(())
-    };
+    let load_before = cpu::load_average();
+    let (binary, built) = ferry_procs::prepare_binary(options.ferry_binary.clone(), options.build);
 
     // Measured after the build, which is not part of the run.
     let machine_before = Machine::now();
@@ -220,6 +209,7 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
         let keys = Keys::new(format!("{}s-", slot.keys));
         slot.sequential = Some(load::sequential(
             &slot.target,
+            Verb::Write,
             &keys,
             plan.warmup,
             plan.sequential,
@@ -232,6 +222,7 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
         let before = slot.sides.as_ref().and_then(Sides::snapshot);
         let sample = load::concurrent(
             &slot.target,
+            Verb::Write,
             &keys,
             plan.writers,
             plan.concurrent_max,
@@ -293,7 +284,7 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
             binary.display()
         ),
         load_before,
-        load_after: load_average(),
+        load_after: cpu::load_average(),
         // The ferry processes were waited for above: their CPU counts as this run's.
         others_cores: machine_before
             .zip(Machine::now())
@@ -302,9 +293,6 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
 }
 
 fn start_ferry(binary: &Path) -> Result<Slot, WritesError> {
-    if !binary.is_file() {
-        return Err(WritesError::NoBinary(binary.to_path_buf()));
-    }
     let pair = Pair::start(binary, VAULT)?;
     let target = Target {
         api: pair.caller.api,
@@ -338,19 +326,4 @@ fn check_owner_has(pair: &Pair, key: &str) -> String {
         ),
         Err(err) => format!("check FAILED: {err}"),
     }
-}
-
-fn progress(what: &str) {
-    eprintln!("ferry-bench: {what}");
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|_| "unknown".into())
 }

@@ -124,7 +124,7 @@ impl Gateway {
         };
         let answer = self
             .reader
-            .run(move |conn| reader::read_local(conn, &vault, &verb))
+            .run_quick(move |conn| reader::read_local(conn, &vault, &verb))
             .await
             .map_err(|err| ReadFailure::Unavailable {
                 detail: err.to_string(),
@@ -415,13 +415,9 @@ fn cached_answer(entry: &CachedRecord) -> Answer {
 /// How long the owner gets before replicas are asked too: a few RTTs of its best route, with
 /// a floor.
 fn hedge_delay(gateway: &Gateway, owner: NodeId) -> Duration {
-    let now = Instant::now();
     gateway
         .routes
-        .view(owner, now)
-        .iter()
-        .filter_map(|view| view.rtt)
-        .min()
+        .best_rtt(owner)
         .map(|rtt| (rtt * HEDGE_RTTS).max(HEDGE_FLOOR))
         .unwrap_or(HEDGE_FLOOR)
 }

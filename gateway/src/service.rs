@@ -13,8 +13,8 @@ use ferry_peer::door::Service;
 use ferry_peer::outcome::{Refusal, RefusalCode};
 use ferry_peer::tls::TrustedKeys;
 use ferry_peer::wire::{
-    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, TicketAnswer, TicketRequest,
-    WriteAnswer, WriteRequest, WriteVerb,
+    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, ReadVerb, TicketAnswer,
+    TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
 };
 use ferry_ticket::{DoorContext, NodeId, Ticket, Verb, DEFAULT_TICKET_LIFETIME_MS};
 
@@ -119,12 +119,16 @@ impl Service for PeerService {
         self.0.metrics.peer_read_served();
         let ReadRequest { vault, verb, .. } = request;
         let name = vault.clone();
-        match self
-            .0
-            .reader
-            .run(move |conn| reader::read_local(conn, &name, &verb))
-            .await
-        {
+        let point = matches!(verb, ReadVerb::Get { .. });
+        let read = move |conn: &rusqlite::Connection| reader::read_local(conn, &name, &verb);
+        // A point read runs inline when a connection is free; pages of a list or of changes go
+        // to the blocking pool.
+        let answer = if point {
+            self.0.reader.run_quick(read).await
+        } else {
+            self.0.reader.run(read).await
+        };
+        match answer {
             Ok(Some(answer)) => answer,
             Ok(None) => ReadAnswer::Refused(Refusal::new(
                 RefusalCode::UnknownVault,

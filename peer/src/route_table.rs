@@ -135,6 +135,16 @@ impl RouteTable {
         candidates.into_iter().map(|(route, ..)| route).collect()
     }
 
+    /// The smallest smoothed RTT of `node`'s routes that are not down.
+    pub fn best_rtt(&self, node: NodeId) -> Option<Duration> {
+        self.lock()
+            .get(&node)?
+            .iter()
+            .filter(|e| e.health.state() != RouteState::Down)
+            .filter_map(|e| e.health.rtt())
+            .min()
+    }
+
     /// Every route to `node` for display.
     pub fn view(&self, node: NodeId, now: Instant) -> Vec<RouteView> {
         let peers = self.lock();

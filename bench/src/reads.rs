@@ -1,0 +1,528 @@
+//! `ferry-bench reads`: the read path, Ferry against the least the same libraries can do, in
+//! one run.
+//!
+//! Two kinds of read, each with its own yardstick:
+//! - **cache hits**: `GET` on `b` of a few keys `b` has already read (its read cache answers,
+//!   once wired in), against [`BareHttp`]: a hyper server answering from memory;
+//! - **owner reads**: `GET` on `b` of keys `b` has never read, so each goes `b` -> QUIC -> `a`,
+//!   against the bare read relay: hyper -> one pooled quinn connection -> a map in memory.
+//!
+//! The keys are numbered `r-0000000000`, ... and laid out once for every system: the first
+//! [`Plan::hot`] are the cache-hit keys, read again and again; the next `warmup + sequential`
+//! are read once each by the sequential owner reads; the rest are read once each by the
+//! concurrent owner reads, whose count is bounded by how many are left. Ferry's keys are written
+//! on the owner `a` through its own API before anything is measured (never through `b`, whose
+//! cache writes passing through would fill).
+//!
+//! Order: build the `ferry` binary, start every system and fill the owners, then every
+//! system's sequential cache hits, sequential owner reads, concurrent cache hits, concurrent
+//! owner reads, one system at a time, so the figures compared are taken seconds apart.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::bare_relay::{BareHttp, BareRelay, Layout, Records, RelayError};
+use crate::cpu::{self, Machine, Sides};
+use crate::ferry_procs::{self, Pair, ProcError};
+use crate::load::{self, Keys, LoadError, Sample, Target, Verb};
+use crate::progress;
+use crate::reads_report::{ReadsReport, Row};
+use crate::report::Measured;
+
+/// The vault and app every read names.
+const VAULT: &str = "bench";
+const APP: &str = "bench";
+/// Every key read: `r-<n:010>`.
+const PREFIX: &str = "r-";
+/// Writers filling the owner.
+const FILL_WRITERS: usize = 64;
+/// How long `b` may take to read from `a` once both are up, and how often to try.
+const CALLER_READY_BOUND: Duration = Duration::from_secs(15);
+const CALLER_READY_POLL: Duration = Duration::from_millis(50);
+const CALLER_READY_TRIES: u32 = 300;
+
+/// How much to run.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub quick: bool,
+    /// Keys on every owner (`r-0` to `r-<keys - 1>`).
+    pub keys: u64,
+    /// The cache-hit keys: `r-0` to `r-<hot - 1>`.
+    pub hot: u64,
+    pub warmup: usize,
+    pub sequential: usize,
+    pub sequential_bound: Duration,
+    pub readers: usize,
+    /// The most cache hits in the concurrent phase; owner reads are also bounded by the keys
+    /// left.
+    pub concurrent_max: u64,
+    pub concurrent_bound: Duration,
+    /// How long filling Ferry's owner may take.
+    pub fill_bound: Duration,
+}
+
+impl Plan {
+    pub fn full() -> Self {
+        Self {
+            quick: false,
+            keys: 150_000,
+            hot: 100,
+            warmup: 200,
+            sequential: 2000,
+            sequential_bound: Duration::from_secs(60),
+            readers: 64,
+            concurrent_max: 500_000,
+            concurrent_bound: Duration::from_secs(10),
+            fill_bound: Duration::from_secs(120),
+        }
+    }
+
+    /// A few hundred reads per system, for smoke tests.
+    pub fn quick() -> Self {
+        Self {
+            quick: true,
+            keys: 2_000,
+            hot: 50,
+            warmup: 50,
+            sequential: 300,
+            sequential_bound: Duration::from_secs(20),
+            readers: 64,
+            concurrent_max: 640,
+            concurrent_bound: Duration::from_secs(5),
+            fill_bound: Duration::from_secs(60),
+        }
+    }
+
+    /// The first key of the sequential owner reads (warm-up included).
+    fn sequential_first(&self) -> u64 {
+        self.hot
+    }
+
+    /// The first key of the concurrent owner reads.
+    fn concurrent_first(&self) -> u64 {
+        self.hot + (self.warmup + self.sequential) as u64
+    }
+
+    /// How many owner reads the concurrent phase may make: one per key left.
+    fn concurrent_owner_reads(&self) -> u64 {
+        self.keys.saturating_sub(self.concurrent_first())
+    }
+
+    /// Warm-up reads of the cache-hit keys: enough to read each once.
+    fn hit_warmup(&self) -> usize {
+        self.warmup
+            .max(usize::try_from(self.hot).unwrap_or(usize::MAX))
+    }
+
+    fn describe(&self) -> String {
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        format!(
+            "{} run on {cores} cores. Each read: `GET /v1/vaults/{VAULT}/records/<key>` of a \
+             {}-byte value, on keep-alive HTTP/1.1 from a load generator on its own thread; \
+             only `200` with the value counts. {} keys on every owner. **Cache hits**: the same \
+             {} keys over and over, each read once first ({} warm-up reads); sequential: {} \
+             reads (bound {:?}); concurrent: {} readers, each on its own connection, until {:?} \
+             or {} reads. **Owner reads**: every read a key never read before on that system; \
+             sequential: {} reads after {} warm-up (bound {:?}); concurrent: {} readers until \
+             {:?} or {} reads (the keys left).",
+            if self.quick { "Quick" } else { "Full" },
+            load::VALUE_BYTES,
+            self.keys,
+            self.hot,
+            self.hit_warmup(),
+            self.sequential,
+            self.sequential_bound,
+            self.readers,
+            self.concurrent_bound,
+            self.concurrent_max,
+            self.sequential,
+            self.warmup,
+            self.sequential_bound,
+            self.readers,
+            self.concurrent_bound,
+            self.concurrent_owner_reads(),
+        )
+    }
+}
+
+/// What to compare.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub plan: Plan,
+    /// Bare layouts; the first is the one the targets compare against.
+    pub layouts: Vec<Layout>,
+    /// The `ferry` binary; the workspace's release build if not given.
+    pub ferry_binary: Option<PathBuf>,
+    /// Run `cargo build --release -p ferry-gateway` first.
+    pub build: bool,
+}
+
+/// Why the run stopped before it could report.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadsError {
+    #[error("the bare {what} ({layout}): {source}")]
+    Bare {
+        what: &'static str,
+        layout: &'static str,
+        source: RelayError,
+    },
+    #[error("the load generator: {0}")]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+    #[error(
+        "b still cannot read {key} from the owner a after {CALLER_READY_BOUND:?}: {status} {body}"
+    )]
+    CallerCannotRead {
+        key: String,
+        status: u16,
+        body: String,
+    },
+    #[error("filling the owner a: {written} of {wanted} keys written in {took:?}; first failure: {first}")]
+    Fill {
+        written: usize,
+        wanted: u64,
+        took: Duration,
+        first: String,
+    },
+}
+
+/// Which kind of read a subject measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Hits,
+    OwnerReads,
+}
+
+/// One measured series: a system and a kind of read, where to send them, whose CPU to read.
+struct Subject {
+    kind: Kind,
+    /// The bare layout, or `None` for Ferry.
+    layout: Option<Layout>,
+    target: Target,
+    sides: Option<Sides>,
+    sequential: Option<Result<Sample, LoadError>>,
+    concurrent: Option<Result<(Sample, Option<cpu::Usage>), LoadError>>,
+}
+
+impl Subject {
+    fn new(kind: Kind, layout: Option<Layout>, target: Target, sides: Option<Sides>) -> Self {
+        Self {
+            kind,
+            layout,
+            target,
+            sides,
+            sequential: None,
+            concurrent: None,
+        }
+    }
+
+    fn name(&self) -> String {
+        match (self.layout, self.kind) {
+            (Some(layout), Kind::Hits) => format!("HTTP from memory, {} layout", layout.name()),
+            (Some(layout), Kind::OwnerReads) => {
+                format!("bare relay, {} layout", layout.name())
+            }
+            (None, Kind::Hits) => "Ferry, cache-hit keys".into(),
+            (None, Kind::OwnerReads) => "Ferry, owner reads".into(),
+        }
+    }
+
+    /// The keys of the sequential phase (its warm-up first).
+    fn sequential_keys(&self, plan: &Plan) -> Keys {
+        match self.kind {
+            Kind::Hits => Keys::cycling(PREFIX, 0, plan.hot),
+            Kind::OwnerReads => Keys::starting_at(PREFIX, plan.sequential_first()),
+        }
+    }
+
+    fn measured(self) -> (Kind, Option<Layout>, Result<Measured, LoadError>) {
+        let measured = match (self.sequential, self.concurrent) {
+            (Some(Ok(sequential)), Some(Ok((concurrent, cpu)))) => Ok(Measured {
+                sequential,
+                concurrent,
+                cpu,
+                notes: Vec::new(),
+            }),
+            (Some(Err(err)), _) | (_, Some(Err(err))) => Err(err),
+            _ => Err(LoadError::Panicked),
+        };
+        (self.kind, self.layout, measured)
+    }
+}
+
+/// The systems under test, up and idle until their turn; dropping them stops them.
+#[derive(Default)]
+struct Systems {
+    memory: Vec<BareHttp>,
+    relays: Vec<BareRelay>,
+    ferry: Option<Box<Pair>>,
+}
+
+/// Runs everything and returns the report. A Ferry failure is reported, not raised, so the
+/// bare figures of the same run are not lost.
+pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
+    let plan = options.plan;
+    let load_before = cpu::load_average();
+    let (binary, ready) = ferry_procs::prepare_binary(options.ferry_binary.clone(), options.build);
+
+    // Measured after the build, which is not part of the run.
+    let machine_before = Machine::now();
+    let records: Records = Arc::new(
+        (0..plan.keys)
+            .map(|n| (Keys::key(PREFIX, n), load::value()))
+            .collect::<HashMap<_, _>>(),
+    );
+    let bare = |what: &'static str, layout: Layout| {
+        move |source| ReadsError::Bare {
+            what,
+            layout: layout.name(),
+            source,
+        }
+    };
+    let mut systems = Systems::default();
+    let mut subjects = Vec::new();
+    for &layout in &options.layouts {
+        progress(&format!(
+            "starting the bare systems, {} layout",
+            layout.name()
+        ));
+        let memory = BareHttp::start(layout, records.clone())
+            .map_err(bare("HTTP server from memory", layout))?;
+        subjects.push(Subject::new(
+            Kind::Hits,
+            Some(layout),
+            bare_target(&memory.http_addr),
+            Some(memory.cpu_sides()),
+        ));
+        systems.memory.push(memory);
+        let relay =
+            BareRelay::start_reads(layout, records.clone()).map_err(bare("read relay", layout))?;
+        subjects.push(Subject::new(
+            Kind::OwnerReads,
+            Some(layout),
+            bare_target(&relay.http_addr),
+            Some(relay.cpu_sides()),
+        ));
+        systems.relays.push(relay);
+    }
+    drop(records);
+
+    progress("starting two ferry serve processes and filling the owner a");
+    // Killed on drop from here on, whatever happens.
+    let mut ferry_notes = Vec::new();
+    let ferry_failed = match ready
+        .and_then(|()| start_ferry(&binary, &plan, &mut ferry_notes).map_err(|err| err.to_string()))
+    {
+        Ok(pair) => {
+            let target = Target {
+                api: pair.caller.api,
+                token: pair.caller.token.clone(),
+                app: APP.into(),
+                vault: VAULT.into(),
+            };
+            let sides = pair
+                .caller
+                .pid()
+                .zip(pair.owner.pid())
+                .map(|(caller, owner)| Sides::Processes { caller, owner });
+            subjects.push(Subject::new(
+                Kind::Hits,
+                None,
+                target.clone(),
+                sides.clone(),
+            ));
+            subjects.push(Subject::new(Kind::OwnerReads, None, target, sides));
+            systems.ferry = Some(Box::new(pair));
+            None
+        }
+        Err(why) => Some(why),
+    };
+
+    for kind in [Kind::Hits, Kind::OwnerReads] {
+        for subject in subjects.iter_mut().filter(|s| s.kind == kind) {
+            progress(&format!(
+                "{}: {} reads one at a time",
+                subject.name(),
+                plan.sequential
+            ));
+            let warmup = match kind {
+                Kind::Hits => plan.hit_warmup(),
+                Kind::OwnerReads => plan.warmup,
+            };
+            subject.sequential = Some(load::sequential(
+                &subject.target,
+                Verb::Read,
+                &subject.sequential_keys(&plan),
+                warmup,
+                plan.sequential,
+                plan.sequential_bound,
+            ));
+        }
+    }
+    for kind in [Kind::Hits, Kind::OwnerReads] {
+        for subject in subjects.iter_mut().filter(|s| s.kind == kind) {
+            progress(&format!("{}: {} readers", subject.name(), plan.readers));
+            let (keys, max) = match kind {
+                Kind::Hits => (Keys::cycling(PREFIX, 0, plan.hot), plan.concurrent_max),
+                Kind::OwnerReads => (
+                    Keys::starting_at(PREFIX, plan.concurrent_first()),
+                    plan.concurrent_owner_reads(),
+                ),
+            };
+            let before = subject.sides.as_ref().and_then(Sides::snapshot);
+            let sample = load::concurrent(
+                &subject.target,
+                Verb::Read,
+                &Arc::new(keys),
+                plan.readers,
+                max,
+                plan.concurrent_bound,
+            );
+            let after = subject.sides.as_ref().and_then(Sides::snapshot);
+            let cpu = before
+                .zip(after)
+                .map(|(before, after)| before.until(&after));
+            subject.concurrent = Some(sample.map(|sample| (sample, cpu)));
+        }
+    }
+
+    // The bare systems first: their threads stop here, before Ferry's processes are asked to.
+    drop(std::mem::take(&mut systems.memory));
+    drop(std::mem::take(&mut systems.relays));
+    if let Some(pair) = systems.ferry.take() {
+        if let Err(err) = (*pair).stop() {
+            ferry_notes.push(format!("did not stop cleanly: {err}"));
+        }
+    }
+
+    let mut report = ReadsReport {
+        plan: plan.describe(),
+        hits: Vec::new(),
+        owner_reads: Vec::new(),
+        ferry_hits: Err(ferry_failed.clone().unwrap_or_default()),
+        ferry_owner_reads: Err(ferry_failed.unwrap_or_default()),
+        ferry_notes,
+        ferry_layout: format!(
+            "2 processes, each one multi-threaded runtime (default workers) + owner thread; binary {}",
+            binary.display()
+        ),
+        load_before,
+        load_after: cpu::load_average(),
+        // The ferry processes were waited for above: their CPU counts as this run's.
+        others_cores: machine_before
+            .zip(Machine::now())
+            .map(|(before, after)| before.others_since(&after)),
+    };
+    for subject in subjects {
+        match subject.measured() {
+            (kind, Some(layout), measured) => {
+                let row = Row {
+                    layout,
+                    measured: measured?,
+                };
+                match kind {
+                    Kind::Hits => report.hits.push(row),
+                    Kind::OwnerReads => report.owner_reads.push(row),
+                }
+            }
+            (Kind::Hits, None, measured) => {
+                report.ferry_hits = measured.map_err(|err| err.to_string());
+            }
+            (Kind::OwnerReads, None, measured) => {
+                report.ferry_owner_reads = measured.map_err(|err| err.to_string());
+            }
+        }
+    }
+    Ok(report)
+}
+
+fn bare_target(api: &std::net::SocketAddr) -> Target {
+    Target {
+        api: *api,
+        token: "bare".into(),
+        app: APP.into(),
+        vault: VAULT.into(),
+    }
+}
+
+/// Starts the pair and writes every key on the owner `a`, through `a`'s own API with
+/// [`FILL_WRITERS`] writers, then checks that `b` reads one back from `a`.
+fn start_ferry(binary: &Path, plan: &Plan, notes: &mut Vec<String>) -> Result<Pair, ReadsError> {
+    let pair = Pair::start(binary, VAULT)?;
+    let owner = Target {
+        api: pair.owner.api,
+        token: pair.owner.token.clone(),
+        app: APP.into(),
+        vault: VAULT.into(),
+    };
+    let started = Instant::now();
+    let fill = load::concurrent(
+        &owner,
+        Verb::Write,
+        &Arc::new(Keys::new(PREFIX)),
+        FILL_WRITERS,
+        plan.keys,
+        plan.fill_bound,
+    )?;
+    let took = started.elapsed();
+    if fill.ok() as u64 != plan.keys {
+        return Err(ReadsError::Fill {
+            written: fill.ok(),
+            wanted: plan.keys,
+            took,
+            first: fill.first_failure.unwrap_or_else(|| "-".into()),
+        });
+    }
+    notes.push(format!(
+        "setup: {} keys written on the owner a through its own API by {FILL_WRITERS} writers in \
+         {:.1} s ({})",
+        plan.keys,
+        took.as_secs_f64(),
+        crate::report::rate(fill.per_second()),
+    ));
+    wait_until_caller_reads(&pair, &Keys::key(PREFIX, 0))?;
+    Ok(pair)
+}
+
+/// Waits (bounded) until `b` answers a read of `key` with `200`: `b` learns where the vault
+/// lives from its peers, which may take a moment after the trust is set up. `key` is a
+/// cache-hit key, read again in the warm-up anyway.
+fn wait_until_caller_reads(pair: &Pair, key: &str) -> Result<(), ReadsError> {
+    let path = format!("/v1/vaults/{VAULT}/records/{key}");
+    let started = Instant::now();
+    let mut last = (0, String::new());
+    for _ in 0..CALLER_READY_TRIES {
+        let (status, body) =
+            load::request_once(pair.caller.api, "GET", &path, &pair.caller.token, Some(APP))?;
+        if status == 200 {
+            return Ok(());
+        }
+        last = (status, String::from_utf8_lossy(&body).into_owned());
+        if started.elapsed() >= CALLER_READY_BOUND {
+            break;
+        }
+        std::thread::sleep(CALLER_READY_POLL);
+    }
+    Err(ReadsError::CallerCannotRead {
+        key: key.to_string(),
+        status: last.0,
+        body: last.1,
+    })
+}
+
+/// The `X-Ferry-Source` values of a sample, `owner 2,000, cache 10`, most frequent first.
+pub fn sources(sample: &Sample) -> String {
+    let mut counts: Vec<(&String, &u64)> = sample.sources.iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    if counts.is_empty() {
+        return "-".into();
+    }
+    counts
+        .iter()
+        .map(|(source, n)| format!("`{source}` {}", crate::report::count(**n)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,513 @@
+//! The figures of one `reads` run as a markdown report: a table per kind of read (cache hits,
+//! owner reads), Ferry's ratios to the yardsticks against the read path's targets, what
+//! `X-Ferry-Source` said, CPU per read, then every failure seen.
+
+use std::fmt::Write as _;
+
+use crate::bare_relay::Layout;
+use crate::load::Sample;
+use crate::reads::sources;
+use crate::report::{self, latency, met, rate, Measured};
+
+/// Ferry's cache-hit p50 may be at most this many times the HTTP server's from memory.
+const HIT_P50_RATIO_TARGET: f64 = 1.3;
+/// Ferry's owner-read p50 may be at most this many times the bare relay's.
+const OWNER_P50_RATIO_TARGET: f64 = 1.5;
+/// Ferry's 64-reader owner reads must be at least this share of the bare relay's.
+const OWNER_THROUGHPUT_SHARE_TARGET: f64 = 0.5;
+/// The `X-Ferry-Source` of an answer from the read cache.
+const FROM_CACHE: &str = "cache";
+
+/// One bare system's figures.
+#[derive(Debug)]
+pub struct Row {
+    pub layout: Layout,
+    pub measured: Measured,
+}
+
+/// Everything one run measured.
+#[derive(Debug)]
+pub struct ReadsReport {
+    /// What was run: counts, bounds, the machine.
+    pub plan: String,
+    /// The HTTP server answering from memory, in the order given; the first is the reference.
+    pub hits: Vec<Row>,
+    /// The bare read relay, in the same order.
+    pub owner_reads: Vec<Row>,
+    /// Ferry's figures, or why there are none.
+    pub ferry_hits: Result<Measured, String>,
+    pub ferry_owner_reads: Result<Measured, String>,
+    /// Setup and stop events worth a line.
+    pub ferry_notes: Vec<String>,
+    pub ferry_layout: String,
+    pub load_before: String,
+    pub load_after: String,
+    /// Cores' worth of CPU used by other work during the run, where `/proc` could tell.
+    pub others_cores: Option<f64>,
+}
+
+impl ReadsReport {
+    /// Whether Ferry was measured and every Ferry read was answered `200` with the value.
+    pub fn ferry_clean(&self) -> bool {
+        [&self.ferry_hits, &self.ferry_owner_reads]
+            .iter()
+            .all(|ferry| {
+                ferry
+                    .as_ref()
+                    .is_ok_and(|m| m.sequential.failures() == 0 && m.concurrent.failures() == 0)
+            })
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "## Ferry read path vs. bare yardsticks\n");
+        let _ = writeln!(out, "{}\n", self.plan);
+
+        let _ = writeln!(
+            out,
+            "Cache hits: `GET` on b of keys b has read before, against a hyper server answering \
+             from memory.\n"
+        );
+        table(
+            &mut out,
+            "HTTP from memory",
+            &self.hits,
+            "Ferry: b",
+            &self.ferry_hits,
+        );
+        let _ = writeln!(
+            out,
+            "Owner reads: `GET` on b of keys b has never read (b -> QUIC -> a), against the bare \
+             relay (hyper -> one pooled quinn connection -> a map in memory).\n"
+        );
+        table(
+            &mut out,
+            "bare relay",
+            &self.owner_reads,
+            "Ferry: b -> QUIC -> a",
+            &self.ferry_owner_reads,
+        );
+        self.render_targets(&mut out);
+        self.render_sources(&mut out);
+        self.render_cpu(&mut out);
+        self.render_notes(&mut out);
+        out
+    }
+
+    fn render_targets(&self, out: &mut String) {
+        let reference = self
+            .hits
+            .first()
+            .or(self.owner_reads.first())
+            .map(|row| row.layout);
+        let (Some(reference), Ok(hits), Ok(owner)) =
+            (reference, &self.ferry_hits, &self.ferry_owner_reads)
+        else {
+            let _ = writeln!(
+                out,
+                "No ratios: Ferry or the bare systems were not measured.\n"
+            );
+            return;
+        };
+        let layouts: Vec<Layout> = self.hits.iter().map(|row| row.layout).collect();
+        let mut header = String::from("| Ferry / yardstick |");
+        let mut rule = String::from("|---|");
+        for layout in &layouts {
+            let _ = write!(header, " vs. {} |", layout.name());
+            rule.push_str("---|");
+        }
+        let _ = writeln!(out, "{header} target | met (vs. {}) |", reference.name());
+        let _ = writeln!(out, "{rule}---|---|");
+
+        let times = |r: f64| format!("{r:.2}x");
+        let percent = |r: f64| format!("{:.0}%", r * 100.0);
+        let line = |out: &mut String,
+                    what: &str,
+                    rows: &[Row],
+                    ratio: &dyn Fn(&Measured) -> Option<f64>,
+                    show: &dyn Fn(f64) -> String,
+                    target: Option<(&str, &dyn Fn(f64) -> bool)>| {
+            let cells = rows
+                .iter()
+                .map(|row| ratio(&row.measured).map_or_else(|| "-".to_string(), show))
+                .collect::<Vec<_>>()
+                .join(" | ");
+            let (target, judged) = match target {
+                Some((target, ok)) => (
+                    target.to_string(),
+                    met(rows.first().and_then(|row| ratio(&row.measured)).map(ok)),
+                ),
+                None => ("(reported)".to_string(), "-"),
+            };
+            let _ = writeln!(out, "| {what} | {cells} | {target} | {judged} |");
+        };
+        let (seq, share) = (sequential_ratio, throughput_share);
+        let hit_target = format!("<= {HIT_P50_RATIO_TARGET}x");
+        let owner_target = format!("<= {OWNER_P50_RATIO_TARGET}x");
+        let share_target = format!(">= {:.0}%", OWNER_THROUGHPUT_SHARE_TARGET * 100.0);
+        line(
+            out,
+            "cache-hit seq p50 (vs. HTTP from memory)",
+            &self.hits,
+            &seq(hits, 50.0),
+            &times,
+            Some((&hit_target, &|r| r <= HIT_P50_RATIO_TARGET)),
+        );
+        line(
+            out,
+            "cache-hit seq p99",
+            &self.hits,
+            &seq(hits, 99.0),
+            &times,
+            None,
+        );
+        line(
+            out,
+            "cache-hit 64-reader throughput",
+            &self.hits,
+            &share(hits),
+            &percent,
+            None,
+        );
+        line(
+            out,
+            "owner-read seq p50 (vs. bare relay)",
+            &self.owner_reads,
+            &seq(owner, 50.0),
+            &times,
+            Some((&owner_target, &|r| r <= OWNER_P50_RATIO_TARGET)),
+        );
+        line(
+            out,
+            "owner-read seq p99",
+            &self.owner_reads,
+            &seq(owner, 99.0),
+            &times,
+            None,
+        );
+        line(
+            out,
+            "owner-read 64-reader throughput",
+            &self.owner_reads,
+            &share(owner),
+            &percent,
+            Some((&share_target, &|s| s >= OWNER_THROUGHPUT_SHARE_TARGET)),
+        );
+        let _ = writeln!(out);
+    }
+
+    /// What `X-Ferry-Source` said about Ferry's measured reads, and so what was measured.
+    fn render_sources(&self, out: &mut String) {
+        let Ok(hits) = &self.ferry_hits else { return };
+        let cached = |sample: &Sample| sample.sources.get(FROM_CACHE).copied().unwrap_or(0);
+        let share = |sample: &Sample| cached(sample) as f64 / (sample.ok().max(1) as f64);
+        let (seq, conc) = (&hits.sequential, &hits.concurrent);
+        let verdict =
+            if seq.ok() > 0 && cached(seq) == seq.ok() as u64 && cached(conc) == conc.ok() as u64 {
+                "b's read cache answered every measured cache-hit read: the cache-hit rows measure \
+             the cache."
+                    .to_string()
+            } else if cached(seq) + cached(conc) > 0 {
+                format!(
+                    "b's read cache answered {:.1}% of the sequential and {:.1}% of the 64-reader \
+                 cache-hit reads; the others were answered by the sources listed (for example \
+                 an entry asked of its owner again once its freshness ran out).",
+                    share(seq) * 100.0,
+                    share(conc) * 100.0
+                )
+            } else {
+                "**b's read cache answered none of them** (it is not wired in, or did not keep \
+             these keys): the cache-hit rows measure reads of the same few keys answered by \
+             the source named, not the cache, and the 1.3x target is judged on them as they are."
+                    .to_string()
+            };
+        let _ = writeln!(out, "`X-Ferry-Source` of Ferry's measured reads: {verdict}");
+        let _ = writeln!(
+            out,
+            "- cache-hit keys: sequential {}; 64 readers {}",
+            sources(&hits.sequential),
+            sources(&hits.concurrent)
+        );
+        if let Ok(owner) = &self.ferry_owner_reads {
+            let _ = writeln!(
+                out,
+                "- owner reads: sequential {}; 64 readers {}",
+                sources(&owner.sequential),
+                sources(&owner.concurrent)
+            );
+        }
+        let _ = writeln!(out);
+    }
+
+    fn render_cpu(&self, out: &mut String) {
+        for (heading, bare_name, rows, ferry) in [
+            (
+                "CPU per read, 64 readers, cache-hit keys",
+                "HTTP from memory",
+                &self.hits,
+                &self.ferry_hits,
+            ),
+            (
+                "CPU per read, 64 readers, owner reads",
+                "bare relay",
+                &self.owner_reads,
+                &self.ferry_owner_reads,
+            ),
+        ] {
+            let systems = rows
+                .iter()
+                .map(|row| (format!("{bare_name}, {}", row.layout.name()), &row.measured))
+                .chain(ferry.iter().map(|m| ("Ferry (b, a)".to_string(), m)));
+            report::render_cpu(out, heading, "read", systems);
+        }
+    }
+
+    fn render_notes(&self, out: &mut String) {
+        let _ = writeln!(out, "Layouts:");
+        for row in &self.hits {
+            let _ = writeln!(
+                out,
+                "- {}: {}",
+                row.layout.name(),
+                row.layout.describe_reads()
+            );
+        }
+        let _ = writeln!(out, "- Ferry: {}\n", self.ferry_layout);
+        report::render_machine(out, &self.load_before, &self.load_after, self.others_cores);
+
+        let mut failures = Vec::new();
+        let systems = self
+            .hits
+            .iter()
+            .map(|row| {
+                (
+                    format!("HTTP from memory ({})", row.layout.name()),
+                    Ok(&row.measured),
+                )
+            })
+            .chain(self.owner_reads.iter().map(|row| {
+                (
+                    format!("bare relay ({})", row.layout.name()),
+                    Ok(&row.measured),
+                )
+            }))
+            .chain([
+                (
+                    "Ferry, cache-hit keys".to_string(),
+                    self.ferry_hits.as_ref(),
+                ),
+                (
+                    "Ferry, owner reads".to_string(),
+                    self.ferry_owner_reads.as_ref(),
+                ),
+            ]);
+        for (name, measured) in systems {
+            let measured = match measured {
+                Ok(measured) => measured,
+                Err(why) => {
+                    failures.push(format!("- {name}: not measured: {why}"));
+                    continue;
+                }
+            };
+            for (phase, sample) in [
+                ("sequential", &measured.sequential),
+                ("64 readers", &measured.concurrent),
+            ] {
+                if sample.failures() > 0 || sample.first_failure.is_some() {
+                    failures.push(format!(
+                        "- {name}, {phase}: {} ok, {} not 200 {:?}, {} without an answer; first: {}",
+                        sample.ok(),
+                        sample.non_200.values().sum::<u64>(),
+                        sample.non_200,
+                        sample.transport_errors,
+                        sample.first_failure.as_deref().unwrap_or("-"),
+                    ));
+                }
+            }
+        }
+        if failures.is_empty() {
+            let _ = writeln!(out, "Every read was answered 200 with the 64-byte value.");
+        } else {
+            let _ = writeln!(out, "\nFailures (counted, not hidden):");
+            for line in failures {
+                let _ = writeln!(out, "{line}");
+            }
+        }
+        for note in &self.ferry_notes {
+            let _ = writeln!(out, "- Ferry: {note}");
+        }
+    }
+}
+
+/// Ferry's sequential `p`th percentile over a yardstick's.
+fn sequential_ratio(ferry: &Measured, p: f64) -> impl Fn(&Measured) -> Option<f64> + '_ {
+    move |bare| {
+        let f = ferry.sequential.percentile(p)?.as_secs_f64();
+        let b = bare.sequential.percentile(p)?.as_secs_f64();
+        (b > 0.0).then(|| f / b)
+    }
+}
+
+/// Ferry's concurrent throughput as a share of a yardstick's.
+fn throughput_share(ferry: &Measured) -> impl Fn(&Measured) -> Option<f64> + '_ {
+    move |bare| {
+        let b = bare.concurrent.per_second();
+        (b > 0.0).then(|| ferry.concurrent.per_second() / b)
+    }
+}
+
+/// One table: a row per bare layout, then Ferry's.
+fn table(
+    out: &mut String,
+    bare_name: &str,
+    rows: &[Row],
+    ferry_name: &str,
+    ferry: &Result<Measured, String>,
+) {
+    let _ = writeln!(
+        out,
+        "| system | layout | seq p50 | seq p99 | seq reads/s | 64-reader reads/s | 64-reader p50 | 64-reader p99 | not 200 / no answer | X-Ferry-Source |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        line(out, bare_name, row.layout.name(), &row.measured, "-");
+    }
+    match ferry {
+        Ok(m) => {
+            let seen = [&m.sequential, &m.concurrent]
+                .iter()
+                .flat_map(|sample| sample.sources.keys())
+                .map(|source| format!("`{source}`"))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", ");
+            line(out, ferry_name, "2 processes", m, &seen);
+        }
+        Err(why) => {
+            let _ = writeln!(
+                out,
+                "| {ferry_name} | 2 processes | not measured: {} ||||||||",
+                why.replace('|', "/").replace('\n', " ")
+            );
+        }
+    }
+    let _ = writeln!(out);
+}
+
+fn line(out: &mut String, system: &str, layout: &str, m: &Measured, sources: &str) {
+    let _ = writeln!(
+        out,
+        "| {system} | {layout} | {} | {} | {} | {} | {} | {} | {} / {} | {sources} |",
+        latency(m.sequential.percentile(50.0)),
+        latency(m.sequential.percentile(99.0)),
+        rate(m.sequential.per_second()),
+        rate(m.concurrent.per_second()),
+        latency(m.concurrent.percentile(50.0)),
+        latency(m.concurrent.percentile(99.0)),
+        m.sequential.non_200.values().sum::<u64>() + m.concurrent.non_200.values().sum::<u64>(),
+        m.sequential.transport_errors + m.concurrent.transport_errors,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn measured(p50_us: u64, per_second: u64, source: Option<&str>) -> Measured {
+        let with_sources = |mut sample: Sample| {
+            if let Some(source) = source {
+                sample.sources = BTreeMap::from([(source.to_string(), sample.ok() as u64)]);
+            }
+            sample
+        };
+        let latencies = vec![Duration::from_micros(p50_us); 10];
+        let many = vec![Duration::from_micros(p50_us); per_second as usize];
+        Measured {
+            sequential: with_sources(Sample::from_latencies(latencies, Duration::from_secs(1))),
+            concurrent: with_sources(Sample::from_latencies(many, Duration::from_secs(1))),
+            cpu: None,
+            notes: Vec::new(),
+        }
+    }
+
+    fn report(ferry_hit_source: &str) -> ReadsReport {
+        ReadsReport {
+            plan: "plan".into(),
+            hits: vec![
+                Row {
+                    layout: Layout::Split,
+                    measured: measured(100, 30_000, None),
+                },
+                Row {
+                    layout: Layout::PerProcess,
+                    measured: measured(120, 40_000, None),
+                },
+            ],
+            owner_reads: vec![
+                Row {
+                    layout: Layout::Split,
+                    measured: measured(200, 20_000, None),
+                },
+                Row {
+                    layout: Layout::PerProcess,
+                    measured: measured(250, 16_000, None),
+                },
+            ],
+            ferry_hits: Ok(measured(120, 24_000, Some(ferry_hit_source))),
+            ferry_owner_reads: Ok(measured(320, 8_000, Some("owner"))),
+            ferry_notes: Vec::new(),
+            ferry_layout: "2 processes".into(),
+            load_before: "0".into(),
+            load_after: "0".into(),
+            others_cores: Some(0.1),
+        }
+    }
+
+    #[test]
+    fn targets_are_judged_against_the_first_layout() {
+        let text = report("cache").render();
+        for line in [
+            "| cache-hit seq p50 (vs. HTTP from memory) | 1.20x | 1.00x | <= 1.3x | yes |",
+            "| cache-hit 64-reader throughput | 80% | 60% | (reported) | - |",
+            "| owner-read seq p50 (vs. bare relay) | 1.60x | 1.28x | <= 1.5x | **no** |",
+            "| owner-read 64-reader throughput | 40% | 50% | >= 50% | **no** |",
+            "| Ferry: b | 2 processes | 120 us | 120 us | 10/s | 24,000/s | 120 us | 120 us | 0 / 0 | `cache` |",
+            "- cache-hit keys: sequential `cache` 10; 64 readers `cache` 24,000",
+            "the cache-hit rows measure the cache.",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        assert!(report("cache").ferry_clean());
+    }
+
+    #[test]
+    fn the_report_says_how_much_the_cache_answered() {
+        let text = report("owner").render();
+        assert!(
+            text.contains("**b's read cache answered none of them**"),
+            "{text}"
+        );
+        let mut some = report("cache");
+        if let Ok(hits) = some.ferry_hits.as_mut() {
+            hits.concurrent.sources =
+                BTreeMap::from([("cache".to_string(), 23_976), ("owner".to_string(), 24)]);
+        }
+        let text = some.render();
+        assert!(
+            text.contains("answered 100.0% of the sequential and 99.9% of the 64-reader"),
+            "{text}"
+        );
+        assert!(
+            text.contains("64 readers `cache` 23,976, `owner` 24"),
+            "{text}"
+        );
+        let mut failed = report("cache");
+        failed.ferry_owner_reads = Err("did not start".into());
+        assert!(!failed.ferry_clean());
+        assert!(failed.render().contains("not measured: did not start"));
+    }
+}
