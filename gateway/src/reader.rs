@@ -84,10 +84,9 @@ pub fn read_local(
     vault: &str,
     verb: &ReadVerb,
 ) -> Result<Option<ReadAnswer>, StoreError> {
-    let Some(row) = vaults::get(conn, vault)? else {
+    let Some(vault_revision) = vaults::revision(conn, vault)? else {
         return Ok(None);
     };
-    let vault_revision = row.revision;
     Ok(Some(match verb {
         ReadVerb::Get {
             key,

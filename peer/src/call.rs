@@ -774,6 +774,9 @@ async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchang
 /// from quinn's driver every 300 ms whatever the peer's application is doing, so silence means
 /// the path or the peer is gone, not that the owner is busy.
 async fn gone_silent(conn: &Connection) {
+    // Nothing to check before the first interval: most exchanges end well within it, and a
+    // stats snapshot takes the connection's lock.
+    tokio::time::sleep(SILENCE_CHECK).await;
     let mut last = conn.stats().udp_rx.datagrams;
     let mut quiet_since = Instant::now();
     let mut ticker = tokio::time::interval(SILENCE_CHECK);

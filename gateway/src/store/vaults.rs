@@ -127,6 +127,15 @@ pub fn apply_changes(
     Ok(())
 }
 
+/// The vault's revision, if this gateway holds it (the one column every read needs).
+pub fn revision(conn: &Connection, name: &str) -> Result<Option<u64>, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT revision FROM vaults WHERE name = ?1")?
+        .query_row([name], |row| row.get::<_, i64>(0))
+        .optional()?
+        .map(|revision| revision as u64))
+}
+
 pub fn get(conn: &Connection, name: &str) -> Result<Option<VaultRow>, StoreError> {
     let raw = conn
         .prepare_cached("SELECT name, owner, role, revision FROM vaults WHERE name = ?1")?
