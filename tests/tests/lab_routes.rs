@@ -661,33 +661,3 @@ fn a_tailnet_address_from_the_tailnet_client_reaches_peers_as_a_route() {
     );
     wait_routes_up(&h2, "h1", &["tailnet"]);
 }
-
-#[test]
-#[ignore = "a debugging aid: prints h2's routes every 100 ms after h1 is killed"]
-fn debug_kill_timeline() {
-    let Some(lab) = Lab::new(3) else { return };
-    let (mut h1, h2, _h3) = three_trusting_by_id(&lab);
-    create_notes(&h1);
-    wait_routes_up(&h2, "h1", &["lan", "tailnet"]);
-    assert_eq!(put(&h2, "warm", "10").0, 0);
-    h1.kill();
-    let killed = Instant::now();
-    for _ in 0..30 {
-        let routes = routes_to(&h2, "h1");
-        let row: Vec<String> = routes
-            .iter()
-            .map(|r| format!("{}={} ({})", r["kind"], r["state"], r["last_error"]))
-            .collect();
-        eprintln!("{:>5} ms: {}", killed.elapsed().as_millis(), row.join("  "));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    eprintln!(
-        "{}",
-        h2.log()
-            .lines()
-            .rev()
-            .take(30)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-}
