@@ -11,33 +11,31 @@ use std::time::{Duration, Instant};
 
 use harness::{two_with_notes, wait_for, Gateway};
 
-/// `GET` a record: status, value, revision, source, stale.
+/// `GET` a record of `notes`: status, value, revision, source, stale.
 fn read(g: &Gateway, key: &str) -> (u16, Vec<u8>, Option<u64>, String, bool) {
-    let response = g
-        .request(
-            reqwest::Method::GET,
-            &format!("/v1/vaults/notes/records/{key}"),
-        )
-        .send()
-        .unwrap();
-    let status = response.status().as_u16();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from)
-    };
-    let revision = header("x-ferry-revision").and_then(|v| v.parse().ok());
-    let source = header("x-ferry-source").unwrap_or_default();
-    let stale = header("x-ferry-stale").as_deref() == Some("true");
-    (
-        status,
-        response.bytes().unwrap().to_vec(),
-        revision,
-        source,
-        stale,
-    )
+    let (status, value, revision, source, stale) = g.get_with_staleness("notes", key);
+    (status, value, revision, source.unwrap_or_default(), stale)
+}
+
+/// Waits (bounded) until `gateway` has heard that `replica` replicates `notes`.
+fn knows_replica(gateway: &Gateway, replica: &str, bound: Duration) {
+    wait_for(
+        &format!("{} to know {replica} replicates notes", gateway.label),
+        bound,
+        || {
+            let (_, vaults) = gateway.cli_json(&["vault", "list"]);
+            let notes = vaults
+                .as_array()?
+                .iter()
+                .find(|v| v["name"] == "notes")?
+                .clone();
+            notes["replicas"]
+                .as_array()?
+                .iter()
+                .any(|r| r == replica)
+                .then_some(())
+        },
+    );
 }
 
 /// A third gateway `c` that trusts `a` and `b` and is trusted by them, replicating `notes`.
@@ -157,23 +155,7 @@ fn with_the_owner_dead_reads_fall_back_to_a_replica_then_the_stale_cache_then_50
     let c = replica_of_notes(&a, &b);
     caught_up(&c, 2);
     // b learns that c replicates `notes` (c said so when it followed).
-    wait_for(
-        "b to know c replicates notes",
-        Duration::from_secs(5),
-        || {
-            let (_, vaults) = b.cli_json(&["vault", "list"]);
-            let notes = vaults
-                .as_array()?
-                .iter()
-                .find(|v| v["name"] == "notes")?
-                .clone();
-            notes["replicas"]
-                .as_array()?
-                .iter()
-                .any(|r| r == "c")
-                .then_some(())
-        },
-    );
+    knows_replica(&b, "c", Duration::from_secs(5));
     assert_eq!(read(&b, "cached").0, 200);
     a.kill();
     // The write path notices quickly; the read path must not wait for the deadline either.
@@ -272,23 +254,7 @@ fn an_app_never_sees_a_revision_go_backwards_even_when_a_stale_replica_answers()
     // The owner dies; the stale replica comes back (it cannot sync) and says revision 1.
     a.kill();
     c.restart();
-    wait_for(
-        "b to know c replicates notes again",
-        Duration::from_secs(10),
-        || {
-            let (_, vaults) = b.cli_json(&["vault", "list"]);
-            let notes = vaults
-                .as_array()?
-                .iter()
-                .find(|v| v["name"] == "notes")?
-                .clone();
-            notes["replicas"]
-                .as_array()?
-                .iter()
-                .any(|r| r == "c")
-                .then_some(())
-        },
-    );
+    knows_replica(&b, "c", Duration::from_secs(10));
     for _ in 0..5 {
         let (status, revision, source) = read_as(&b, "seen-two", "k");
         assert_eq!(status, 200);

@@ -373,6 +373,16 @@ impl Gateway {
 
     /// GET a record: status, value, revision header, source header.
     pub fn get(&self, vault: &str, key: &str) -> (u16, Vec<u8>, Option<u64>, Option<String>) {
+        let (status, value, revision, source, _) = self.get_with_staleness(vault, key);
+        (status, value, revision, source)
+    }
+
+    /// GET a record: status, value, revision, source, and whether it is marked stale.
+    pub fn get_with_staleness(
+        &self,
+        vault: &str,
+        key: &str,
+    ) -> (u16, Vec<u8>, Option<u64>, Option<String>, bool) {
         let response = self
             .request(
                 reqwest::Method::GET,
@@ -390,7 +400,14 @@ impl Gateway {
         };
         let revision = header("x-ferry-revision").and_then(|v| v.parse().ok());
         let source = header("x-ferry-source");
-        (status, response.bytes().unwrap().to_vec(), revision, source)
+        let stale = header("x-ferry-stale").as_deref() == Some("true");
+        (
+            status,
+            response.bytes().unwrap().to_vec(),
+            revision,
+            source,
+            stale,
+        )
     }
 
     /// A counter from `/metrics`, by its full name with labels.
