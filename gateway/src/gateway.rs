@@ -718,7 +718,8 @@ impl Gateway {
         }
     }
 
-    /// A read from a local app: from this gateway's copy if it has one, else from the owner.
+    /// A listing (or another read verb) for a local app: from this gateway's copy if it has
+    /// one, else from the owner. Reads of one record take the fuller path of `read_record`.
     pub async fn read(
         self: &Arc<Self>,
         app: String,

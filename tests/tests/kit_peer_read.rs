@@ -124,15 +124,7 @@ fn with_its_gateway_stopped_the_kit_reads_from_the_owner_and_never_writes() {
 fn the_kit_prefers_the_owner_and_falls_back_to_a_replica_marked_stale() {
     // `notes` is owned by a and replicated by c; b is this machine and trusts both.
     let (mut a, mut b) = two_with_notes();
-    let c = Gateway::start("c");
-    a.trust_each_other(&c);
-    b.trust_each_other(&c);
-    let out = c.cli(&["vault", "follow", "notes", "--owner", "a"]);
-    assert!(
-        out.status.success(),
-        "follow: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let c = harness::replica_of_notes(&a, &b);
     assert_eq!(put_until_done(&b, "k", b"v1"), 1);
     wait_for("c to replicate revision 1", Duration::from_secs(30), || {
         (c.vault_revision("notes") >= 1).then_some(())

@@ -9,7 +9,7 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use harness::{two_with_notes, wait_for, Gateway};
+use harness::{replica_of_notes, two_with_notes, wait_for, Gateway};
 
 /// `GET` a record of `notes`: status, value, revision, source, stale.
 fn read(g: &Gateway, key: &str) -> (u16, Vec<u8>, Option<u64>, String, bool) {
@@ -36,20 +36,6 @@ fn knows_replica(gateway: &Gateway, replica: &str, bound: Duration) {
                 .then_some(())
         },
     );
-}
-
-/// A third gateway `c` that trusts `a` and `b` and is trusted by them, replicating `notes`.
-fn replica_of_notes(a: &Gateway, b: &Gateway) -> Gateway {
-    let c = Gateway::start("c");
-    a.trust_each_other(&c);
-    b.trust_each_other(&c);
-    let out = c.cli(&["vault", "follow", "notes", "--owner", "a"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    c
 }
 
 fn caught_up(c: &Gateway, revision: u64) {
@@ -211,30 +197,8 @@ fn a_pooled_connection_killed_under_the_reader_costs_one_retry_not_an_error() {
 
 /// `GET` as a given app: status, revision, source.
 fn read_as(g: &Gateway, app: &str, key: &str) -> (u16, Option<u64>, String) {
-    let client = reqwest::blocking::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap();
-    let response = client
-        .get(g.url(&format!("/v1/vaults/notes/records/{key}")))
-        .bearer_auth(&g.token)
-        .header("x-ferry-app", app)
-        .header("x-ferry-timeout", "5")
-        .send()
-        .unwrap();
-    let status = response.status().as_u16();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from)
-    };
-    (
-        status,
-        header("x-ferry-revision").and_then(|v| v.parse().ok()),
-        header("x-ferry-source").unwrap_or_default(),
-    )
+    let (status, _, revision, source, _) = g.get_as(app, "notes", key, &[("x-ferry-timeout", "5")]);
+    (status, revision, source.unwrap_or_default())
 }
 
 #[test]

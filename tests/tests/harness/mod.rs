@@ -81,6 +81,21 @@ pub fn pair_with_notes(a: Gateway, b: Gateway) -> (Gateway, Gateway) {
     (a, b)
 }
 
+/// A third gateway `c` that trusts `a` and `b` and is trusted by them, replicating `notes`
+/// (owned by `a`).
+pub fn replica_of_notes(a: &Gateway, b: &Gateway) -> Gateway {
+    let c = Gateway::start("c");
+    a.trust_each_other(&c);
+    b.trust_each_other(&c);
+    let out = c.cli(&["vault", "follow", "notes", "--owner", "a"]);
+    assert!(
+        out.status.success(),
+        "follow: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c
+}
+
 /// One running `ferry serve`.
 #[derive(Debug)]
 pub struct Gateway {
@@ -332,10 +347,20 @@ impl Gateway {
         method: reqwest::Method,
         path: &str,
     ) -> reqwest::blocking::RequestBuilder {
+        self.request_as("test-app", method, path)
+    }
+
+    /// A request with the token, calling as `app`.
+    pub fn request_as(
+        &self,
+        app: &str,
+        method: reqwest::Method,
+        path: &str,
+    ) -> reqwest::blocking::RequestBuilder {
         self.http
             .request(method, self.url(path))
             .bearer_auth(&self.token)
-            .header("x-ferry-app", "test-app")
+            .header("x-ferry-app", app)
             .timeout(Duration::from_secs(60))
     }
 
@@ -383,13 +408,26 @@ impl Gateway {
         vault: &str,
         key: &str,
     ) -> (u16, Vec<u8>, Option<u64>, Option<String>, bool) {
-        let response = self
-            .request(
-                reqwest::Method::GET,
-                &format!("/v1/vaults/{vault}/records/{key}"),
-            )
-            .send()
-            .unwrap();
+        self.get_as("test-app", vault, key, &[])
+    }
+
+    /// GET a record as `app`, with extra headers: status, value, revision, source, stale.
+    pub fn get_as(
+        &self,
+        app: &str,
+        vault: &str,
+        key: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, Vec<u8>, Option<u64>, Option<String>, bool) {
+        let mut request = self.request_as(
+            app,
+            reqwest::Method::GET,
+            &format!("/v1/vaults/{vault}/records/{key}"),
+        );
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().unwrap();
         let status = response.status().as_u16();
         let header = |name: &str| {
             response
