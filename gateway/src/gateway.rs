@@ -326,11 +326,12 @@ impl Gateway {
     /// route is down gets no routes, so a call to it is refused at once, nothing sent.
     pub fn target(&self, node: &NodeId) -> Option<Target> {
         let peer = self.peers.by_node(node)?;
+        let (routes, down_routes) = self.routes.ranked_and_down(peer.node_id);
         Some(Target {
             node: peer.node_id,
             label: peer.label,
-            routes: self.routes.ranked(peer.node_id),
-            down_routes: self.routes.down(peer.node_id),
+            routes,
+            down_routes,
         })
     }
 

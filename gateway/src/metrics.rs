@@ -50,6 +50,8 @@ const READ_SOURCES: [(&str, ReadSource); 5] = [
 
 #[derive(Debug, Default)]
 struct Histogram {
+    /// Observations per bucket alone (not cumulative: one increment per observation, on a
+    /// hot path shared by every core); `render` adds them up as Prometheus wants.
     buckets: [AtomicU64; BUCKETS.len()],
     count: AtomicU64,
     sum_us: AtomicU64,
@@ -58,10 +60,12 @@ struct Histogram {
 impl Histogram {
     fn record(&self, elapsed: Duration) {
         let secs = elapsed.as_secs_f64();
-        for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
-            if secs <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(bucket) = BUCKETS
+            .iter()
+            .zip(&self.buckets)
+            .find_map(|(bound, bucket)| (secs <= *bound).then_some(bucket))
+        {
+            bucket.fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_us
@@ -69,12 +73,10 @@ impl Histogram {
     }
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
         for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
+            cumulative += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{bound}\"}} {cumulative}");
         }
         let count = self.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {count}");
@@ -238,5 +240,34 @@ mod tests {
         assert!(text.contains("ferry_writes_total{outcome=\"outcome_unknown\"} 1"));
         assert!(text.contains("ferry_call_latency_seconds_bucket{call=\"write\",le=\"0.001\"} 1"));
         assert!(text.contains("ferry_call_latency_seconds_count{call=\"write\"} 2"));
+    }
+
+    #[test]
+    fn histogram_buckets_render_cumulative_from_one_increment_each() {
+        let metrics = Metrics::default();
+        for micros in [500, 700, 3_000, 2_000_000_000] {
+            metrics.read(ReadSource::Owner, Duration::from_micros(micros));
+        }
+        let text = metrics.render();
+        let bucket = |le: &str| {
+            let prefix = format!("ferry_call_latency_seconds_bucket{{call=\"read\",le=\"{le}\"}} ");
+            text.lines()
+                .find_map(|line| line.strip_prefix(prefix.as_str()))
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        assert_eq!(bucket("0.001"), Some(2), "{text}");
+        assert_eq!(bucket("0.005"), Some(3), "{text}");
+        // Past the largest bound: only in +Inf.
+        assert_eq!(bucket("+Inf"), Some(4), "{text}");
+        let bounds: Vec<u64> = BUCKETS
+            .iter()
+            .filter_map(|b| bucket(&b.to_string()))
+            .collect();
+        assert_eq!(bounds.len(), BUCKETS.len(), "{text}");
+        assert!(
+            bounds.windows(2).all(|w| w[0] <= w[1]),
+            "not cumulative: {bounds:?}"
+        );
+        assert_eq!(bounds.last(), Some(&3));
     }
 }

@@ -102,6 +102,13 @@ impl Directory {
         peers
     }
 
+    /// Whether any peer but `besides` replicates `vault` (no list built: asked on every read).
+    pub fn has_replica_besides(&self, vault: &str, besides: [NodeId; 2]) -> bool {
+        read(&self.replicas)
+            .iter()
+            .any(|(peer, vaults)| !besides.contains(peer) && vaults.iter().any(|v| v == vault))
+    }
+
     pub fn forget(&self, peer: NodeId) {
         write(&self.owners).retain(|_, owner| *owner != peer);
         write(&self.replicas).remove(&peer);

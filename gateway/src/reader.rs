@@ -84,65 +84,87 @@ pub fn read_local(
     vault: &str,
     verb: &ReadVerb,
 ) -> Result<Option<ReadAnswer>, StoreError> {
-    let Some(vault_revision) = vaults::revision(conn, vault)? else {
-        return Ok(None);
-    };
-    Ok(Some(match verb {
+    let (prefix, after, limit) = match verb {
         ReadVerb::Get {
             key,
             known_revision,
-        } => match records::get(conn, vault, key)? {
-            Some(records::RecordRow {
-                revision,
-                value: Some(value),
-            }) => {
-                if *known_revision == Some(revision) {
-                    ReadAnswer::NotModified {
-                        revision,
-                        vault_revision,
-                    }
-                } else {
-                    ReadAnswer::Record {
-                        record: ferry_peer::wire::WireRecord {
-                            key: key.clone(),
-                            revision,
-                            value,
-                        },
-                        vault_revision,
-                    }
-                }
-            }
-            _ => ReadAnswer::NotFound { vault_revision },
-        },
+        } => return read_one(conn, vault, key, *known_revision),
         ReadVerb::List {
             prefix,
             after,
             limit,
-        } => {
-            let (keys, more) = records::list(
-                conn,
-                vault,
-                prefix,
-                after.as_deref(),
-                (*limit).clamp(1, MAX_PAGE),
-            )?;
-            ReadAnswer::Page {
-                keys,
-                more,
-                vault_revision,
-            }
-        }
+        } => (prefix, after, limit),
         ReadVerb::Changes {
             since_revision,
             limit,
-        } => {
-            let (changes, more) =
-                records::changes(conn, vault, *since_revision, (*limit).clamp(1, MAX_PAGE))?;
-            ReadAnswer::Changes {
-                changes,
-                more,
-                vault_revision,
+        } => return read_changes(conn, vault, *since_revision, *limit),
+    };
+    let Some(vault_revision) = vaults::revision(conn, vault)? else {
+        return Ok(None);
+    };
+    let (keys, more) = records::list(
+        conn,
+        vault,
+        prefix,
+        after.as_deref(),
+        (*limit).clamp(1, MAX_PAGE),
+    )?;
+    Ok(Some(ReadAnswer::Page {
+        keys,
+        more,
+        vault_revision,
+    }))
+}
+
+/// The hot path, one record: one statement, where the vault's revision and the record would be
+/// two (and two read transactions).
+fn read_one(
+    conn: &Connection,
+    vault: &str,
+    key: &str,
+    known_revision: Option<u64>,
+) -> Result<Option<ReadAnswer>, StoreError> {
+    let Some((vault_revision, record)) = records::get_with_vault_revision(conn, vault, key)? else {
+        return Ok(None);
+    };
+    Ok(Some(match record {
+        Some(records::RecordRow {
+            revision,
+            value: Some(value),
+        }) => {
+            if known_revision == Some(revision) {
+                ReadAnswer::NotModified {
+                    revision,
+                    vault_revision,
+                }
+            } else {
+                ReadAnswer::Record {
+                    record: ferry_peer::wire::WireRecord {
+                        key: key.to_string(),
+                        revision,
+                        value,
+                    },
+                    vault_revision,
+                }
             }
         }
+        _ => ReadAnswer::NotFound { vault_revision },
+    }))
+}
+
+fn read_changes(
+    conn: &Connection,
+    vault: &str,
+    since_revision: u64,
+    limit: u32,
+) -> Result<Option<ReadAnswer>, StoreError> {
+    let Some(vault_revision) = vaults::revision(conn, vault)? else {
+        return Ok(None);
+    };
+    let (changes, more) = records::changes(conn, vault, since_revision, limit.clamp(1, MAX_PAGE))?;
+    Ok(Some(ReadAnswer::Changes {
+        changes,
+        more,
+        vault_revision,
     }))
 }

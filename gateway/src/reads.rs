@@ -8,6 +8,7 @@
 //! not fresh → a stale cache entry → `503 unavailable`. Any answer older than one this gateway
 //! already gave the same app is passed over (monotonic reads).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,12 +36,12 @@ pub enum Source {
 }
 
 impl Source {
-    pub fn header(&self) -> String {
+    pub fn header(&self) -> Cow<'static, str> {
         match self {
-            Self::Local => "local".into(),
-            Self::Cache => "cache".into(),
-            Self::Owner => "owner".into(),
-            Self::Replica(label) => format!("replica:{label}"),
+            Self::Local => Cow::Borrowed("local"),
+            Self::Cache => Cow::Borrowed("cache"),
+            Self::Owner => Cow::Borrowed("owner"),
+            Self::Replica(label) => Cow::Owned(format!("replica:{label}")),
         }
     }
 }
@@ -216,12 +217,20 @@ impl Gateway {
             .map(|e| e.revision);
         let owner_read = self.ask_owner_for(owner, app, vault, key, known, deadline);
         tokio::pin!(owner_read);
-        let hedge = hedge_delay(self, owner.node);
         // The owner first; if it is slow (or fails), the replicas too, while it may still answer.
+        // With no replica to turn to, no hedge timer either.
         let mut replica_tried = false;
-        let owner_result = tokio::select! {
-            result = &mut owner_read => Some(result),
-            () = tokio::time::sleep(hedge) => None,
+        let owner_result = if self
+            .directory
+            .has_replica_besides(vault, [owner.node, self.node_id()])
+        {
+            let hedge = hedge_delay(self, owner.node);
+            tokio::select! {
+                result = &mut owner_read => Some(result),
+                () = tokio::time::sleep(hedge) => None,
+            }
+        } else {
+            Some((&mut owner_read).await)
         };
         let owner_result = match owner_result {
             Some(result) => result,

@@ -461,7 +461,11 @@ impl Caller {
         deadline: Instant,
     ) -> Result<Connection, (NotSentReason, String)> {
         if let Some(pooled) = self.pool.get(peer, route.addr) {
-            if pooled.heard_ago <= self.tuning.write_liveness {
+            // Exactly, here: a write must not spend its one failover on a connection that
+            // closed a moment ago.
+            if pooled.heard_ago <= self.tuning.write_liveness
+                && pooled.conn.close_reason().is_none()
+            {
                 return Ok(pooled.conn);
             }
             debug!(route = %route, heard_ago_ms = pooled.heard_ago.as_millis() as u64, "pooled connection not proven alive; dialing fresh for a write");
@@ -618,10 +622,7 @@ impl Caller {
         let mut last_error = None;
         // Ranked now, not when the call started: a retry after a break (a settle query above
         // all) must not go back to the route that just died.
-        let (usable, down) = match (
-            self.routes.ranked(target.node),
-            self.routes.down(target.node),
-        ) {
+        let (usable, down) = match self.routes.ranked_and_down(target.node) {
             (usable, down) if usable.is_empty() && down.is_empty() => {
                 (target.routes.clone(), target.down_routes.clone())
             }
@@ -636,7 +637,6 @@ impl Caller {
                 self.pool
                     .get(target.node, route.addr)
                     .filter(|p| p.heard_ago <= self.tuning.read_liveness)
-                    .map(|p| p.conn)
             };
             let mut attempts = pooled.into_iter().map(Ok).collect::<Vec<_>>();
             attempts.push(Err(()));
@@ -644,9 +644,9 @@ impl Caller {
                 let (conn, attempt_deadline) = match attempt {
                     // A pooled connection gets a short attempt of its own: if it is dead, the
                     // fresh one still has the rest of the deadline.
-                    Ok(conn) => {
-                        let bound = (conn.rtt() * 4).max(POOLED_ATTEMPT_FLOOR);
-                        (conn, deadline.min(Instant::now() + bound))
+                    Ok(pooled) => {
+                        let bound = (pooled.rtt * 4).max(POOLED_ATTEMPT_FLOOR);
+                        (pooled.conn, deadline.min(Instant::now() + bound))
                     }
                     Err(()) => match self.dial(target.node, route.addr, deadline).await {
                         Ok(conn) => (conn, deadline),

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_ticket::NodeId;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{watch, Notify};
-use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::transport::{self, ReadFrameError, RESET_MALFORMED};
@@ -26,6 +26,9 @@ use crate::wire::{
 /// A peer that opens a stream must send its whole request within this time, or the stream is
 /// dropped: a slow or stuck sender must not hold a handler forever.
 const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a write's stream waits for the caller to acknowledge the answer.
+const WRITE_ANSWER_ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// What a gateway does with the requests peers send it.
 pub trait Service: Send + Sync + 'static {
@@ -92,6 +95,14 @@ impl Drop for InFlightGuard {
 
 /// Serves one connection until it closes. `stopping` turns new streams away ("going away");
 /// streams already being served finish before this returns.
+///
+/// Every stream of the connection is served inside this one task rather than a task of its
+/// own. A spawned task per stream (and a join set reaped on every stream's end) kept waking the
+/// runtime's other worker for a few microseconds of work: several context switches per read on
+/// an otherwise idle owner. Here a request that arrives whole is read, answered and its answer
+/// queued in the poll that accepted it. Streams still make progress side by side (a write that
+/// waits for the executor does not hold up a read), but one connection's door work uses one
+/// core at a time; each peer has its own connection.
 pub async fn serve_connection<S: Service>(
     service: Arc<S>,
     conn: Connection,
@@ -99,9 +110,12 @@ pub async fn serve_connection<S: Service>(
     mut stopping: watch::Receiver<bool>,
     in_flight: Arc<InFlight>,
 ) {
-    let mut streams = JoinSet::new();
+    let mut streams = FuturesUnordered::new();
     loop {
         tokio::select! {
+            // Streams first: one accepted in the last round is served before the next accept.
+            biased;
+            Some(()) = streams.next(), if !streams.is_empty() => {}
             accepted = conn.accept_bi() => {
                 let (send, recv) = match accepted {
                     Ok(stream) => stream,
@@ -113,12 +127,11 @@ pub async fn serve_connection<S: Service>(
                 let going_away = *stopping.borrow();
                 let guard = in_flight.enter();
                 let service = service.clone();
-                streams.spawn(async move {
+                streams.push(async move {
                     serve_stream(service, peer, send, recv, going_away).await;
                     drop(guard);
                 });
             }
-            Some(_) = streams.join_next(), if !streams.is_empty() => {}
             changed = stopping.changed() => {
                 if changed.is_err() {
                     break;
@@ -126,7 +139,7 @@ pub async fn serve_connection<S: Service>(
             }
         }
     }
-    while streams.join_next().await.is_some() {}
+    while streams.next().await.is_some() {}
 }
 
 async fn serve_stream<S: Service>(
@@ -136,6 +149,7 @@ async fn serve_stream<S: Service>(
     mut recv: RecvStream,
     going_away: bool,
 ) {
+    let mut answer_is_a_write = false;
     let read = tokio::time::timeout(
         REQUEST_READ_TIMEOUT,
         transport::read_frame::<RequestFrame>(&mut recv),
@@ -162,19 +176,22 @@ async fn serve_stream<S: Service>(
             return;
         }
         Ok(Ok(_)) if going_away => Response::Failed(ProtocolFailure::GoingAway),
-        Ok(Ok((_, frame))) => match frame.body {
-            Request::Hello(hello) => Response::Hello(service.hello(peer, hello).await),
-            Request::Write(request) => Response::Write(service.write(peer, *request).await),
-            Request::Read(request) => Response::Read(service.read(peer, request).await),
-            Request::IssueTicket(request) => {
-                Response::Ticket(service.issue_ticket(peer, request).await)
+        Ok(Ok((_, frame))) => {
+            answer_is_a_write = matches!(frame.body, Request::Write(_));
+            match frame.body {
+                Request::Hello(hello) => Response::Hello(service.hello(peer, hello).await),
+                Request::Write(request) => Response::Write(service.write(peer, *request).await),
+                Request::Read(request) => Response::Read(service.read(peer, request).await),
+                Request::IssueTicket(request) => {
+                    Response::Ticket(service.issue_ticket(peer, request).await)
+                }
+                Request::Heartbeat(beat) => Response::Heartbeat(beat),
+                Request::CallStatus(request) => match service.call_status(peer, request).await {
+                    Some(state) => Response::CallStatus(state),
+                    None => Response::Failed(ProtocolFailure::GoingAway),
+                },
             }
-            Request::Heartbeat(beat) => Response::Heartbeat(beat),
-            Request::CallStatus(request) => match service.call_status(peer, request).await {
-                Some(state) => Response::CallStatus(state),
-                None => Response::Failed(ProtocolFailure::GoingAway),
-            },
-        },
+        }
     };
     let frame = ResponseFrame {
         body: response,
@@ -184,6 +201,13 @@ async fn serve_stream<S: Service>(
         Ok(bytes) => {
             if let Err(err) = transport::write_frame(&mut send, &bytes).await {
                 debug!(peer = %peer.short(), %err, "answer could not be sent; the caller will settle");
+            } else if answer_is_a_write {
+                // Queued is not sent: a stopping gateway closes its connections once no stream
+                // is being served, and a close drops stream data not yet sent. A write's answer
+                // is the one that must not be lost that way, so its stream counts as served
+                // until the caller has acknowledged the answer (bounded: a caller that vanished
+                // settles by asking).
+                let _ = tokio::time::timeout(WRITE_ANSWER_ACK_WAIT, send.stopped()).await;
             }
         }
         Err(err) => warn!(peer = %peer.short(), %err, "answer could not be encoded"),

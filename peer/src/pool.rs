@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,8 +29,19 @@ const REPLACED_GRACE: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 struct Pooled {
     conn: quinn::Connection,
+    seen: Arc<Seen>,
+}
+
+/// What a connection's watcher last saw of it, kept in atomics: asking the connection itself
+/// takes its lock, which its driver holds while it works, on every call.
+#[derive(Debug)]
+struct Seen {
     /// Milliseconds since `Pool::epoch` when a packet from the peer last arrived.
-    heard_at_ms: Arc<AtomicU64>,
+    heard_at_ms: AtomicU64,
+    /// The connection has closed.
+    closed: AtomicBool,
+    /// The smoothed RTT in microseconds.
+    rtt_us: AtomicU64,
 }
 
 /// A pooled connection and how long ago its peer was last heard.
@@ -38,6 +49,9 @@ struct Pooled {
 pub struct PooledConnection {
     pub conn: quinn::Connection,
     pub heard_ago: Duration,
+    /// The connection's smoothed RTT at the watcher's last look (asking the connection takes
+    /// its lock).
+    pub rtt: Duration,
 }
 
 /// The connection pool. Dropping it stops every watcher.
@@ -73,29 +87,39 @@ impl Pool {
     }
 
     /// The open connection to `peer` at `addr`, if any. Closed ones are dropped on the way.
+    /// A connection that closed a moment ago may still be returned until its watcher has run;
+    /// a call on it then fails before anything is sent.
     pub fn get(&self, peer: NodeId, addr: SocketAddr) -> Option<PooledConnection> {
         let mut conns = self.lock();
         let pooled = conns.get(&(peer, addr))?;
-        if pooled.conn.close_reason().is_some() {
+        if pooled.seen.closed.load(Ordering::Relaxed) {
             conns.remove(&(peer, addr));
             return None;
         }
-        let heard = pooled.heard_at_ms.load(Ordering::Relaxed);
+        let heard = pooled.seen.heard_at_ms.load(Ordering::Relaxed);
         Some(PooledConnection {
             conn: pooled.conn.clone(),
             heard_ago: Duration::from_millis(self.now_ms().saturating_sub(heard)),
+            rtt: Duration::from_micros(pooled.seen.rtt_us.load(Ordering::Relaxed)),
         })
     }
 
     /// Adds a fresh connection (replacing any older one to the same place) and starts watching it.
     pub fn insert(&self, peer: NodeId, addr: SocketAddr, conn: quinn::Connection) {
-        let heard_at_ms = Arc::new(AtomicU64::new(self.now_ms()));
+        let seen = Arc::new(Seen {
+            heard_at_ms: AtomicU64::new(self.now_ms()),
+            closed: AtomicBool::new(false),
+            rtt_us: AtomicU64::new(micros(conn.rtt())),
+        });
         let watched = conn.clone();
-        let heard = heard_at_ms.clone();
         let epoch = self.epoch;
-        let replaced = self
-            .lock()
-            .insert((peer, addr), Pooled { conn, heard_at_ms });
+        let replaced = self.lock().insert(
+            (peer, addr),
+            Pooled {
+                conn,
+                seen: seen.clone(),
+            },
+        );
         let mut watchers = self
             .watchers
             .lock()
@@ -110,14 +134,7 @@ impl Pool {
                 old.conn.close(quinn::VarInt::from_u32(0), b"replaced");
             });
         }
-        watchers.spawn(watch(
-            watched,
-            heard,
-            epoch,
-            self.routes.clone(),
-            peer,
-            addr,
-        ));
+        watchers.spawn(watch(watched, seen, epoch, self.routes.clone(), peer, addr));
     }
 
     /// Every open connection, for telling peers about a change.
@@ -145,7 +162,7 @@ impl Pool {
 
 async fn watch(
     conn: quinn::Connection,
-    heard_at_ms: Arc<AtomicU64>,
+    seen: Arc<Seen>,
     epoch: Instant,
     routes: Arc<RouteTable>,
     peer: NodeId,
@@ -156,6 +173,7 @@ async fn watch(
     loop {
         tokio::select! {
             reason = conn.closed() => {
+                seen.closed.store(true, Ordering::Relaxed);
                 // A peer that says it is stopping takes its route down at once (SPEC 8).
                 if let quinn::ConnectionError::ApplicationClosed(close) = reason {
                     let why = match close.error_code.into_inner() {
@@ -172,12 +190,18 @@ async fn watch(
                 return;
             }
             _ = ticker.tick() => {
-                let count = conn.stats().udp_rx.datagrams;
+                let stats = conn.stats();
+                seen.rtt_us.store(micros(stats.path.rtt), Ordering::Relaxed);
+                let count = stats.udp_rx.datagrams;
                 if count != last_count {
                     last_count = count;
-                    heard_at_ms.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    seen.heard_at_ms.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
                 }
             }
         }
     }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }

@@ -135,6 +135,24 @@ impl RouteTable {
         candidates.into_iter().map(|(route, ..)| route).collect()
     }
 
+    /// [`Self::ranked`] and [`Self::down`] under one look at the table.
+    pub fn ranked_and_down(&self, node: NodeId) -> (Vec<Route>, Vec<Route>) {
+        let peers = self.lock();
+        let Some(entries) = peers.get(&node) else {
+            return (Vec::new(), Vec::new());
+        };
+        let (mut usable, mut down): (Vec<_>, Vec<_>) = entries
+            .iter()
+            .map(|e| (e.route, e.health.state(), e.health.rtt()))
+            .partition(|(_, state, _)| *state != RouteState::Down);
+        rank_routes(&mut usable);
+        rank_routes(&mut down);
+        let routes = |ranked: Vec<(Route, RouteState, Option<Duration>)>| {
+            ranked.into_iter().map(|(route, ..)| route).collect()
+        };
+        (routes(usable), routes(down))
+    }
+
     /// The smallest smoothed RTT of `node`'s routes that are not down.
     pub fn best_rtt(&self, node: NodeId) -> Option<Duration> {
         self.lock()

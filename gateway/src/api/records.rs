@@ -1,5 +1,6 @@
 //! Record calls: get, list, put, delete.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -68,12 +69,14 @@ fn read_failure(failure: ReadFailure) -> ApiError {
 pub async fn get_record(
     State(gateway): State<Arc<Gateway>>,
     Path((vault, key)): Path<(String, String)>,
-    headers: HeaderMap,
+    // The request itself rather than a `HeaderMap` extractor, which copies every header.
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    let headers = request.headers();
     let started = Instant::now();
-    let app = headers::app(&headers)?;
+    let app = headers::app(headers)?;
     check_vault_and_key(&vault, &key)?;
-    let deadline = started + headers::timeout(&headers)?;
+    let deadline = started + headers::timeout(headers)?;
     let read = match gateway.read_record(&app, &vault, &key, deadline).await {
         Ok(read) => read,
         Err(failure) => {
@@ -102,7 +105,11 @@ pub async fn get_record(
                 Response::new(Body::from(bytes::Bytes::copy_from_slice(&found.value)));
             let h = response.headers_mut();
             h.insert("x-ferry-revision", HeaderValue::from(found.revision));
-            if let Ok(value) = HeaderValue::from_str(&found.source.header()) {
+            let source = match found.source.header() {
+                Cow::Borrowed(fixed) => Ok(HeaderValue::from_static(fixed)),
+                Cow::Owned(label) => HeaderValue::try_from(label),
+            };
+            if let Ok(value) = source {
                 h.insert("x-ferry-source", value);
             }
             if found.stale {
@@ -119,7 +126,7 @@ pub async fn get_record(
             "not_found",
             format!("there is no record {key:?} in this vault"),
         )
-        .with("source", source.header())),
+        .with("source", source.header().into_owned())),
     }
 }
 

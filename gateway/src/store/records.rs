@@ -25,6 +25,35 @@ pub fn get(conn: &Connection, vault: &str, key: &str) -> Result<Option<RecordRow
         .optional()?)
 }
 
+/// One record and its vault's revision, read in one statement (so one snapshot and one
+/// read transaction): `None` if the vault does not exist here; the record is `None` if the key
+/// was never written.
+pub fn get_with_vault_revision(
+    conn: &Connection,
+    vault: &str,
+    key: &str,
+) -> Result<Option<(u64, Option<RecordRow>)>, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT v.revision, r.revision, r.value FROM vaults v \
+             LEFT JOIN records r ON r.vault = v.name AND r.key = ?2 WHERE v.name = ?1",
+        )?
+        .query_row(params![vault, key], |row| {
+            let vault_revision = row.get::<_, i64>(0)? as u64;
+            let record = row
+                .get::<_, Option<i64>>(1)?
+                .map(|revision| -> rusqlite::Result<RecordRow> {
+                    Ok(RecordRow {
+                        revision: revision as u64,
+                        value: row.get(2)?,
+                    })
+                })
+                .transpose()?;
+            Ok((vault_revision, record))
+        })
+        .optional()?)
+}
+
 /// The revision a compare-and-swap compares against: 0 when the record does not exist
 /// (never written, or deleted).
 pub fn live_revision(conn: &Connection, vault: &str, key: &str) -> Result<u64, StoreError> {
@@ -163,6 +192,40 @@ mod tests {
         assert_eq!(
             changes.last().map(|c| (c.key.as_str(), c.value.is_none())),
             Some(("a/2", true))
+        );
+    }
+
+    #[test]
+    fn one_statement_reads_a_record_with_its_vaults_revision() {
+        let (_dir, conn) = open_temp();
+        let owner = NodeKey::from_secret_bytes([1; 32]).node_id();
+        assert_eq!(get_with_vault_revision(&conn, "v", "k").unwrap(), None);
+        vaults::create_owned(&conn, "v", owner, 0).unwrap();
+        assert_eq!(
+            get_with_vault_revision(&conn, "v", "k").unwrap(),
+            Some((0, None))
+        );
+        let first = vaults::next_revision(&conn, "v").unwrap();
+        set(&conn, "v", "k", first, Some(b"one")).unwrap();
+        let second = vaults::next_revision(&conn, "v").unwrap();
+        set(&conn, "v", "other", second, Some(b"two")).unwrap();
+        let row = |revision, value: Option<&[u8]>| RecordRow {
+            revision,
+            value: value.map(<[u8]>::to_vec),
+        };
+        assert_eq!(
+            get_with_vault_revision(&conn, "v", "k").unwrap(),
+            Some((2, Some(row(1, Some(b"one")))))
+        );
+        assert_eq!(
+            get_with_vault_revision(&conn, "v", "missing").unwrap(),
+            Some((2, None))
+        );
+        let third = vaults::next_revision(&conn, "v").unwrap();
+        set(&conn, "v", "k", third, None).unwrap();
+        assert_eq!(
+            get_with_vault_revision(&conn, "v", "k").unwrap(),
+            Some((3, Some(row(3, None))))
         );
     }
 }
