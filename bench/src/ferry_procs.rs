@@ -335,6 +335,13 @@ impl Gateway {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.home.path().join("serve.log")).unwrap_or_default()
     }
+
+    /// The last `lines` lines of the gateway's log so far.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
 }
 
 impl Drop for Gateway {

@@ -26,6 +26,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::cpu::{Sides, Usage};
+
 /// The size of every value written.
 pub const VALUE_BYTES: usize = 64;
 /// The most one request may take before it counts as a transport error.
@@ -54,6 +56,9 @@ pub enum LoadError {
     Runtime(std::io::Error),
     #[error("the load generator's thread panicked")]
     Panicked,
+    /// A phase's result was asked for before the phase ran: a mistake in the orchestration.
+    #[error("the {0} phase was never run")]
+    NotRun(&'static str),
     #[error("{method} {path} on {addr} failed: {detail}")]
     Request {
         method: &'static str,
@@ -441,32 +446,36 @@ pub fn sequential(
             })?;
         let mut client = Client::new(target, verb, Some(first));
         let mut warm = Sample::default();
-        for _ in 0..warmup {
-            if Instant::now() >= deadline {
-                break;
-            }
-            let Some((answer, took)) = client.send(&keys.next_key()).await else {
-                break;
-            };
-            warm.record(answer, took);
-        }
+        one_at_a_time(&mut client, keys, warmup, deadline, &mut warm).await;
         // A warm-up that failed is reported, not hidden: its first failure leads the sample's.
         let mut sample = Sample {
             first_failure: warm.first_failure.map(|f| format!("(warm-up) {f}")),
             ..Sample::default()
         };
         let started = Instant::now();
-        for _ in 0..count {
-            if Instant::now() >= deadline {
-                break;
-            }
-            let Some((answer, took)) = client.send(&keys.next_key()).await else {
-                break;
-            };
-            sample.record(answer, took);
-        }
+        one_at_a_time(&mut client, keys, count, deadline, &mut sample).await;
         Ok(sample.finish(started.elapsed()))
     })?
+}
+
+/// At most `count` requests one at a time into `sample`, stopping at `deadline` or when the
+/// client gives up reconnecting. The warm-up and the measured part of [`sequential`].
+async fn one_at_a_time(
+    client: &mut Client<'_>,
+    keys: &Keys,
+    count: usize,
+    deadline: Instant,
+    sample: &mut Sample,
+) {
+    for _ in 0..count {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let Some((answer, took)) = client.send(&keys.next_key()).await else {
+            break;
+        };
+        sample.record(answer, took);
+    }
 }
 
 /// `clients` clients at once, each on its own keep-alive connection, until `max_total` requests
@@ -519,6 +528,26 @@ pub fn concurrent(
         }
         Ok(total.finish(started.elapsed()))
     })?
+}
+
+/// [`concurrent`], with the CPU each of `sides` used over it (snapshots taken right before and
+/// right after), where `/proc` could tell.
+pub fn concurrent_with_cpu(
+    sides: Option<&Sides>,
+    target: &Target,
+    verb: Verb,
+    keys: &Arc<Keys>,
+    clients: usize,
+    max_total: u64,
+    bound: Duration,
+) -> Result<(Sample, Option<Usage>), LoadError> {
+    let before = sides.and_then(Sides::snapshot);
+    let sample = concurrent(target, verb, keys, clients, max_total, bound);
+    let after = sides.and_then(Sides::snapshot);
+    let cpu = before
+        .zip(after)
+        .map(|(before, after)| before.until(&after));
+    sample.map(|sample| (sample, cpu))
 }
 
 /// One request with the token, on a fresh connection: the status and the body.

@@ -25,7 +25,7 @@ mod writes;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use bare_relay::Layout;
 
@@ -43,35 +43,57 @@ struct Cli {
 enum Bench {
     /// Durable writes through Ferry (b -> QUIC -> a) against a bare relay and the SQLite floor.
     Writes {
-        /// A short run (a few hundred writes per system) for smoke tests.
-        #[arg(long)]
-        quick: bool,
-        /// Bare relay layouts to run; the first is the one the targets compare against.
-        #[arg(long, value_delimiter = ',', default_value = "split,per-process")]
-        layouts: Vec<Layout>,
-        /// The ferry binary to run (default: the workspace's target/release/ferry).
-        #[arg(long)]
-        ferry_bin: Option<PathBuf>,
-        /// Do not run `cargo build --release -p ferry-gateway` first.
-        #[arg(long)]
-        no_build: bool,
+        #[command(flatten)]
+        flags: Flags,
     },
     /// Reads on b of a vault a owns: cache hits against a hyper server answering from memory,
     /// reads from the owner (b -> QUIC -> a) against a bare relay.
     Reads {
-        /// A short run (a few hundred reads per system) for smoke tests.
-        #[arg(long)]
-        quick: bool,
-        /// Bare layouts to run; the first is the one the targets compare against.
-        #[arg(long, value_delimiter = ',', default_value = "split,per-process")]
-        layouts: Vec<Layout>,
-        /// The ferry binary to run (default: the workspace's target/release/ferry).
-        #[arg(long)]
-        ferry_bin: Option<PathBuf>,
-        /// Do not run `cargo build --release -p ferry-gateway` first.
-        #[arg(long)]
-        no_build: bool,
+        #[command(flatten)]
+        flags: Flags,
     },
+}
+
+// The flags every benchmark takes. (A plain comment: a doc comment would become the
+// subcommands' help text.)
+#[derive(Debug, Args)]
+struct Flags {
+    /// A short run (a few hundred requests per system) for smoke tests.
+    #[arg(long)]
+    quick: bool,
+    /// Bare layouts to run; the first is the one the targets compare against.
+    #[arg(long, value_delimiter = ',', default_value = "split,per-process")]
+    layouts: Vec<Layout>,
+    /// The ferry binary to run (default: the workspace's target/release/ferry).
+    #[arg(long)]
+    ferry_bin: Option<PathBuf>,
+    /// Do not run `cargo build --release -p ferry-gateway` first.
+    #[arg(long)]
+    no_build: bool,
+}
+
+impl Flags {
+    /// The options of a run, with the `quick` or the `full` plan.
+    fn options<P>(self, quick: fn() -> P, full: fn() -> P) -> Options<P> {
+        Options {
+            plan: if self.quick { quick() } else { full() },
+            layouts: self.layouts,
+            build: !self.no_build && self.ferry_bin.is_none(),
+            ferry_binary: self.ferry_bin,
+        }
+    }
+}
+
+/// What a benchmark compares, with its plan (how much to run).
+#[derive(Debug, Clone)]
+pub struct Options<P> {
+    pub plan: P,
+    /// Bare layouts; the first is the one the targets compare against.
+    pub layouts: Vec<Layout>,
+    /// The `ferry` binary; the workspace's release build if not given.
+    pub ferry_binary: Option<PathBuf>,
+    /// Run `cargo build --release -p ferry-gateway` first.
+    pub build: bool,
 }
 
 /// A line of progress on standard error (the report goes to standard output).
@@ -82,43 +104,13 @@ pub fn progress(what: &str) {
 fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     // Figures are printed either way; a run where Ferry failed requests is not a clean one.
     let clean = match Cli::parse().command {
-        Bench::Writes {
-            quick,
-            layouts,
-            ferry_bin,
-            no_build,
-        } => {
-            let options = writes::Options {
-                plan: if quick {
-                    writes::Plan::quick()
-                } else {
-                    writes::Plan::full()
-                },
-                layouts,
-                build: !no_build && ferry_bin.is_none(),
-                ferry_binary: ferry_bin,
-            };
-            let report = writes::run(&options)?;
+        Bench::Writes { flags } => {
+            let report = writes::run(&flags.options(writes::Plan::quick, writes::Plan::full))?;
             print!("{}", report.render());
             report.ferry_clean()
         }
-        Bench::Reads {
-            quick,
-            layouts,
-            ferry_bin,
-            no_build,
-        } => {
-            let options = reads::Options {
-                plan: if quick {
-                    reads::Plan::quick()
-                } else {
-                    reads::Plan::full()
-                },
-                layouts,
-                build: !no_build && ferry_bin.is_none(),
-                ferry_binary: ferry_bin,
-            };
-            let report = reads::run(&options)?;
+        Bench::Reads { flags } => {
+            let report = reads::run(&flags.options(reads::Plan::quick, reads::Plan::full))?;
             print!("{}", report.render());
             report.ferry_clean()
         }

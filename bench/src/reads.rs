@@ -19,7 +19,7 @@
 //! owner reads, one system at a time, so the figures compared are taken seconds apart.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,7 +41,8 @@ const FILL_WRITERS: usize = 64;
 /// How long `b` may take to read from `a` once both are up, and how often to try.
 const CALLER_READY_BOUND: Duration = Duration::from_secs(15);
 const CALLER_READY_POLL: Duration = Duration::from_millis(50);
-const CALLER_READY_TRIES: u32 = 300;
+/// How much of each gateway's log an error quotes.
+const LOG_TAIL_LINES: usize = 20;
 
 /// How much to run.
 #[derive(Debug, Clone, Copy)]
@@ -148,16 +149,7 @@ impl Plan {
 }
 
 /// What to compare.
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub plan: Plan,
-    /// Bare layouts; the first is the one the targets compare against.
-    pub layouts: Vec<Layout>,
-    /// The `ferry` binary; the workspace's release build if not given.
-    pub ferry_binary: Option<PathBuf>,
-    /// Run `cargo build --release -p ferry-gateway` first.
-    pub build: bool,
-}
+pub type Options = crate::Options<Plan>;
 
 /// Why the run stopped before it could report.
 #[derive(Debug, thiserror::Error)]
@@ -173,18 +165,28 @@ pub enum ReadsError {
     #[error(transparent)]
     Proc(#[from] ProcError),
     #[error(
-        "b still cannot read {key} from the owner a after {CALLER_READY_BOUND:?}: {status} {body}"
+        "b still cannot read {key} from the owner a after {CALLER_READY_BOUND:?} (last answer: \
+         {status} {body}); b may never have learned the route to a (the QUIC address given to \
+         `ferry trust --addr`) or that a owns the vault: look for a connection to a in b's log.\n\
+         b's log ends:\n{caller_log}\na's log ends:\n{owner_log}"
     )]
     CallerCannotRead {
         key: String,
         status: u16,
         body: String,
+        caller_log: String,
+        owner_log: String,
     },
-    #[error("filling the owner a: {written} of {wanted} keys written in {took:?}; first failure: {first}")]
+    #[error(
+        "filling the owner a: {written} of {wanted} keys written in {took:?}: {why}; first \
+         failure: {first}"
+    )]
     Fill {
         written: usize,
         wanted: u64,
         took: Duration,
+        /// What stopped the fill, and what to do about it.
+        why: String,
         first: String,
     },
 }
@@ -239,16 +241,7 @@ impl Subject {
     }
 
     fn measured(self) -> (Kind, Option<Layout>, Result<Measured, LoadError>) {
-        let measured = match (self.sequential, self.concurrent) {
-            (Some(Ok(sequential)), Some(Ok((concurrent, cpu)))) => Ok(Measured {
-                sequential,
-                concurrent,
-                cpu,
-                notes: Vec::new(),
-            }),
-            (Some(Err(err)), _) | (_, Some(Err(err))) => Err(err),
-            _ => Err(LoadError::Panicked),
-        };
+        let measured = Measured::from_phases(self.sequential, self.concurrent);
         (self.kind, self.layout, measured)
     }
 }
@@ -372,20 +365,16 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
                     plan.concurrent_owner_reads(),
                 ),
             };
-            let before = subject.sides.as_ref().and_then(Sides::snapshot);
-            let sample = load::concurrent(
+            let keys = Arc::new(keys);
+            subject.concurrent = Some(load::concurrent_with_cpu(
+                subject.sides.as_ref(),
                 &subject.target,
                 Verb::Read,
-                &Arc::new(keys),
+                &keys,
                 plan.readers,
                 max,
                 plan.concurrent_bound,
-            );
-            let after = subject.sides.as_ref().and_then(Sides::snapshot);
-            let cpu = before
-                .zip(after)
-                .map(|(before, after)| before.until(&after));
-            subject.concurrent = Some(sample.map(|sample| (sample, cpu)));
+            ));
         }
     }
 
@@ -469,10 +458,22 @@ fn start_ferry(binary: &Path, plan: &Plan, notes: &mut Vec<String>) -> Result<Pa
     )?;
     let took = started.elapsed();
     if fill.ok() as u64 != plan.keys {
+        let why = if took >= plan.fill_bound {
+            format!(
+                "the time allowed (Plan::fill_bound, {:?}) ran out; raise it or lower Plan::keys",
+                plan.fill_bound
+            )
+        } else {
+            format!(
+                "{} writes were not answered 200 with a revision",
+                fill.failures()
+            )
+        };
         return Err(ReadsError::Fill {
             written: fill.ok(),
             wanted: plan.keys,
             took,
+            why,
             first: fill.first_failure.unwrap_or_else(|| "-".into()),
         });
     }
@@ -493,24 +494,23 @@ fn start_ferry(binary: &Path, plan: &Plan, notes: &mut Vec<String>) -> Result<Pa
 fn wait_until_caller_reads(pair: &Pair, key: &str) -> Result<(), ReadsError> {
     let path = format!("/v1/vaults/{VAULT}/records/{key}");
     let started = Instant::now();
-    let mut last = (0, String::new());
-    for _ in 0..CALLER_READY_TRIES {
+    loop {
         let (status, body) =
             load::request_once(pair.caller.api, "GET", &path, &pair.caller.token, Some(APP))?;
         if status == 200 {
             return Ok(());
         }
-        last = (status, String::from_utf8_lossy(&body).into_owned());
         if started.elapsed() >= CALLER_READY_BOUND {
-            break;
+            return Err(ReadsError::CallerCannotRead {
+                key: key.to_string(),
+                status,
+                body: String::from_utf8_lossy(&body).into_owned(),
+                caller_log: pair.caller.log_tail(LOG_TAIL_LINES),
+                owner_log: pair.owner.log_tail(LOG_TAIL_LINES),
+            });
         }
         std::thread::sleep(CALLER_READY_POLL);
     }
-    Err(ReadsError::CallerCannotRead {
-        key: key.to_string(),
-        status: last.0,
-        body: last.1,
-    })
 }
 
 /// The `X-Ferry-Source` values of a sample, `owner 2,000, cache 10`, most frequent first.

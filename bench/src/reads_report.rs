@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::bare_relay::Layout;
 use crate::load::Sample;
 use crate::reads::sources;
-use crate::report::{self, latency, met, rate, Measured};
+use crate::report::{self, cell, met, sequential_ratio, throughput_share, Measured};
 
 /// Ferry's cache-hit p50 may be at most this many times the HTTP server's from memory.
 const HIT_P50_RATIO_TARGET: f64 = 1.3;
@@ -51,11 +51,7 @@ impl ReadsReport {
     pub fn ferry_clean(&self) -> bool {
         [&self.ferry_hits, &self.ferry_owner_reads]
             .iter()
-            .all(|ferry| {
-                ferry
-                    .as_ref()
-                    .is_ok_and(|m| m.sequential.failures() == 0 && m.concurrent.failures() == 0)
-            })
+            .all(|ferry| ferry.as_ref().is_ok_and(Measured::clean))
     }
 
     pub fn render(&self) -> String {
@@ -309,21 +305,7 @@ impl ReadsReport {
                     continue;
                 }
             };
-            for (phase, sample) in [
-                ("sequential", &measured.sequential),
-                ("64 readers", &measured.concurrent),
-            ] {
-                if sample.failures() > 0 || sample.first_failure.is_some() {
-                    failures.push(format!(
-                        "- {name}, {phase}: {} ok, {} not 200 {:?}, {} without an answer; first: {}",
-                        sample.ok(),
-                        sample.non_200.values().sum::<u64>(),
-                        sample.non_200,
-                        sample.transport_errors,
-                        sample.first_failure.as_deref().unwrap_or("-"),
-                    ));
-                }
-            }
+            failures.extend(measured.failure_lines(&name, "64 readers"));
         }
         if failures.is_empty() {
             let _ = writeln!(out, "Every read was answered 200 with the 64-byte value.");
@@ -336,23 +318,6 @@ impl ReadsReport {
         for note in &self.ferry_notes {
             let _ = writeln!(out, "- Ferry: {note}");
         }
-    }
-}
-
-/// Ferry's sequential `p`th percentile over a yardstick's.
-fn sequential_ratio(ferry: &Measured, p: f64) -> impl Fn(&Measured) -> Option<f64> + '_ {
-    move |bare| {
-        let f = ferry.sequential.percentile(p)?.as_secs_f64();
-        let b = bare.sequential.percentile(p)?.as_secs_f64();
-        (b > 0.0).then(|| f / b)
-    }
-}
-
-/// Ferry's concurrent throughput as a share of a yardstick's.
-fn throughput_share(ferry: &Measured) -> impl Fn(&Measured) -> Option<f64> + '_ {
-    move |bare| {
-        let b = bare.concurrent.per_second();
-        (b > 0.0).then(|| ferry.concurrent.per_second() / b)
     }
 }
 
@@ -369,8 +334,14 @@ fn table(
         "| system | layout | seq p50 | seq p99 | seq reads/s | 64-reader reads/s | 64-reader p50 | 64-reader p99 | not 200 / no answer | X-Ferry-Source |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
-    for row in rows {
-        line(out, bare_name, row.layout.name(), &row.measured, "-");
+    for bare in rows {
+        report::row(
+            out,
+            bare_name,
+            bare.layout.name(),
+            &bare.measured,
+            Some("-"),
+        );
     }
     match ferry {
         Ok(m) => {
@@ -382,32 +353,17 @@ fn table(
                 .into_iter()
                 .collect::<Vec<_>>()
                 .join(", ");
-            line(out, ferry_name, "2 processes", m, &seen);
+            report::row(out, ferry_name, "2 processes", m, Some(&seen));
         }
         Err(why) => {
             let _ = writeln!(
                 out,
                 "| {ferry_name} | 2 processes | not measured: {} ||||||||",
-                why.replace('|', "/").replace('\n', " ")
+                cell(why)
             );
         }
     }
     let _ = writeln!(out);
-}
-
-fn line(out: &mut String, system: &str, layout: &str, m: &Measured, sources: &str) {
-    let _ = writeln!(
-        out,
-        "| {system} | {layout} | {} | {} | {} | {} | {} | {} | {} / {} | {sources} |",
-        latency(m.sequential.percentile(50.0)),
-        latency(m.sequential.percentile(99.0)),
-        rate(m.sequential.per_second()),
-        rate(m.concurrent.per_second()),
-        latency(m.concurrent.percentile(50.0)),
-        latency(m.concurrent.percentile(99.0)),
-        m.sequential.non_200.values().sum::<u64>() + m.concurrent.non_200.values().sum::<u64>(),
-        m.sequential.transport_errors + m.concurrent.transport_errors,
-    );
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::bare_relay::Layout;
 use crate::cpu;
-use crate::load::Sample;
+use crate::load::{LoadError, Sample};
 
 /// Ferry's p50 may be at most this many times the bare relay's.
 const P50_RATIO_TARGET: f64 = 2.0;
@@ -32,6 +32,54 @@ pub struct Measured {
     pub notes: Vec<String>,
 }
 
+impl Measured {
+    /// The figures of a system's two phases, or the first phase's error. Both phases are run
+    /// for every system before this is asked, so `None` (a phase never run) is a bug, said so.
+    pub fn from_phases(
+        sequential: Option<Result<Sample, LoadError>>,
+        concurrent: Option<Result<(Sample, Option<cpu::Usage>), LoadError>>,
+    ) -> Result<Self, LoadError> {
+        match (sequential, concurrent) {
+            (Some(Ok(sequential)), Some(Ok((concurrent, cpu)))) => Ok(Self {
+                sequential,
+                concurrent,
+                cpu,
+                notes: Vec::new(),
+            }),
+            (Some(Err(err)), _) | (_, Some(Err(err))) => Err(err),
+            (None, _) => Err(LoadError::NotRun("sequential")),
+            (_, None) => Err(LoadError::NotRun("concurrent")),
+        }
+    }
+
+    /// Whether every request of both phases was answered as it should be.
+    pub fn clean(&self) -> bool {
+        self.sequential.failures() == 0 && self.concurrent.failures() == 0
+    }
+
+    /// A report line for each phase that saw a failure: `- <name>, <phase>: ...`.
+    /// `concurrent_phase` names the concurrent phase (`64 writers`, `64 readers`).
+    pub fn failure_lines(&self, name: &str, concurrent_phase: &str) -> Vec<String> {
+        [
+            ("sequential", &self.sequential),
+            (concurrent_phase, &self.concurrent),
+        ]
+        .into_iter()
+        .filter(|(_, sample)| sample.failures() > 0 || sample.first_failure.is_some())
+        .map(|(phase, sample)| {
+            format!(
+                "- {name}, {phase}: {} ok, {} not 200 {:?}, {} without an answer; first: {}",
+                sample.ok(),
+                sample.non_200.values().sum::<u64>(),
+                sample.non_200,
+                sample.transport_errors,
+                sample.first_failure.as_deref().unwrap_or("-"),
+            )
+        })
+        .collect()
+    }
+}
+
 /// Everything one run measured.
 #[derive(Debug)]
 pub struct Report {
@@ -52,9 +100,7 @@ pub struct Report {
 impl Report {
     /// Whether every Ferry write was answered `200`.
     pub fn ferry_clean(&self) -> bool {
-        self.ferry
-            .as_ref()
-            .is_ok_and(|ferry| ferry.sequential.failures() == 0 && ferry.concurrent.failures() == 0)
+        self.ferry.as_ref().is_ok_and(Measured::clean)
     }
 
     pub fn render(&self) -> String {
@@ -74,15 +120,21 @@ impl Report {
             rate(self.floor.per_second()),
         );
         for (layout, bare) in &self.bare {
-            row(&mut out, "bare relay", layout.name(), bare);
+            row(&mut out, "bare relay", layout.name(), bare, None);
         }
         match &self.ferry {
-            Ok(ferry) => row(&mut out, "Ferry: b -> QUIC -> a", "2 processes", ferry),
+            Ok(ferry) => row(
+                &mut out,
+                "Ferry: b -> QUIC -> a",
+                "2 processes",
+                ferry,
+                None,
+            ),
             Err(why) => {
                 let _ = writeln!(
                     out,
                     "| Ferry | 2 processes | not measured: {} |||||||",
-                    why.replace('|', "/").replace('\n', " ")
+                    cell(why)
                 );
             }
         }
@@ -110,15 +162,6 @@ impl Report {
         let _ = writeln!(out, "{header} target | met (vs. {}) |", reference.name());
         let _ = writeln!(out, "{rule}---|---|");
 
-        let ratio_of = |bare: &Measured, p: f64| {
-            let f = ferry.sequential.percentile(p)?.as_secs_f64();
-            let b = bare.sequential.percentile(p)?.as_secs_f64();
-            (b > 0.0).then(|| f / b)
-        };
-        let share_of = |bare: &Measured| {
-            let b = bare.concurrent.per_second();
-            (b > 0.0).then(|| ferry.concurrent.per_second() / b)
-        };
         let cells = |f: &dyn Fn(&Measured) -> Option<f64>, show: fn(f64) -> String| {
             self.bare
                 .iter()
@@ -130,18 +173,19 @@ impl Report {
         let percent = |r: f64| format!("{:.0}%", r * 100.0);
         let reference_bare = &self.bare[0].1;
 
-        let p50 = ratio_of(reference_bare, 50.0);
+        let p50 = sequential_ratio(ferry, 50.0)(reference_bare);
         let _ = writeln!(
             out,
             "| seq p50 | {} | <= {P50_RATIO_TARGET}x | {} |",
-            cells(&|b| ratio_of(b, 50.0), times),
+            cells(&sequential_ratio(ferry, 50.0), times),
             met(p50.map(|r| r <= P50_RATIO_TARGET)),
         );
         let _ = writeln!(
             out,
             "| seq p99 | {} | (reported) | - |",
-            cells(&|b| ratio_of(b, 99.0), times),
+            cells(&sequential_ratio(ferry, 99.0), times),
         );
+        let share_of = throughput_share(ferry);
         let share = share_of(reference_bare);
         let _ = writeln!(
             out,
@@ -190,21 +234,7 @@ impl Report {
             .map(|(layout, m)| (format!("bare relay ({})", layout.name()), m))
             .chain(self.ferry.iter().map(|m| ("Ferry".to_string(), m)));
         for (name, measured) in systems {
-            for (phase, sample) in [
-                ("sequential", &measured.sequential),
-                ("64 writers", &measured.concurrent),
-            ] {
-                if sample.failures() > 0 || sample.first_failure.is_some() {
-                    failures.push(format!(
-                        "- {name}, {phase}: {} ok, {} not 200 {:?}, {} without an answer; first: {}",
-                        sample.ok(),
-                        sample.non_200.values().sum::<u64>(),
-                        sample.non_200,
-                        sample.transport_errors,
-                        sample.first_failure.as_deref().unwrap_or("-"),
-                    ));
-                }
-            }
+            failures.extend(measured.failure_lines(&name, "64 writers"));
             notes.extend(
                 measured
                     .notes
@@ -313,8 +343,10 @@ pub fn render_machine(
     }
 }
 
-fn row(out: &mut String, system: &str, layout: &str, m: &Measured) {
-    let _ = writeln!(
+/// A system's table row: latencies, rates and failures of both phases, then `last`, if given,
+/// as one more column.
+pub fn row(out: &mut String, system: &str, layout: &str, m: &Measured, last: Option<&str>) {
+    let _ = write!(
         out,
         "| {system} | {layout} | {} | {} | {} | {} | {} | {} | {} / {} |",
         latency(m.sequential.percentile(50.0)),
@@ -326,6 +358,32 @@ fn row(out: &mut String, system: &str, layout: &str, m: &Measured) {
         m.sequential.non_200.values().sum::<u64>() + m.concurrent.non_200.values().sum::<u64>(),
         m.sequential.transport_errors + m.concurrent.transport_errors,
     );
+    if let Some(last) = last {
+        let _ = write!(out, " {last} |");
+    }
+    let _ = writeln!(out);
+}
+
+/// `text` fit for one markdown table cell: no `|`, on one line.
+pub fn cell(text: &str) -> String {
+    text.replace('|', "/").replace('\n', " ")
+}
+
+/// Ferry's sequential `p`th percentile over a yardstick's.
+pub fn sequential_ratio(ferry: &Measured, p: f64) -> impl Fn(&Measured) -> Option<f64> + '_ {
+    move |bare| {
+        let f = ferry.sequential.percentile(p)?.as_secs_f64();
+        let b = bare.sequential.percentile(p)?.as_secs_f64();
+        (b > 0.0).then(|| f / b)
+    }
+}
+
+/// Ferry's concurrent throughput as a share of a yardstick's.
+pub fn throughput_share(ferry: &Measured) -> impl Fn(&Measured) -> Option<f64> + '_ {
+    move |bare| {
+        let b = bare.concurrent.per_second();
+        (b > 0.0).then(|| ferry.concurrent.per_second() / b)
+    }
 }
 
 pub fn met(ok: Option<bool>) -> &'static str {

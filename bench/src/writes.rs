@@ -5,7 +5,7 @@
 //! system's sequential phase and every system's concurrent phase, one system at a time.
 //! Progress goes to standard error; the report to standard output.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,16 +83,7 @@ impl Plan {
 }
 
 /// What to compare.
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub plan: Plan,
-    /// Bare relay layouts; the first is the one the targets compare against.
-    pub layouts: Vec<Layout>,
-    /// The `ferry` binary; the workspace's release build if not given.
-    pub ferry_binary: Option<PathBuf>,
-    /// Run `cargo build --release -p ferry-gateway` first.
-    pub build: bool,
-}
+pub type Options = crate::Options<Plan>;
 
 /// Why the run stopped before it could report.
 #[derive(Debug, thiserror::Error)]
@@ -219,35 +210,22 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
     for slot in &mut slots {
         progress(&format!("{}: {} writers", slot.name(), plan.writers));
         let keys = Arc::new(Keys::new(format!("{}c-", slot.keys)));
-        let before = slot.sides.as_ref().and_then(Sides::snapshot);
-        let sample = load::concurrent(
+        slot.concurrent = Some(load::concurrent_with_cpu(
+            slot.sides.as_ref(),
             &slot.target,
             Verb::Write,
             &keys,
             plan.writers,
             plan.concurrent_max,
             plan.concurrent_bound,
-        );
-        let after = slot.sides.as_ref().and_then(Sides::snapshot);
-        let cpu = before
-            .zip(after)
-            .map(|(before, after)| before.until(&after));
-        slot.concurrent = Some(sample.map(|sample| (sample, cpu)));
+        ));
     }
 
     let mut bare = Vec::new();
     let mut ferry = Err(ferry_failed.unwrap_or_default());
     for slot in slots {
-        let measured = match (slot.sequential, slot.concurrent) {
-            (Some(Ok(sequential)), Some(Ok((concurrent, cpu)))) => Ok(Measured {
-                sequential,
-                concurrent,
-                cpu,
-                notes: Vec::new(),
-            }),
-            (Some(Err(err)), _) | (_, Some(Err(err))) => Err(WritesError::Load(err)),
-            _ => Err(WritesError::Load(LoadError::Panicked)),
-        };
+        let measured =
+            Measured::from_phases(slot.sequential, slot.concurrent).map_err(WritesError::Load);
         match slot.system {
             System::Bare(layout, relay) => {
                 drop(relay);
