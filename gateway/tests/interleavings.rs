@@ -462,11 +462,18 @@ impl Sim {
             self.expire_waits();
         }
         self.log("every write finished; the network and the owner drain".into());
+        let mut drain_actions = 0;
         while !(self.owner.admitted.is_empty()
             && self.owner.zombies.is_empty()
             && self.in_flight.is_empty())
         {
             actions += 1;
+            drain_actions += 1;
+            if drain_actions > MAX_ACTIONS {
+                self.fail(format!(
+                    "the network and the owner not drained after {MAX_ACTIONS} actions"
+                ));
+            }
             let action = self.pick_action(false);
             self.act(action);
         }

@@ -6,8 +6,6 @@
 
 mod harness;
 
-use std::time::Duration;
-
 use ferry_gateway::home::Home;
 use ferry_gateway::kit::{Kit, Settlement, WriteOptions, WriteResult};
 use harness::two_with_notes;
@@ -33,8 +31,7 @@ fn the_kit_types_every_outcome_and_never_writes_around_a_stopped_gateway() {
         assert!(matches!(bad, WriteResult::Invalid { status: 400, .. }), "{bad:?}");
     });
 
-    assert!(b.cli(&["stop"]).status.success());
-    assert_eq!(b.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(b.stop(), Some(0));
     runtime.block_on(async {
         let down = kit
             .put("notes", "k2", b"v".to_vec(), &WriteOptions::default())

@@ -45,8 +45,7 @@ fn with_its_gateway_stopped_the_kit_reads_from_the_owner_and_never_writes() {
     let missing_through_b = runtime.block_on(kit.get("notes", "missing"));
     assert!(is_not_found(&missing_through_b), "{missing_through_b:?}");
 
-    assert!(b.cli(&["stop"]).status.success());
-    assert_eq!(b.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(b.stop(), Some(0));
     runtime.block_on(async {
         let expected = ReadRecord {
             value: b"v2".to_vec(),
@@ -96,8 +95,7 @@ fn with_its_gateway_stopped_the_kit_reads_from_the_owner_and_never_writes() {
     );
     assert_eq!(a.stored("notes", "k"), Some((Some(b"v2".to_vec()), 2)));
 
-    assert!(a.cli(&["stop"]).status.success());
-    assert_eq!(a.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(a.stop(), Some(0));
     runtime.block_on(async {
         let started = Instant::now();
         let down = kit.get("notes", "k").await;
@@ -132,8 +130,7 @@ fn the_kit_prefers_the_owner_and_falls_back_to_a_replica_marked_stale() {
     let kit = Kit::from_home(&Home::locate(Some(b.home.clone())).unwrap(), "kit-test");
     let runtime = tokio::runtime::Runtime::new().unwrap();
 
-    assert!(b.cli(&["stop"]).status.success());
-    assert_eq!(b.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(b.stop(), Some(0));
     let from_owner = runtime.block_on(kit.get("notes", "k")).unwrap();
     assert_eq!(
         (from_owner.source.as_str(), from_owner.stale),
@@ -141,8 +138,7 @@ fn the_kit_prefers_the_owner_and_falls_back_to_a_replica_marked_stale() {
         "the owner answers while it runs, whoever greets first"
     );
 
-    assert!(a.cli(&["stop"]).status.success());
-    assert_eq!(a.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(a.stop(), Some(0));
     let from_replica = runtime.block_on(kit.get("notes", "k")).unwrap();
     assert_eq!(
         from_replica,

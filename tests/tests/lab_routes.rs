@@ -110,6 +110,18 @@ fn three_trusting_by_id(lab: &Lab) -> (LabGateway, LabGateway, LabGateway) {
     (h1, h2, h3)
 }
 
+/// A three-host lab of gateways trusting each other by node id, `notes` created on h1, h2's
+/// LAN and tailnet routes to h1 up, and one write of `first_key` from h2 done; `None` when
+/// the lab is skipped.
+fn three_with_a_first_write(first_key: &str) -> Option<(Lab, LabGateway, LabGateway, LabGateway)> {
+    let lab = Lab::new(3)?;
+    let (h1, h2, h3) = three_trusting_by_id(&lab);
+    create_notes(&h1);
+    wait_routes_up(&h2, "h1", &["lan", "tailnet"]);
+    assert_eq!(put(&h2, first_key, "10").0, 0);
+    Some((lab, h1, h2, h3))
+}
+
 fn wait_routes_up(gateway: &LabGateway, peer: &str, kinds: &[&str]) {
     wait_for(
         &format!("{} to have {kinds:?} routes up to {peer}", gateway.label()),
@@ -230,11 +242,9 @@ fn a_cut_lan_cable_fails_over_to_the_tailnet_and_heals_back() {
     let mut failover = Vec::new();
     let mut detected = Vec::new();
     for run in 0..RUNS {
-        let Some(lab) = Lab::new(3) else { return };
-        let (h1, h2, h3) = three_trusting_by_id(&lab);
-        create_notes(&h1);
-        wait_routes_up(&h2, "h1", &["lan", "tailnet"]);
-        assert_eq!(put(&h2, "before", "10").0, 0);
+        let Some((lab, _h1, h2, h3)) = three_with_a_first_write("before") else {
+            return;
+        };
         assert_eq!(carried_by(&h2, "h1").as_deref(), Some("lan"));
 
         // A watcher notes when h2 marks its LAN route to h1 down, while the writer below works.
@@ -251,6 +261,8 @@ fn a_cut_lan_cable_fails_over_to_the_tailnet_and_heals_back() {
                     if lan_down {
                         return Some(started.elapsed());
                     }
+                    // The same pause as `wait_for`: poll, don't spin.
+                    std::thread::sleep(Duration::from_millis(10));
                 }
                 None
             })
@@ -318,11 +330,9 @@ fn a_killed_owner_is_marked_down_fast_and_a_powered_off_one_is_unavailable_never
     let mut detect = Vec::new();
     let mut answer_times = Vec::new();
     for _ in 0..RUNS {
-        let Some(lab) = Lab::new(3) else { return };
-        let (mut h1, h2, _h3) = three_trusting_by_id(&lab);
-        create_notes(&h1);
-        wait_routes_up(&h2, "h1", &["lan", "tailnet"]);
-        assert_eq!(put(&h2, "warm", "10").0, 0);
+        let Some((_lab, mut h1, h2, _h3)) = three_with_a_first_write("warm") else {
+            return;
+        };
         h1.kill();
         let killed = Instant::now();
         let took = wait_for(
@@ -356,11 +366,9 @@ fn a_killed_owner_is_marked_down_fast_and_a_powered_off_one_is_unavailable_never
     figure("write after that answered unavailable in", &answer_times);
 
     // Power off: both links cut, no ICMP comes back.
-    let Some(lab) = Lab::new(3) else { return };
-    let (h1, h2, _h3) = three_trusting_by_id(&lab);
-    create_notes(&h1);
-    wait_routes_up(&h2, "h1", &["lan", "tailnet"]);
-    assert_eq!(put(&h2, "warm", "10").0, 0);
+    let Some((lab, _h1, h2, _h3)) = three_with_a_first_write("warm") else {
+        return;
+    };
     lab.power_off(1);
     let off = Instant::now();
     // Silent for longer than the write liveness window (1 s): no pooled connection is proven
@@ -386,10 +394,11 @@ fn a_killed_owner_is_marked_down_fast_and_a_powered_off_one_is_unavailable_never
     }
     eprintln!(
         "figure: powered-off owner: routes down after {:?}",
-        wait_for("down", Duration::from_secs(15), || all_routes_down(
-            &h2, "h1"
+        wait_for(
+            "h2 to mark every route to the powered-off h1 down",
+            Duration::from_secs(15),
+            || all_routes_down(&h2, "h1").then(|| off.elapsed())
         )
-        .then(|| off.elapsed()))
     );
 }
 
@@ -397,11 +406,9 @@ fn a_killed_owner_is_marked_down_fast_and_a_powered_off_one_is_unavailable_never
 fn a_stopped_owner_is_down_at_once_and_no_write_in_flight_is_lost() {
     let mut detect = Vec::new();
     for _ in 0..RUNS {
-        let Some(lab) = Lab::new(3) else { return };
-        let (mut h1, h2, _h3) = three_trusting_by_id(&lab);
-        create_notes(&h1);
-        wait_routes_up(&h2, "h1", &["lan", "tailnet"]);
-        assert_eq!(put(&h2, "warm", "10").0, 0);
+        let Some((_lab, mut h1, h2, _h3)) = three_with_a_first_write("warm") else {
+            return;
+        };
         // Writes in flight around the stop: each must be done, or honestly not carried out.
         let writer = {
             let h2_cli = h2.cli_prefix();

@@ -211,8 +211,7 @@ fn an_app_never_sees_a_revision_go_backwards_even_when_a_stale_replica_answers()
     let mut c = replica_of_notes(&a, &b);
     caught_up(&c, 1);
     // The replica stops at revision 1; the owner moves on to 2, and the app sees 2.
-    assert!(c.cli(&["stop"]).status.success());
-    assert_eq!(c.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(c.stop(), Some(0));
     assert_eq!(a.put("notes", "k", b"v2", &[]).0, 200);
     assert_eq!(read_as(&b, "seen-two", "k"), (200, Some(2), "owner".into()));
     // The owner dies; the stale replica comes back (it cannot sync) and says revision 1.

@@ -15,11 +15,7 @@ const RECORDS: u64 = 100_000;
 
 /// Every record of `vault` in `gateway`'s database: (key, revision, value or tombstone).
 fn all_records(gateway: &Gateway, vault: &str) -> Vec<(String, u64, Option<Vec<u8>>)> {
-    let conn = rusqlite::Connection::open_with_flags(
-        gateway.home.join("ferry.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
+    let conn = gateway.db();
     let mut stmt = conn
         .prepare("SELECT key, revision, value FROM records WHERE vault = ?1 ORDER BY key")
         .unwrap();
@@ -45,8 +41,7 @@ fn a_replica_of_100k_records_converges_resumes_after_sigkill_and_applies_deletes
     // The owner's vault, filled directly in its database while it is stopped.
     let mut a = Gateway::start("a");
     assert!(a.cli(&["vault", "create", "notes"]).status.success());
-    assert!(a.cli(&["stop"]).status.success());
-    assert_eq!(a.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(a.stop(), Some(0));
     {
         let mut conn = rusqlite::Connection::open(a.home.join("ferry.db")).unwrap();
         let tx = conn.transaction().unwrap();

@@ -251,18 +251,7 @@ fn an_untrusted_gateway_is_refused_at_the_tls_layer() {
 #[test]
 fn stop_drains_removes_api_addr_and_exits_zero_then_writes_are_local_gateway_down() {
     let (mut a, b) = two_with_notes();
-    let out = a.cli(&["stop"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        a.wait_exit(std::time::Duration::from_secs(10)),
-        Some(0),
-        "{}",
-        a.log()
-    );
+    assert_eq!(a.stop(), Some(0), "{}", a.log());
     assert!(!a.home.join("api.addr").exists());
     let (code, json) = a.cli_json(&["put", "notes", "k", "v"]);
     assert_eq!(

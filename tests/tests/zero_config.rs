@@ -17,24 +17,35 @@ struct PrivateNetns {
 }
 
 impl PrivateNetns {
-    fn new() -> Option<Self> {
-        let uid = Command::new("id").arg("-u").output().ok()?;
-        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-            return None;
+    /// The namespace, or why this box cannot make one (not root, no `ip`). A namespace that
+    /// `ip` fails to make is a failure, not a reason.
+    fn new() -> Result<Self, String> {
+        if !ferry_tests::running_as_root() {
+            return Err(
+                "needs root for a private network namespace (CI runs it as root)".to_string(),
+            );
+        }
+        if !ferry_tests::have_ip() {
+            return Err(
+                "needs `ip` (iproute2) for a private network namespace, and it is missing"
+                    .to_string(),
+            );
         }
         let name = format!("fzc{}", std::process::id());
         let _ = Command::new("ip").args(["netns", "del", &name]).status();
         let made = Command::new("ip")
             .args(["netns", "add", &name])
             .status()
-            .ok()?;
+            .map_err(|err| format!("could not run `ip netns add {name}`: {err}"))?;
         assert!(made.success(), "ip netns add {name} failed");
+        // From here on, dropping `netns` deletes the namespace.
+        let netns = Self { name };
         let up = Command::new("ip")
-            .args(["-n", &name, "link", "set", "lo", "up"])
+            .args(["-n", &netns.name, "link", "set", "lo", "up"])
             .status()
-            .ok()?;
-        assert!(up.success(), "bringing lo up in {name} failed");
-        Some(Self { name })
+            .map_err(|err| format!("could not run `ip -n {} link set lo up`: {err}", netns.name))?;
+        assert!(up.success(), "bringing lo up in {} failed", netns.name);
+        Ok(netns)
     }
 }
 
@@ -50,12 +61,16 @@ impl Drop for PrivateNetns {
 fn serve_with_no_arguments_makes_its_state_and_listens_on_the_defaults() {
     // With no arguments mDNS is on: run inside a network namespace of its own (only `lo`), so
     // nothing multicasts onto this machine's real network. That needs root.
-    let Some(netns) = PrivateNetns::new() else {
-        eprintln!(
-            "SKIPPED serve_with_no_arguments_makes_its_state_and_listens_on_the_defaults: \
-             needs root for a private network namespace (CI runs it as root)"
-        );
-        return;
+    // Without root or `ip` this says SKIPPED, unless FERRY_LAB_REQUIRED=1 makes it a failure.
+    let netns = match PrivateNetns::new() {
+        Ok(netns) => netns,
+        Err(why) => {
+            ferry_tests::skip_or_fail(
+                "serve_with_no_arguments_makes_its_state_and_listens_on_the_defaults",
+                &why,
+            );
+            return;
+        }
     };
     let fake_home = tempfile::tempdir().unwrap();
     let ferry = |args: &[&str]| {

@@ -9,32 +9,22 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
+
+// Shared with the other harness (tests/src/lib.rs); not every test file uses each.
+#[allow(unused_imports)]
+pub use ferry_tests::{wait_for, SIGCONT, SIGSTOP, START_BOUND};
 
 /// The binary under test.
 pub fn ferry_bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferry-under-test")
 }
 
-/// How long a gateway may take to start listening.
-pub const START_BOUND: Duration = Duration::from_secs(15);
-
-/// Polls `done` until it returns `Some`, at most `bound`; panics with `what` otherwise.
-pub fn wait_for<T>(what: &str, bound: Duration, mut done: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = done() {
-            return value;
-        }
-        assert!(
-            started.elapsed() < bound,
-            "gave up after {bound:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+/// How long a gateway may take to exit after `ferry stop` (as long as these tests have always
+/// allowed; its drain is 5 s by default).
+pub const STOP_BOUND: Duration = Duration::from_secs(10);
 
 /// A fresh UUIDv7 in its text form, stamped with the current time.
 pub fn fresh_request_id() -> String {
@@ -58,10 +48,6 @@ pub fn fresh_request_id() -> String {
 }
 
 static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Signals by number (Linux).
-pub const SIGSTOP: i32 = 19;
-pub const SIGCONT: i32 = 18;
 
 /// Two gateways that trust each other, with vault `notes` owned by `a`.
 pub fn two_with_notes() -> (Gateway, Gateway) {
@@ -152,7 +138,7 @@ impl Gateway {
             .append(true)
             .open(home.join("serve.log"))
             .unwrap();
-        let child = Command::new(ferry_bin())
+        let mut child = Command::new(ferry_bin())
             .args([
                 "--home",
                 home.to_str().unwrap(),
@@ -173,13 +159,10 @@ impl Gateway {
             .stderr(log)
             .spawn()
             .expect("spawn ferry serve");
-        let api = wait_for(&format!("{label} to write api.addr"), START_BOUND, || {
-            std::fs::read_to_string(home.join("api.addr"))
-                .ok()
-                .filter(|s| s.ends_with('\n'))
-        })
-        .trim()
-        .to_string();
+        // Bounded, and fails at once with the log if the process exits before it listens.
+        let api = ferry_tests::wait_until_listening(&mut child, home, label)
+            .trim()
+            .to_string();
         let token = std::fs::read_to_string(home.join("local-token"))
             .unwrap()
             .trim()
@@ -221,52 +204,54 @@ impl Gateway {
         *self = fresh;
     }
 
+    /// This gateway's database, opened read-only (WAL lets it be read beside the running
+    /// gateway).
+    pub fn db(&self) -> rusqlite::Connection {
+        let path = self.home.join("ferry.db");
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap_or_else(|err| {
+                panic!(
+                    "open {}'s database {} read-only: {err}",
+                    self.label,
+                    path.display()
+                )
+            })
+    }
+
     /// The owner's journal row for `request_id` from any caller: `(state, reason)`, read
     /// straight from its database (read-only; WAL lets it run beside the gateway).
     pub fn journal_row(&self, request_id: &str) -> Option<(String, Option<String>)> {
         let id = ferry_peer::wire::RequestId::parse(request_id).expect("a request id");
-        let conn = rusqlite::Connection::open_with_flags(
-            self.home.join("ferry.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .expect("open the owner's database");
-        conn.query_row(
-            "SELECT state, reason FROM journal WHERE request_id = ?1",
-            [&id.0[..]],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .ok()
+        self.db()
+            .query_row(
+                "SELECT state, reason FROM journal WHERE request_id = ?1",
+                [&id.0[..]],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .ok()
     }
 
     /// A record's (value, revision) straight from this gateway's database, whatever its state.
     pub fn stored(&self, vault: &str, key: &str) -> Option<(Option<Vec<u8>>, u64)> {
-        let conn = rusqlite::Connection::open_with_flags(
-            self.home.join("ferry.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .expect("open the database");
-        conn.query_row(
-            "SELECT value, revision FROM records WHERE vault = ?1 AND key = ?2",
-            [vault, key],
-            |row| Ok((row.get(0)?, row.get::<_, i64>(1)? as u64)),
-        )
-        .ok()
+        self.db()
+            .query_row(
+                "SELECT value, revision FROM records WHERE vault = ?1 AND key = ?2",
+                [vault, key],
+                |row| Ok((row.get(0)?, row.get::<_, i64>(1)? as u64)),
+            )
+            .ok()
     }
 
     /// The vault's revision straight from this gateway's database.
     pub fn vault_revision(&self, vault: &str) -> u64 {
-        let conn = rusqlite::Connection::open_with_flags(
-            self.home.join("ferry.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .expect("open the database");
-        conn.query_row(
-            "SELECT revision FROM vaults WHERE name = ?1",
-            [vault],
-            |row| row.get::<_, i64>(0),
-        )
-        .map(|r| r as u64)
-        .unwrap_or(0)
+        self.db()
+            .query_row(
+                "SELECT revision FROM vaults WHERE name = ?1",
+                [vault],
+                |row| row.get::<_, i64>(0),
+            )
+            .map(|r| r as u64)
+            .unwrap_or(0)
     }
 
     /// This gateway's view of its route to `peer`, from `/v1/routes`.
@@ -467,13 +452,7 @@ impl Gateway {
 
     /// Sends `signal` to the gateway's process.
     pub fn signal(&self, signal: i32) {
-        // kill(1) rather than libc keeps the harness free of unsafe code.
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.pid().to_string())
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} {} failed", self.pid());
+        ferry_tests::send_signal(self.pid(), signal);
     }
 
     /// Waits (bounded) for the process to exit and returns its exit code.
@@ -484,6 +463,19 @@ impl Gateway {
         });
         self.child = None;
         status.code()
+    }
+
+    /// `ferry stop`, which must succeed (else this fails with its output), then waits at most
+    /// [`STOP_BOUND`] for the process to exit; returns its exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        let out = self.cli(&["stop"]);
+        assert!(
+            out.status.success(),
+            "ferry stop on {}: {}",
+            self.label,
+            ferry_tests::describe(&out)
+        );
+        self.wait_exit(STOP_BOUND)
     }
 
     /// Kills the process (SIGKILL) and reaps it.

@@ -8,7 +8,7 @@
 //! Every name carries a per-run prefix; dropping the lab (also while a test panics) kills every
 //! process left in its namespaces and deletes them. Lab tests in one test binary run one after
 //! another (a static lock), and need root: without it [`Lab::new`] says SKIPPED and returns
-//! `None`.
+//! `None`, unless `FERRY_LAB_REQUIRED=1` (set in CI) makes that a failure.
 //!
 //! A [`LabGateway`] is `ferry serve` inside a host. Its local API is on loopback inside that
 //! host, so tests talk to it only through the CLI run in the same namespace.
@@ -24,15 +24,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use ferry_tests::{describe, skip_or_fail};
+// Shared with the other harness (tests/src/lib.rs); not every test file uses each.
+#[allow(unused_imports)]
+pub use ferry_tests::{wait_for, SIGCONT, SIGSTOP, SIGTERM, START_BOUND};
 use serde_json::Value;
 
 /// The binary under test.
 pub fn ferry_bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferry-under-test")
 }
-
-/// How long a gateway may take to start listening.
-pub const START_BOUND: Duration = Duration::from_secs(15);
 
 /// How long a gateway may take to exit after `ferry stop` (its drain is 5 s by default).
 pub const STOP_BOUND: Duration = Duration::from_secs(15);
@@ -49,26 +50,6 @@ static LAB_LOCK: Mutex<()> = Mutex::new(());
 
 /// Labs made by this process so far; part of the next lab's prefix.
 static LAB_COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// Polls `done` until it returns `Some`, at most `bound`; panics with `what` otherwise.
-pub fn wait_for<T>(what: &str, bound: Duration, mut done: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = done() {
-            return value;
-        }
-        assert!(
-            started.elapsed() < bound,
-            "gave up after {bound:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Signals by number (Linux), for [`LabGateway::signal`].
-pub const SIGSTOP: i32 = 19;
-pub const SIGCONT: i32 = 18;
-pub const SIGTERM: i32 = 15;
 
 /// A host's network card.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,33 +83,12 @@ pub struct Dropped {
     pub outbound: u64,
 }
 
-/// Whether this process runs as root (effective uid 0), from `/proc/self/status`.
-fn running_as_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-            // Real, effective, saved, filesystem.
-            line.split_whitespace().nth(2).map(|euid| euid == "0")
-        })
-        .unwrap_or(false)
-}
-
 /// The current test's name, for the SKIPPED line (libtest names each test's thread after it).
 fn test_name() -> String {
     match std::thread::current().name() {
         Some(name) if name != "main" => name.to_string(),
         _ => "a lab test".to_string(),
     }
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}, stdout {:?}, stderr {:?}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).trim(),
-        String::from_utf8_lossy(&output.stderr).trim()
-    )
 }
 
 /// Runs a program to completion with no input.
@@ -266,14 +226,24 @@ fn base36(mut n: u32) -> String {
 
 impl Lab {
     /// Builds a lab of `hosts` hosts (numbered 1..=hosts), or says SKIPPED on standard error
-    /// and returns `None` when not running as root.
+    /// and returns `None` when not running as root. With `FERRY_LAB_REQUIRED=1` (as in CI) a
+    /// missing prerequisite (root, `ip`) fails the test instead of skipping it; so does a lab
+    /// that cannot be built, with or without it.
     pub fn new(hosts: usize) -> Option<Lab> {
-        if !running_as_root() {
-            eprintln!(
-                "\n*** SKIPPED {}: lab tests need root for network namespaces (run as root; CI does) ***\n",
-                test_name()
+        if !ferry_tests::running_as_root() {
+            skip_or_fail(
+                &test_name(),
+                "lab tests need root for network namespaces (run as root; CI does)",
             );
             return None;
+        }
+        if ferry_tests::lab_required() && !ferry_tests::have_ip() {
+            panic!(
+                "{} cannot run: `ip` (iproute2) is missing, and the lab builds its hosts with it; \
+                 {} is set, so this is a failure, not a skip",
+                test_name(),
+                ferry_tests::LAB_REQUIRED_VAR
+            );
         }
         assert!(
             (1..=MAX_HOSTS).contains(&hosts),
@@ -764,36 +734,10 @@ impl LabGateway {
             .stderr(log)
             .spawn()
             .expect("spawn ip netns exec ... ferry serve");
-        self.child = Some(child);
-        // Bounded, and fails fast with the log if the process exits before it listens.
-        let started = Instant::now();
-        loop {
-            if std::fs::read_to_string(home.join("api.addr")).is_ok_and(|s| s.ends_with('\n')) {
-                return;
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "ferry serve for {} in {} exited with {status} before listening; its log:\n{}",
-                    self.label,
-                    self.ns,
-                    self.log()
-                );
-            }
-            if started.elapsed() > START_BOUND {
-                self.kill();
-                panic!(
-                    "gave up after {START_BOUND:?} waiting for {} (in {}) to write api.addr; its log:\n{}",
-                    self.label,
-                    self.ns,
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // Bounded, and fails at once with the log if the process exits before it listens.
+        let who = format!("{} (in {})", self.label, self.ns);
+        let child = self.child.insert(child);
+        ferry_tests::wait_until_listening(child, &home, &who);
     }
 
     /// The label this gateway runs with.
@@ -898,8 +842,7 @@ impl LabGateway {
 
     /// Sends signal number `signal` to the process (kill(1) keeps the harness free of unsafe).
     pub fn signal(&self, signal: i32) {
-        let pid = self.pid().to_string();
-        run("kill", &[&format!("-{signal}"), &pid]);
+        ferry_tests::send_signal(self.pid(), signal);
     }
 
     /// SIGKILL, and reaps the process: it is gone when this returns.
