@@ -30,7 +30,7 @@ use crate::home::Home;
 use crate::metrics::Metrics;
 use crate::owner::executor::Executor;
 use crate::peers::{Directory, PeerBook};
-use crate::reader::{self, Reader};
+use crate::reader::Reader;
 use crate::store::calls::{self, CallRow};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role, VaultRow};
@@ -326,7 +326,7 @@ impl Gateway {
     /// route is down gets no routes, so a call to it is refused at once, nothing sent.
     pub fn target(&self, node: &NodeId) -> Option<Target> {
         let peer = self.peers.by_node(node)?;
-        let (routes, down_routes) = self.routes.ranked_and_down(peer.node_id);
+        let (routes, down_routes) = self.routes.ranked(peer.node_id);
         Some(Target {
             node: peer.node_id,
             label: peer.label,
@@ -391,29 +391,16 @@ impl Gateway {
         self.stopping.subscribe()
     }
 
-    /// This gateway's account of itself for peers.
-    pub async fn own_hello(&self) -> Result<Hello, StoreError> {
-        let vaults = self.reader.run(vaults::list).await?;
-        let names = |role| {
-            vaults
-                .iter()
-                .filter(|v| v.role == role)
-                .map(|v| v.name.clone())
-                .collect()
-        };
-        Ok(Hello {
-            label_hint: self.label.clone(),
-            owned_vaults: names(Role::Owner),
-            replicated_vaults: names(Role::Replica),
-        })
+    /// This gateway's account of itself for peers, from the vaults it keeps in memory (it
+    /// creates and follows them itself, so no database read is needed).
+    pub fn own_hello(&self) -> Hello {
+        hello_of(self.label.clone(), &self.local_vault_rows())
     }
 
     /// Exchanges hellos with every trusted peer at once, within `bound`; learns who owns what.
     /// Peers that do not answer are skipped: this is a refresh, not a requirement.
     pub async fn hello_all(self: &Arc<Self>, bound: Duration) {
-        let Ok(hello) = self.own_hello().await else {
-            return;
-        };
+        let hello = self.own_hello();
         let deadline = Instant::now() + bound;
         let mut asks = JoinSet::new();
         for peer in self.peers.all() {
@@ -732,7 +719,7 @@ impl Gateway {
             Place::Local(_) => {
                 let answer = self
                     .reader
-                    .run(move |conn| reader::read_local(conn, &vault, &verb))
+                    .read_verb(vault, verb)
                     .await
                     .map_err(|err| ReadFailure::Unavailable {
                         detail: err.to_string(),
@@ -869,4 +856,20 @@ fn remaining_ms(deadline: Instant) -> u32 {
         .saturating_duration_since(Instant::now())
         .as_millis()
         .min(u128::from(u32::MAX)) as u32
+}
+
+/// The hello of a node called `label` that keeps `vaults`.
+pub fn hello_of(label: String, vaults: &[VaultRow]) -> Hello {
+    let names = |role| {
+        vaults
+            .iter()
+            .filter(|v| v.role == role)
+            .map(|v| v.name.clone())
+            .collect()
+    };
+    Hello {
+        label_hint: label,
+        owned_vaults: names(Role::Owner),
+        replicated_vaults: names(Role::Replica),
+    }
 }

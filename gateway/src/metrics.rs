@@ -51,23 +51,17 @@ const READ_SOURCES: [(&str, ReadSource); 5] = [
 #[derive(Debug, Default)]
 struct Histogram {
     /// Observations per bucket alone (not cumulative: one increment per observation, on a
-    /// hot path shared by every core); `render` adds them up as Prometheus wants.
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
+    /// hot path shared by every core), the last past every bound; `render` adds them up as
+    /// Prometheus wants, so `+Inf` and the count are the same running total.
+    buckets: [AtomicU64; BUCKETS.len() + 1],
     sum_us: AtomicU64,
 }
 
 impl Histogram {
     fn record(&self, elapsed: Duration) {
         let secs = elapsed.as_secs_f64();
-        if let Some(bucket) = BUCKETS
-            .iter()
-            .zip(&self.buckets)
-            .find_map(|(bound, bucket)| (secs <= *bound).then_some(bucket))
-        {
-            bucket.fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
+        let bucket = BUCKETS.partition_point(|bound| *bound < secs);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         self.sum_us
             .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }
@@ -78,7 +72,7 @@ impl Histogram {
             cumulative += bucket.load(Ordering::Relaxed);
             let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{bound}\"}} {cumulative}");
         }
-        let count = self.count.load(Ordering::Relaxed);
+        let count = cumulative + self.buckets[BUCKETS.len()].load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {count}");
         let _ = writeln!(
             out,

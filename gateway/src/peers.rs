@@ -93,9 +93,14 @@ impl Directory {
 
     /// The peers that replicate `vault`.
     pub fn replicas_of(&self, vault: &str) -> Vec<NodeId> {
+        self.replicas_besides(vault, &[])
+    }
+
+    /// The peers but `besides` that replicate `vault`, in a stable order.
+    pub fn replicas_besides(&self, vault: &str, besides: &[NodeId]) -> Vec<NodeId> {
         let mut peers: Vec<NodeId> = read(&self.replicas)
             .iter()
-            .filter(|(_, vaults)| vaults.iter().any(|v| v == vault))
+            .filter(|(peer, vaults)| replicates(peer, vaults, vault, besides))
             .map(|(peer, _)| *peer)
             .collect();
         peers.sort();
@@ -103,10 +108,10 @@ impl Directory {
     }
 
     /// Whether any peer but `besides` replicates `vault` (no list built: asked on every read).
-    pub fn has_replica_besides(&self, vault: &str, besides: [NodeId; 2]) -> bool {
+    pub fn has_replica_besides(&self, vault: &str, besides: &[NodeId]) -> bool {
         read(&self.replicas)
             .iter()
-            .any(|(peer, vaults)| !besides.contains(peer) && vaults.iter().any(|v| v == vault))
+            .any(|(peer, vaults)| replicates(peer, vaults, vault, besides))
     }
 
     pub fn forget(&self, peer: NodeId) {
@@ -126,4 +131,9 @@ impl Directory {
         list.sort();
         list
     }
+}
+
+/// `peer`, holding `vaults`, replicates `vault` and is not one of `besides`.
+fn replicates(peer: &NodeId, vaults: &[String], vault: &str, besides: &[NodeId]) -> bool {
+    !besides.contains(peer) && vaults.iter().any(|v| v == vault)
 }

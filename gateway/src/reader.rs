@@ -62,6 +62,23 @@ impl Reader {
         .map_err(|err| StoreError::Corrupt(format!("read task failed: {err}")))?
     }
 
+    /// Answers a read verb from this gateway's own copy of `vault` (`None`: no copy here). A
+    /// point read runs inline when a connection is free; pages of a list or of changes go to
+    /// the blocking pool.
+    pub async fn read_verb(
+        &self,
+        vault: String,
+        verb: ReadVerb,
+    ) -> Result<Option<ReadAnswer>, StoreError> {
+        let point = matches!(verb, ReadVerb::Get { .. });
+        let read = move |conn: &Connection| read_local(conn, &vault, &verb);
+        if point {
+            self.run_quick(read).await
+        } else {
+            self.run(read).await
+        }
+    }
+
     /// Runs a short read (one record) inline if a connection is free at once, else as [`run`].
     pub async fn run_quick<R, F>(&self, f: F) -> Result<R, StoreError>
     where
@@ -79,41 +96,26 @@ impl Reader {
 }
 
 /// Answers a read verb from this gateway's own copy of `vault`. `None` if it holds no copy.
-pub fn read_local(
+fn read_local(
     conn: &Connection,
     vault: &str,
     verb: &ReadVerb,
 ) -> Result<Option<ReadAnswer>, StoreError> {
-    let (prefix, after, limit) = match verb {
+    match verb {
         ReadVerb::Get {
             key,
             known_revision,
-        } => return read_one(conn, vault, key, *known_revision),
+        } => read_one(conn, vault, key, *known_revision),
         ReadVerb::List {
             prefix,
             after,
             limit,
-        } => (prefix, after, limit),
+        } => read_page(conn, vault, prefix, after.as_deref(), *limit),
         ReadVerb::Changes {
             since_revision,
             limit,
-        } => return read_changes(conn, vault, *since_revision, *limit),
-    };
-    let Some(vault_revision) = vaults::revision(conn, vault)? else {
-        return Ok(None);
-    };
-    let (keys, more) = records::list(
-        conn,
-        vault,
-        prefix,
-        after.as_deref(),
-        (*limit).clamp(1, MAX_PAGE),
-    )?;
-    Ok(Some(ReadAnswer::Page {
-        keys,
-        more,
-        vault_revision,
-    }))
+        } => read_changes(conn, vault, *since_revision, *limit),
+    }
 }
 
 /// The hot path, one record: one statement, where the vault's revision and the record would be
@@ -149,6 +151,24 @@ fn read_one(
             }
         }
         _ => ReadAnswer::NotFound { vault_revision },
+    }))
+}
+
+fn read_page(
+    conn: &Connection,
+    vault: &str,
+    prefix: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Option<ReadAnswer>, StoreError> {
+    let Some(vault_revision) = vaults::revision(conn, vault)? else {
+        return Ok(None);
+    };
+    let (keys, more) = records::list(conn, vault, prefix, after, limit.clamp(1, MAX_PAGE))?;
+    Ok(Some(ReadAnswer::Page {
+        keys,
+        more,
+        vault_revision,
     }))
 }
 

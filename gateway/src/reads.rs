@@ -18,7 +18,6 @@ use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb, WireRecord};
 use ferry_ticket::NodeId;
 
 use crate::gateway::{Gateway, LocalRefusal, Place, ReadFailure};
-use crate::reader;
 use crate::store::{self, vaults::Role};
 
 /// The least time the owner gets before the replicas are asked too.
@@ -118,14 +117,13 @@ impl Gateway {
     }
 
     async fn read_here(&self, vault: &str, key: &str) -> Result<Answer, ReadFailure> {
-        let (vault, key) = (vault.to_string(), key.to_string());
         let verb = ReadVerb::Get {
-            key: key.clone(),
+            key: key.to_string(),
             known_revision: None,
         };
         let answer = self
             .reader
-            .run_quick(move |conn| reader::read_local(conn, &vault, &verb))
+            .read_verb(vault.to_string(), verb)
             .await
             .map_err(|err| ReadFailure::Unavailable {
                 detail: err.to_string(),
@@ -222,7 +220,7 @@ impl Gateway {
         let mut replica_tried = false;
         let owner_result = if self
             .directory
-            .has_replica_besides(vault, [owner.node, self.node_id()])
+            .has_replica_besides(vault, &[owner.node, self.node_id()])
         {
             let hedge = hedge_delay(self, owner.node);
             tokio::select! {
@@ -376,10 +374,10 @@ impl Gateway {
         owner: NodeId,
         deadline: Instant,
     ) -> Option<RecordRead> {
-        for peer in self.directory.replicas_of(vault) {
-            if peer == owner || peer == self.node_id() {
-                continue;
-            }
+        for peer in self
+            .directory
+            .replicas_besides(vault, &[owner, self.node_id()])
+        {
             let Some(target) = self.target(&peer) else {
                 continue;
             };

@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 
 use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb};
 use ferry_ticket::NodeId;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::gateway::Gateway;
-use crate::reader::Reader;
 use crate::store::{self, vaults};
 
 /// Changes pulled per page (also bounded by bytes on the owner).
@@ -109,13 +108,6 @@ impl Gateway {
     }
 
     async fn sync_forever(self: Arc<Self>, vault: String, owner: NodeId) {
-        let db = match Reader::open(&self.home.db_path()) {
-            Ok(db) => db,
-            Err(err) => {
-                warn!(%vault, %err, "replication cannot open the database");
-                return;
-            }
-        };
         let mut cursor = self
             .local_vault_rows()
             .into_iter()
@@ -128,7 +120,7 @@ impl Gateway {
             if self.is_stopping() {
                 return;
             }
-            let wait = match self.pull_once(&db, &vault, owner, cursor).await {
+            let wait = match self.pull_once(&vault, owner, cursor).await {
                 Ok((next, more)) => {
                     cursor = next;
                     if more {
@@ -152,7 +144,6 @@ impl Gateway {
     /// Pulls and applies one page; returns the new cursor and whether more is waiting.
     async fn pull_once(
         &self,
-        db: &Reader,
         vault: &str,
         owner: NodeId,
         cursor: u64,
@@ -186,7 +177,8 @@ impl Gateway {
         if !changes.is_empty() {
             let keys: Vec<String> = changes.iter().map(|c| c.key.clone()).collect();
             let name = vault.to_string();
-            db.run(move |conn| vaults::apply_changes(conn, &name, &changes, next))
+            self.reader
+                .run(move |conn| vaults::apply_changes(conn, &name, &changes, next))
                 .await
                 .map_err(|err| err.to_string())?;
             let mut cache = self.cache();

@@ -13,13 +13,12 @@ use ferry_peer::door::Service;
 use ferry_peer::outcome::{Refusal, RefusalCode};
 use ferry_peer::tls::TrustedKeys;
 use ferry_peer::wire::{
-    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, ReadVerb, TicketAnswer,
-    TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
+    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, TicketAnswer, TicketRequest,
+    WriteAnswer, WriteRequest, WriteVerb,
 };
 use ferry_ticket::{DoorContext, NodeId, Ticket, Verb, DEFAULT_TICKET_LIFETIME_MS};
 
 use crate::gateway::Gateway;
-use crate::reader;
 use crate::store;
 
 /// The peer-facing face of a gateway.
@@ -53,14 +52,7 @@ impl Service for PeerService {
             // A peer that greets us is alive: its routes may have come back (a restart).
             self.0.routes.revive_peer(from, Instant::now());
         }
-        match self.0.own_hello().await {
-            Ok(own) => own,
-            Err(_) => Hello {
-                label_hint: self.0.label.clone(),
-                owned_vaults: Vec::new(),
-                replicated_vaults: Vec::new(),
-            },
-        }
+        self.0.own_hello()
     }
 
     async fn write(&self, from: NodeId, request: WriteRequest) -> WriteAnswer {
@@ -118,17 +110,7 @@ impl Service for PeerService {
         }
         self.0.metrics.peer_read_served();
         let ReadRequest { vault, verb, .. } = request;
-        let name = vault.clone();
-        let point = matches!(verb, ReadVerb::Get { .. });
-        let read = move |conn: &rusqlite::Connection| reader::read_local(conn, &name, &verb);
-        // A point read runs inline when a connection is free; pages of a list or of changes go
-        // to the blocking pool.
-        let answer = if point {
-            self.0.reader.run_quick(read).await
-        } else {
-            self.0.reader.run(read).await
-        };
-        match answer {
+        match self.0.reader.read_verb(vault.clone(), verb).await {
             Ok(Some(answer)) => answer,
             Ok(None) => ReadAnswer::Refused(Refusal::new(
                 RefusalCode::UnknownVault,

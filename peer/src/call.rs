@@ -535,10 +535,7 @@ impl Caller {
             .await?
         {
             Response::Read(answer) => Ok(answer),
-            other => Err(ReadError::Unavailable {
-                label: target.label.clone(),
-                detail: format!("answered a read with {other:?}"),
-            }),
+            other => Err(unexpected(target, "a read", &other)),
         }
     }
 
@@ -554,10 +551,7 @@ impl Caller {
             .await?
         {
             Response::Hello(theirs) => Ok(theirs),
-            other => Err(ReadError::Unavailable {
-                label: target.label.clone(),
-                detail: format!("answered a hello with {other:?}"),
-            }),
+            other => Err(unexpected(target, "a hello", &other)),
         }
     }
 
@@ -573,10 +567,7 @@ impl Caller {
             .await?
         {
             Response::Ticket(answer) => Ok(answer),
-            other => Err(ReadError::Unavailable {
-                label: target.label.clone(),
-                detail: format!("answered a ticket request with {other:?}"),
-            }),
+            other => Err(unexpected(target, "a ticket request", &other)),
         }
     }
 
@@ -596,10 +587,7 @@ impl Caller {
             .await?
         {
             Response::CallStatus(state) => Ok(state),
-            other => Err(ReadError::Unavailable {
-                label: target.label.clone(),
-                detail: format!("answered a status request with {other:?}"),
-            }),
+            other => Err(unexpected(target, "a status request", &other)),
         }
     }
 
@@ -622,7 +610,7 @@ impl Caller {
         let mut last_error = None;
         // Ranked now, not when the call started: a retry after a break (a settle query above
         // all) must not go back to the route that just died.
-        let (usable, down) = match self.routes.ranked_and_down(target.node) {
+        let (usable, down) = match self.routes.ranked(target.node) {
             (usable, down) if usable.is_empty() && down.is_empty() => {
                 (target.routes.clone(), target.down_routes.clone())
             }
@@ -638,8 +626,7 @@ impl Caller {
                     .get(target.node, route.addr)
                     .filter(|p| p.heard_ago <= self.tuning.read_liveness)
             };
-            let mut attempts = pooled.into_iter().map(Ok).collect::<Vec<_>>();
-            attempts.push(Err(()));
+            let attempts = pooled.map(Ok).into_iter().chain(std::iter::once(Err(())));
             for attempt in attempts {
                 let (conn, attempt_deadline) = match attempt {
                     // A pooled connection gets a short attempt of its own: if it is dead, the
@@ -697,6 +684,14 @@ impl Caller {
                 detail,
             },
         })
+    }
+}
+
+/// A peer answered a request with a response of another kind.
+fn unexpected(target: &Target, request: &str, answer: &Response) -> ReadError {
+    ReadError::Unavailable {
+        label: target.label.clone(),
+        detail: format!("answered {request} with {answer:?}"),
     }
 }
 

@@ -6,15 +6,17 @@
 //! While the gateway stops, new streams are answered "going away" at once.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_ticket::NodeId;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{watch, Notify};
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 use crate::transport::{self, ReadFrameError, RESET_MALFORMED};
 use crate::wire::{
@@ -128,7 +130,14 @@ pub async fn serve_connection<S: Service>(
                 let guard = in_flight.enter();
                 let service = service.clone();
                 streams.push(async move {
-                    serve_stream(service, peer, send, recv, going_away).await;
+                    // A panic stays with its stream, as it would in a task of its own: the
+                    // connection's other streams (writes among them) go on.
+                    let served = AssertUnwindSafe(serve_stream(service, peer, send, recv, going_away))
+                        .catch_unwind()
+                        .await;
+                    if served.is_err() {
+                        error!(peer = %peer.short(), "serving a stream panicked; that stream is dropped");
+                    }
                     drop(guard);
                 });
             }
@@ -149,7 +158,6 @@ async fn serve_stream<S: Service>(
     mut recv: RecvStream,
     going_away: bool,
 ) {
-    let mut answer_is_a_write = false;
     let read = tokio::time::timeout(
         REQUEST_READ_TIMEOUT,
         transport::read_frame::<RequestFrame>(&mut recv),
@@ -176,23 +184,21 @@ async fn serve_stream<S: Service>(
             return;
         }
         Ok(Ok(_)) if going_away => Response::Failed(ProtocolFailure::GoingAway),
-        Ok(Ok((_, frame))) => {
-            answer_is_a_write = matches!(frame.body, Request::Write(_));
-            match frame.body {
-                Request::Hello(hello) => Response::Hello(service.hello(peer, hello).await),
-                Request::Write(request) => Response::Write(service.write(peer, *request).await),
-                Request::Read(request) => Response::Read(service.read(peer, request).await),
-                Request::IssueTicket(request) => {
-                    Response::Ticket(service.issue_ticket(peer, request).await)
-                }
-                Request::Heartbeat(beat) => Response::Heartbeat(beat),
-                Request::CallStatus(request) => match service.call_status(peer, request).await {
-                    Some(state) => Response::CallStatus(state),
-                    None => Response::Failed(ProtocolFailure::GoingAway),
-                },
+        Ok(Ok((_, frame))) => match frame.body {
+            Request::Hello(hello) => Response::Hello(service.hello(peer, hello).await),
+            Request::Write(request) => Response::Write(service.write(peer, *request).await),
+            Request::Read(request) => Response::Read(service.read(peer, request).await),
+            Request::IssueTicket(request) => {
+                Response::Ticket(service.issue_ticket(peer, request).await)
             }
-        }
+            Request::Heartbeat(beat) => Response::Heartbeat(beat),
+            Request::CallStatus(request) => match service.call_status(peer, request).await {
+                Some(state) => Response::CallStatus(state),
+                None => Response::Failed(ProtocolFailure::GoingAway),
+            },
+        },
     };
+    let answer_is_a_write = matches!(response, Response::Write(_));
     let frame = ResponseFrame {
         body: response,
         ext: Extensions::default(),

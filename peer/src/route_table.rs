@@ -105,52 +105,23 @@ impl RouteTable {
         self.lock().remove(&node);
     }
 
-    /// `node`'s usable routes, best first (SPEC 8: kind, then RTT); down routes left out.
-    pub fn ranked(&self, node: NodeId) -> Vec<Route> {
-        let peers = self.lock();
-        let Some(entries) = peers.get(&node) else {
-            return Vec::new();
-        };
-        let mut candidates: Vec<_> = entries
-            .iter()
-            .filter(|e| e.health.state() != RouteState::Down)
-            .map(|e| (e.route, e.health.state(), e.health.rtt()))
-            .collect();
-        rank_routes(&mut candidates);
-        candidates.into_iter().map(|(route, ..)| route).collect()
-    }
-
-    /// `node`'s down routes, best first: the last resort of calls that are safe to repeat.
-    pub fn down(&self, node: NodeId) -> Vec<Route> {
-        let peers = self.lock();
-        let Some(entries) = peers.get(&node) else {
-            return Vec::new();
-        };
-        let mut candidates: Vec<_> = entries
-            .iter()
-            .filter(|e| e.health.state() == RouteState::Down)
-            .map(|e| (e.route, e.health.state(), e.health.rtt()))
-            .collect();
-        rank_routes(&mut candidates);
-        candidates.into_iter().map(|(route, ..)| route).collect()
-    }
-
-    /// [`Self::ranked`] and [`Self::down`] under one look at the table.
-    pub fn ranked_and_down(&self, node: NodeId) -> (Vec<Route>, Vec<Route>) {
+    /// `node`'s routes, best first (SPEC 8: kind, then RTT): the usable ones, and apart from
+    /// them the down ones, the last resort of calls that are safe to repeat.
+    pub fn ranked(&self, node: NodeId) -> (Vec<Route>, Vec<Route>) {
         let peers = self.lock();
         let Some(entries) = peers.get(&node) else {
             return (Vec::new(), Vec::new());
         };
-        let (mut usable, mut down): (Vec<_>, Vec<_>) = entries
+        let mut candidates: Vec<_> = entries
             .iter()
             .map(|e| (e.route, e.health.state(), e.health.rtt()))
-            .partition(|(_, state, _)| *state != RouteState::Down);
-        rank_routes(&mut usable);
-        rank_routes(&mut down);
-        let routes = |ranked: Vec<(Route, RouteState, Option<Duration>)>| {
-            ranked.into_iter().map(|(route, ..)| route).collect()
-        };
-        (routes(usable), routes(down))
+            .collect();
+        // Ranking puts down routes last, so they are the tail.
+        rank_routes(&mut candidates);
+        let first_down = candidates.partition_point(|(_, state, _)| *state != RouteState::Down);
+        let mut usable: Vec<Route> = candidates.into_iter().map(|(route, ..)| route).collect();
+        let down = usable.split_off(first_down);
+        (usable, down)
     }
 
     /// The smallest smoothed RTT of `node`'s routes that are not down.
@@ -294,13 +265,13 @@ mod tests {
         let lan = Route::parse("10.77.0.1:7420").unwrap();
         let tailnet = Route::parse("100.77.0.1:7420").unwrap();
         table.set_configured(node, &[tailnet, lan], now);
-        assert_eq!(table.ranked(node), vec![lan, tailnet]);
+        assert_eq!(table.ranked(node).0, vec![lan, tailnet]);
         table.failed(node, lan.addr, now, Failure::Silent);
-        assert_eq!(table.ranked(node), vec![tailnet]);
+        assert_eq!(table.ranked(node).0, vec![tailnet]);
         table.heard(node, lan.addr, now, Some(Duration::from_millis(1)));
-        assert_eq!(table.ranked(node), vec![lan, tailnet]);
+        assert_eq!(table.ranked(node).0, vec![lan, tailnet]);
         table.peer_failed(node, now, Failure::GoingAway);
-        assert_eq!(table.ranked(node), Vec::<Route>::new());
+        assert_eq!(table.ranked(node).0, Vec::<Route>::new());
     }
 
     #[test]

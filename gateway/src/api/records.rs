@@ -101,8 +101,7 @@ pub async fn get_record(
     );
     match read {
         RecordRead::Found(found) => {
-            let mut response =
-                Response::new(Body::from(bytes::Bytes::copy_from_slice(&found.value)));
+            let mut response = Response::new(Body::from(bytes::Bytes::from_owner(found.value)));
             let h = response.headers_mut();
             h.insert("x-ferry-revision", HeaderValue::from(found.revision));
             let source = match found.source.header() {

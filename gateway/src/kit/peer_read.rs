@@ -29,6 +29,7 @@ use tracing::debug;
 
 use super::ReadRecord;
 use crate::config::Config;
+use crate::gateway::hello_of;
 use crate::home::{Home, HomeError};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role};
@@ -102,24 +103,13 @@ impl LocalState {
             return Ok(None);
         }
         let vaults = vaults::list(&conn)?;
-        let names = |role| {
-            vaults
-                .iter()
-                .filter(|v| v.role == role)
-                .map(|v| v.name.clone())
-                .collect()
-        };
         // A broken config.toml must not stop a read: its defaults are the gateway's defaults.
         let config = Config::load(&home.config_path()).unwrap_or_default();
         Ok(Some(Self {
             key: home.node_key()?,
             // The truth about this node, as its gateway would say it: a peer replaces what it
             // knows this node owns with a hello's list, so an empty list would mislead it.
-            hello: Hello {
-                label_hint: config.label_or_hostname(),
-                owned_vaults: names(Role::Owner),
-                replicated_vaults: names(Role::Replica),
-            },
+            hello: hello_of(config.label_or_hostname(), &vaults),
             peers,
             connect_timeout: config.connect_timeout(),
         }))

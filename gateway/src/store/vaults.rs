@@ -127,7 +127,8 @@ pub fn apply_changes(
     Ok(())
 }
 
-/// The vault's revision, if this gateway holds it (the one column every read needs).
+/// The vault's revision, if this gateway holds it (pages of a listing or of changes carry it;
+/// a point read gets it in the same statement as the record, `records::get_with_vault_revision`).
 pub fn revision(conn: &Connection, name: &str) -> Result<Option<u64>, StoreError> {
     Ok(conn
         .prepare_cached("SELECT revision FROM vaults WHERE name = ?1")?
