@@ -7,8 +7,10 @@
 //! 1. new local calls and new peer streams are refused at once; the QUIC port stops taking
 //!    new connections;
 //! 2. in-flight writes finish within the drain bound;
-//! 3. connections close with "going away", so peers mark this gateway's routes down at once;
-//! 4. `api.addr` is removed and the process exits 0.
+//! 3. the mDNS goodbye; then the answers still on their streams are acknowledged by their
+//!    callers (inside the same bound), since a close drops what was not sent;
+//! 4. connections close with "going away", so peers mark this gateway's routes down at once;
+//! 5. `api.addr` is removed and the process exits 0.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,20 +161,22 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     endpoint.refuse_new_connections();
     let drain_until = tokio::time::Instant::now() + gateway.config.drain();
     let drained = gateway.executor.drain(gateway.config.drain()).await;
-    // The executor has answered; let those answers leave on their streams before closing.
+    // The goodbye on the LAN first, so peers stop choosing this gateway; then the answers of
+    // streams in flight (the executor's, and "going away" to anything that came since) leave
+    // before the close, which would drop them. Waiting last leaves the least time for a stream
+    // to arrive between the wait and the close.
+    if let Some(discovery) = discovery {
+        tokio::task::spawn_blocking(move || discovery.goodbye())
+            .await
+            .ok();
+    }
     let answered = tokio::time::timeout_at(drain_until, in_flight.wait_idle())
         .await
         .is_ok();
     if !drained || !answered {
         warn!("in-flight writes did not finish within the drain bound; unfinished ones are interrupted");
     }
-    // Goodbyes: on the LAN, then on every connection, so peers mark this gateway's routes
-    // down at once.
-    if let Some(discovery) = discovery {
-        tokio::task::spawn_blocking(move || discovery.goodbye())
-            .await
-            .ok();
-    }
+    // The goodbye on every connection, so peers mark this gateway's routes down at once.
     endpoint.close_going_away().await;
     gateway.stop_background();
     home.remove_api_addr();

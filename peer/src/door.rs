@@ -29,8 +29,8 @@ use crate::wire::{
 /// dropped: a slow or stuck sender must not hold a handler forever.
 const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a write's stream waits for the caller to acknowledge the answer.
-const WRITE_ANSWER_ACK_WAIT: Duration = Duration::from_secs(2);
+/// How long a write's (or a going-away) stream waits for the caller to acknowledge the answer.
+const ANSWER_ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// What a gateway does with the requests peers send it.
 pub trait Service: Send + Sync + 'static {
@@ -198,7 +198,12 @@ async fn serve_stream<S: Service>(
             },
         },
     };
-    let answer_is_a_write = matches!(response, Response::Write(_));
+    // A write's answer, and "going away" (a stopping gateway's answer to anything, writes
+    // among them), are the answers a caller cannot do without.
+    let hold_until_acknowledged = matches!(
+        response,
+        Response::Write(_) | Response::Failed(ProtocolFailure::GoingAway)
+    );
     let frame = ResponseFrame {
         body: response,
         ext: Extensions::default(),
@@ -207,13 +212,12 @@ async fn serve_stream<S: Service>(
         Ok(bytes) => {
             if let Err(err) = transport::write_frame(&mut send, &bytes).await {
                 debug!(peer = %peer.short(), %err, "answer could not be sent; the caller will settle");
-            } else if answer_is_a_write {
+            } else if hold_until_acknowledged {
                 // Queued is not sent: a stopping gateway closes its connections once no stream
-                // is being served, and a close drops stream data not yet sent. A write's answer
-                // is the one that must not be lost that way, so its stream counts as served
-                // until the caller has acknowledged the answer (bounded: a caller that vanished
-                // settles by asking).
-                let _ = tokio::time::timeout(WRITE_ANSWER_ACK_WAIT, send.stopped()).await;
+                // is being served, and a close drops stream data not yet sent. So these streams
+                // count as served until the caller has acknowledged the answer (bounded: a
+                // caller that vanished settles by asking).
+                let _ = tokio::time::timeout(ANSWER_ACK_WAIT, send.stopped()).await;
             }
         }
         Err(err) => warn!(peer = %peer.short(), %err, "answer could not be encoded"),

@@ -456,6 +456,7 @@ fn a_stopped_owner_is_down_at_once_and_no_write_in_flight_is_lost() {
         assert_eq!(h1.wait_exit(Duration::from_secs(10)), Some(0));
         h1.restart();
         let mut done = HashSet::new();
+        let mut unknown = Vec::new();
         for (key, (code, answer)) in &results {
             match (*code, answer["outcome"].as_str()) {
                 (0, Some("done")) => {
@@ -463,9 +464,29 @@ fn a_stopped_owner_is_down_at_once_and_no_write_in_flight_is_lost() {
                 }
                 (3, Some("unavailable" | "not_carried_out")) => {}
                 (1, Some("refused")) if answer["error"] == "busy" => {}
+                // A request that left in the last moment before the owner's close (on the wire,
+                // or not yet taken from QUIC by the door) has no answer to come back: honestly
+                // unknown, and it must settle once the owner is back.
+                (4, Some("outcome_unknown")) => {
+                    let id = answer["request_id"].as_str().unwrap();
+                    let settled =
+                        wait_for(&format!("{key} to settle"), Duration::from_secs(30), || {
+                            let (_, s) = h2.cli_json(&["settle", id]);
+                            (s["state"] == "done" || s["state"] == "not_carried_out").then_some(s)
+                        });
+                    if settled["state"] == "done" {
+                        done.insert(key.clone());
+                    }
+                    unknown.push(key.clone());
+                }
                 other => panic!("write {key} around the stop ended {other:?}: {answer}"),
             }
         }
+        // One writer, one write at a time: at most the one in flight at the close is unknown.
+        assert!(
+            unknown.len() <= 1,
+            "more than the write in flight at the close ended unknown: {unknown:?}"
+        );
         for (key, _) in &results {
             let (code, _) = h1.cli_json(&["get", "notes", key]);
             assert_eq!(
