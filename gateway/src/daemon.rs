@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::api;
+use crate::call_log::CallLog;
 use crate::config::{Config, ConfigError};
 use crate::gateway::{Gateway, Parts};
 use crate::home::{Home, HomeError};
@@ -74,9 +75,11 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         WriteLimits {
             max_value_bytes: config.max_value_bytes,
             journal_retention: config.journal_retention(),
+            collected_before_ms: 0,
         },
     )?;
     let reader = Reader::open(&db_path)?;
+    let call_log = CallLog::start(&db_path)?;
     let endpoint = PeerEndpoint::bind(
         config.listen,
         key.clone(),
@@ -120,6 +123,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         token,
         executor,
         reader,
+        call_log,
         peers,
         caller,
         quic_addr,
@@ -139,6 +143,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     let greeter = gateway.clone();
     tasks.spawn(async move { greeter.hello_all(Duration::from_secs(2)).await });
     tasks.spawn(gateway.clone().settle_in_background());
+    tasks.spawn(collect_journals(gateway.clone()));
     for replica in gateway.local_vault_rows() {
         if replica.role == crate::store::vaults::Role::Replica {
             gateway.start_sync(replica.name, replica.owner);
@@ -160,7 +165,19 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     gateway.begin_stop();
     endpoint.refuse_new_connections();
     let drain_until = tokio::time::Instant::now() + gateway.config.drain();
-    let drained = gateway.executor.drain(gateway.config.drain()).await;
+    // Apps' writes already on their way finish first (their outcome goes to the call log);
+    // then the executor drains what is queued.
+    let writes_done = tokio::time::timeout_at(drain_until, gateway.write_tasks.wait_idle())
+        .await
+        .is_ok();
+    // Their outcomes on disk; a call still in flight past the bound stays `in_flight` and is
+    // settled with its owner after the next start.
+    let _ = tokio::time::timeout_at(drain_until, gateway.call_log.flush()).await;
+    let drained = writes_done
+        && gateway
+            .executor
+            .drain(drain_until.saturating_duration_since(tokio::time::Instant::now()))
+            .await;
     // The goodbye on the LAN first, so peers stop choosing this gateway; then the answers of
     // streams in flight (the executor's, and "going away" to anything that came since) leave
     // before the close, which would drop them. Waiting last leaves the least time for a stream
@@ -188,6 +205,29 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     tasks.abort_all();
     info!("stopped");
     Ok(())
+}
+
+/// How often the owner's journal and the caller's call log forget what is past retention.
+const COLLECT_EVERY: Duration = Duration::from_secs(3600);
+
+/// SPEC 7 rule 3: forgets journal rows (and settled calls) of request ids older than the
+/// retention, at start and then every [`COLLECT_EVERY`]. Ids that old are refused as stale, so
+/// an id whose row went can never run.
+async fn collect_journals(gateway: Arc<Gateway>) {
+    let mut stopping = gateway.stopping();
+    loop {
+        let retention = gateway.config.journal_retention().as_millis() as u64;
+        let before_ms = store::unix_ms().saturating_sub(retention);
+        match gateway.executor.collect(before_ms).await {
+            Ok(rows) => debug!(rows, "journal collected"),
+            Err(err) => warn!(%err, "the journal could not be collected; trying again later"),
+        }
+        gateway.call_log.collect(before_ms).await;
+        tokio::select! {
+            _ = tokio::time::sleep(COLLECT_EVERY) => {}
+            _ = stopping.wait_for(|stopping| *stopping) => return,
+        }
+    }
 }
 
 /// Starts mDNS (unless turned off) and announces this gateway. A failure is logged, not

@@ -1,7 +1,12 @@
 //! What the gateway does with discovery: announce itself, remember every gateway seen
 //! (trusted or not, for `ferry peers`), and turn a trusted peer's announcements into routes
 //! (its LAN addresses as `lan` or `thunderbolt`, its TXT tailnet addresses as `tailnet`).
-//! A goodbye takes the peer's routes down at once.
+//! Nothing on mDNS is authenticated: anyone on the LAN can announce a node id or say goodbye for
+//! it. So an announcement or a goodbye only ever makes this gateway *probe* that peer's routes
+//! (a heartbeat over mutual TLS, which only the real peer can answer); it never marks a route
+//! down by itself. A peer that really stopped closed its QUIC connections with "going away"
+//! (authenticated) and its port now refuses the probe, so it is still down in milliseconds.
+//! The table of gateways seen is bounded, so a flood of made-up announcements costs little.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -9,8 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ferry_peer::discovery::{Announcement, DiscoveryEvent};
-use ferry_peer::health::Failure;
-use ferry_peer::route_table::RouteSource;
+use ferry_peer::route_table::{RouteSource, RouteTable};
 use ferry_peer::routes::{Route, RouteKind};
 use ferry_ticket::NodeId;
 use tokio::sync::mpsc;
@@ -23,7 +27,13 @@ use crate::gateway::Gateway;
 pub struct Seen {
     pub announcement: Announcement,
     pub lan: Vec<SocketAddr>,
+    /// When it was last announced.
+    pub at: Instant,
 }
+
+/// How many gateways the seen table holds; past it, the one announced longest ago that is not
+/// trusted makes room.
+pub const MAX_SEEN: usize = 256;
 
 /// Everything seen, by node.
 #[derive(Debug, Default)]
@@ -32,6 +42,42 @@ pub struct SeenPeers(Mutex<HashMap<NodeId, Seen>>);
 impl SeenPeers {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Seen>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records an announcement; when the table is full, forgets the untrusted gateway announced
+    /// longest ago (a trusted peer's entry is never pushed out by strangers).
+    pub fn record(&self, seen: Seen, trusted: impl Fn(&NodeId) -> bool) {
+        let mut table = self.lock();
+        let node = seen.announcement.node;
+        if !table.contains_key(&node) && table.len() >= MAX_SEEN {
+            let oldest = table
+                .iter()
+                .filter(|(node, _)| !trusted(node))
+                .min_by_key(|(_, seen)| seen.at)
+                .map(|(node, _)| *node);
+            match oldest {
+                Some(oldest) => {
+                    table.remove(&oldest);
+                }
+                // Full of trusted peers: a stranger has no place.
+                None if !trusted(&node) => return,
+                None => {}
+            }
+        }
+        table.insert(node, seen);
+    }
+
+    /// Forgets a gateway (it said goodbye).
+    pub fn forget(&self, node: &NodeId) {
+        self.lock().remove(node);
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     pub fn all(&self) -> Vec<Seen> {
@@ -119,11 +165,15 @@ impl Gateway {
                         .map(|ip| SocketAddr::new(ip, announcement.quic_port))
                         .collect();
                     debug!(peer = %node.short(), label = %announcement.label_hint, "seen on the LAN");
-                    self.seen
-                        .0
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(node, Seen { announcement, lan });
+                    let peers = self.peers.clone();
+                    self.seen.record(
+                        Seen {
+                            announcement,
+                            lan,
+                            at: Instant::now(),
+                        },
+                        |node| peers.by_node(node).is_some(),
+                    );
                     self.routes.revive_peer(node, Instant::now());
                     if self.apply_seen(node) {
                         // A new way to a trusted peer: learn what it owns.
@@ -133,15 +183,89 @@ impl Gateway {
                 }
                 DiscoveryEvent::Gone { node } => {
                     debug!(peer = %node.short(), "said goodbye on the LAN");
-                    self.seen
-                        .0
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&node);
-                    self.routes
-                        .peer_failed(node, Instant::now(), Failure::GoingAway);
+                    heard_goodbye(&self.seen, &self.routes, node, Instant::now());
                 }
             }
         }
+    }
+}
+
+/// An mDNS goodbye for `node`: unauthenticated, so it only sends every route to that peer to
+/// be probed at once (see the module doc).
+pub fn heard_goodbye(seen: &SeenPeers, routes: &RouteTable, node: NodeId, now: Instant) {
+    seen.forget(&node);
+    routes.probe_all_now(node, now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_peer::routes::RouteState;
+    use ferry_ticket::NodeKey;
+
+    fn node(i: u8) -> NodeId {
+        NodeKey::from_secret_bytes([i; 32]).node_id()
+    }
+
+    fn seen(node: NodeId, at: Instant) -> Seen {
+        Seen {
+            announcement: Announcement {
+                node,
+                protocol: 1,
+                quic_port: 7420,
+                label_hint: "x".into(),
+                tailnet: Vec::new(),
+            },
+            lan: Vec::new(),
+            at,
+        }
+    }
+
+    #[test]
+    fn a_goodbye_anyone_could_have_sent_never_takes_a_route_down() {
+        let now = Instant::now();
+        let (peers, routes) = (SeenPeers::default(), RouteTable::default());
+        let victim = node(1);
+        let route = Route::parse("10.1.0.1:7420").unwrap();
+        routes.set_configured(victim, &[route], now);
+        routes.heard(
+            victim,
+            route.addr,
+            now,
+            Some(std::time::Duration::from_millis(1)),
+        );
+        heard_goodbye(&peers, &routes, victim, now);
+        assert_eq!(routes.ranked(victim).0, vec![route], "still usable");
+        assert_eq!(routes.view(victim, now)[0].state, RouteState::Up);
+        // ...but it is probed now, so a peer that really stopped is found down at once.
+        assert!(routes
+            .due_probes(now)
+            .iter()
+            .any(|(n, r, _)| *n == victim && *r == route));
+    }
+
+    #[test]
+    fn the_seen_table_is_bounded_and_keeps_trusted_peers() {
+        let table = SeenPeers::default();
+        let start = Instant::now();
+        let trusted = node(200);
+        table.record(seen(trusted, start), |_| false);
+        for i in 0..1000u32 {
+            let mut bytes = [7u8; 32];
+            bytes[..4].copy_from_slice(&i.to_be_bytes());
+            let stranger = NodeKey::from_secret_bytes(bytes).node_id();
+            table.record(
+                seen(
+                    stranger,
+                    start + std::time::Duration::from_millis(u64::from(i) + 1),
+                ),
+                |n| *n == trusted,
+            );
+        }
+        assert_eq!(table.len(), MAX_SEEN);
+        assert!(
+            table.get(&trusted).is_some(),
+            "a trusted peer is never pushed out"
+        );
     }
 }

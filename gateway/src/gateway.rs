@@ -5,7 +5,6 @@
 //! case the peers are asked once more before the answer is `unknown_vault`.
 
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -16,36 +15,30 @@ use ferry_peer::route_table::RouteTable;
 use ferry_peer::routes::Route;
 use ferry_peer::transport::CLOSE_UNTRUSTED;
 use ferry_peer::wire::{
-    CallState, Hello, Priority, ReadAnswer, ReadRequest, ReadVerb, RequestId, TicketAnswer,
-    TicketRequest, WriteAnswer, WriteVerb,
+    Hello, Priority, ReadAnswer, ReadRequest, ReadVerb, RequestId, TicketAnswer, TicketRequest,
+    WriteAnswer, WriteVerb,
 };
 use ferry_ticket::{NodeId, NodeKey, Ticket, TicketCache, VerbSet, VerifiedTickets};
-use lru::LruCache;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{debug, info};
 
+use crate::call_log::{CallLog, End};
 use crate::config::Config;
 use crate::home::Home;
 use crate::metrics::Metrics;
 use crate::owner::executor::Executor;
 use crate::peers::{Directory, PeerBook};
 use crate::reader::Reader;
-use crate::store::calls::{self, CallRow};
+use crate::settlement::{definite_state, InFlight};
+use crate::store::calls::{CallRow, RowState};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role, VaultRow};
-use crate::store::{self, journal, meta, StoreError};
+use crate::store::{self, meta, StoreError};
+use crate::tasks::TaskCounter;
 
 /// How long asking the peers "who owns this vault?" may take at most.
 const DIRECTORY_REFRESH_BOUND: Duration = Duration::from_secs(2);
-/// How many recent remote writes are remembered (request id to owner) for settle queries.
-const RECENT_CALLS: usize = 65_536;
-/// How often remembered `outcome_unknown` calls are asked about while the owner is away.
-const SETTLE_INTERVAL: Duration = Duration::from_secs(1);
-/// How long one background settle ask may take.
-const SETTLE_ASK_BOUND: Duration = Duration::from_secs(2);
-/// While a settle query sees `running`, it asks again this often (within `?wait=`).
-const SETTLE_POLL: Duration = Duration::from_millis(100);
 
 /// Where a vault lives, from this gateway's point of view.
 #[derive(Debug, Clone)]
@@ -95,27 +88,6 @@ pub enum ReadFailure {
     Unavailable { detail: String },
 }
 
-/// A remote write this gateway sent recently: enough to know whom to ask about it.
-#[derive(Debug, Clone)]
-struct RecentCall {
-    owner: NodeId,
-}
-
-/// Why a settle query has no answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SettleError {
-    /// This gateway sent no write with that id (or has forgotten it).
-    UnknownCall,
-    /// The owner could not be asked now; ask again later.
-    Unavailable { detail: String },
-}
-
-/// A remembered call, for `GET /v1/calls`.
-#[derive(Debug, Clone)]
-pub struct CallSummary {
-    pub row: CallRow,
-}
-
 /// The running gateway.
 #[derive(Debug)]
 pub struct Gateway {
@@ -139,9 +111,16 @@ pub struct Gateway {
     stopping: watch::Sender<bool>,
     tickets: Mutex<TicketCache>,
     ticket_epoch: AtomicU64,
-    recent_calls: Mutex<LruCache<RequestId, RecentCall>>,
     incoming: Mutex<Vec<(NodeId, quinn::Connection)>>,
-    settle_wake: Notify,
+    /// Wakes the background settler when a call ends `outcome_unknown`.
+    pub(crate) settle_wake: Notify,
+    /// The writes this gateway sent (or is sending) to owners, on disk.
+    pub(crate) call_log: CallLog,
+    /// The writes this process is carrying out now.
+    pub(crate) in_flight: Arc<InFlight>,
+    /// The tasks carrying out apps' writes: they outlive the app's HTTP request (an app that
+    /// gives up does not cut a write short), and a stop waits for them.
+    pub write_tasks: TaskCounter,
     verified_tickets: Mutex<VerifiedTickets>,
     cache: Mutex<ferry_cache::RecordCache>,
     monotonic: Mutex<ferry_cache::MonotonicReads>,
@@ -172,6 +151,7 @@ pub struct Parts {
     pub token: String,
     pub executor: Executor,
     pub reader: Reader,
+    pub call_log: CallLog,
     pub peers: Arc<PeerBook>,
     pub caller: Caller,
     pub quic_addr: SocketAddr,
@@ -206,11 +186,11 @@ impl Gateway {
             stopping: watch::Sender::new(false),
             tickets: Mutex::new(TicketCache::default()),
             ticket_epoch: AtomicU64::new(parts.ticket_epoch),
-            recent_calls: Mutex::new(LruCache::new(
-                NonZeroUsize::new(RECENT_CALLS).unwrap_or(NonZeroUsize::MIN),
-            )),
             incoming: Mutex::new(Vec::new()),
             settle_wake: Notify::new(),
+            call_log: parts.call_log,
+            in_flight: Arc::new(InFlight::default()),
+            write_tasks: TaskCounter::default(),
             verified_tickets: Mutex::new(VerifiedTickets::default()),
             cache: Mutex::new(cache),
             monotonic: Mutex::new(ferry_cache::MonotonicReads::default()),
@@ -450,6 +430,21 @@ impl Gateway {
         self.target(&owner)
     }
 
+    /// [`Gateway::write`] on a task of its own, so the write reaches its outcome (and the call
+    /// log records it) even if whoever asked stops waiting.
+    pub fn spawn_write(
+        self: &Arc<Self>,
+        app: String,
+        vault: String,
+        verb: WriteVerb,
+        request_id: RequestId,
+        deadline: Instant,
+    ) -> tokio::task::JoinHandle<Result<(WriteOutcome, Option<String>), LocalRefusal>> {
+        let gateway = self.clone();
+        self.write_tasks
+            .spawn(async move { gateway.write(app, vault, verb, request_id, deadline).await })
+    }
+
     /// A write from a local app: carried out here if this gateway owns the vault, else sent to
     /// the owner at most once.
     pub async fn write(
@@ -503,20 +498,67 @@ impl Gateway {
             },
             Place::Remote(target) => target,
         };
-        lock(&self.recent_calls).put(call.request_id, RecentCall { owner: target.node });
+        self.write_remote(call, target, deadline).await
+    }
+
+    /// A write to a peer that owns the vault. The call log has its row on disk before the
+    /// first byte leaves, so whatever happens to this process, the id can be settled later.
+    async fn write_remote(
+        self: &Arc<Self>,
+        call: WriteCall,
+        target: Target,
+        deadline: Instant,
+    ) -> Result<(WriteOutcome, Option<String>), LocalRefusal> {
+        let since_ms = store::unix_ms();
+        let row = CallRow {
+            request_id: call.request_id,
+            owner: target.node,
+            owner_label: target.label.clone(),
+            vault: call.vault.clone(),
+            app: call.app.clone(),
+            state: RowState::InFlight,
+            since_ms,
+        };
+        let hold = self
+            .in_flight
+            .register(call.request_id, &target.label, since_ms);
+        let fresh = match self.call_log.begin(row.clone()).await {
+            Ok(fresh) => fresh,
+            Err(err) => {
+                return Ok((
+                    WriteOutcome::not_sent(
+                        NotSentReason::Stopping,
+                        format!(
+                        "the call could not be recorded for settling ({err}), so it was not sent"
+                    ),
+                    ),
+                    Some(target.label),
+                ))
+            }
+        };
         let outcome = self
             .caller
             .write(&target, call.clone(), &**self, deadline)
             .await;
+        hold.publish(&outcome);
         self.cache_write_through(&call.app, &call.vault, &call.verb, &outcome);
-        if matches!(outcome, WriteOutcome::Unknown { .. }) {
-            self.remember_unknown(&call, target.node, &target.label)
-                .await;
+        let end = match (definite_state(&outcome), &outcome) {
+            (Some(state), _) => End::Settled(state),
+            (None, WriteOutcome::Unknown { .. }) => End::Unknown(row),
+            // Nothing sent (or refused in a way that lets the same id go again): forget the
+            // row this attempt made; one an earlier attempt made may still need settling.
+            (None, _) if fresh => End::Forget,
+            (None, _) => End::Unknown(row),
+        };
+        let unknown = matches!(end, End::Unknown(_));
+        self.call_log.finish(call.request_id, end, Some(hold)).await;
+        if unknown {
+            self.settle_wake.notify_one();
         }
         Ok((outcome, Some(target.label)))
     }
 
-    /// A write to a vault this gateway owns: straight to the executor, bounded by the deadline.
+    /// A write to a vault owned here: straight to the executor, bounded by the deadline.
     async fn write_here(self: &Arc<Self>, call: WriteCall, deadline: Instant) -> WriteOutcome {
         let submitted = self.executor.submit(self.node_id(), call.clone(), deadline);
         match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), submitted).await {
@@ -527,181 +569,23 @@ impl Gateway {
             Ok(Err(err)) => WriteOutcome::not_sent(NotSentReason::Stopping, err.to_string()),
             // Queued and not answered in time: it may still run. Remember and settle it.
             Err(_) => {
-                self.remember_unknown(&call, self.node_id(), &self.label.clone())
+                let row = CallRow {
+                    request_id: call.request_id,
+                    owner: self.node_id(),
+                    owner_label: self.label.clone(),
+                    vault: call.vault.clone(),
+                    app: call.app.clone(),
+                    state: RowState::Unknown,
+                    since_ms: store::unix_ms(),
+                };
+                self.call_log
+                    .finish(call.request_id, End::Unknown(row), None)
                     .await;
+                self.settle_wake.notify_one();
                 WriteOutcome::Unknown {
                     reason: UnknownReason::TimedOut,
                     detail: "the owner (this gateway) did not answer before the deadline".into(),
                 }
-            }
-        }
-    }
-
-    /// SPEC 6 rule 10: an `outcome_unknown` answer is remembered until settled.
-    async fn remember_unknown(&self, call: &WriteCall, owner: NodeId, owner_label: &str) {
-        let row = CallRow {
-            request_id: call.request_id,
-            owner,
-            owner_label: owner_label.to_string(),
-            vault: call.vault.clone(),
-            app: call.app.clone(),
-            settled: None,
-            since_ms: store::unix_ms(),
-        };
-        if let Err(err) = self
-            .reader
-            .run(move |conn| calls::record_unknown(conn, &row))
-            .await
-        {
-            tracing::error!(%err, request_id = %call.request_id, "could not remember an outcome_unknown call");
-        }
-        self.settle_wake.notify_one();
-    }
-
-    /// Asks `owner` what became of `request_id`, once.
-    async fn ask_owner(
-        &self,
-        owner: NodeId,
-        request_id: RequestId,
-        bound: Duration,
-    ) -> Result<CallState, SettleError> {
-        if owner == self.node_id() {
-            return self
-                .executor
-                .status(owner, request_id)
-                .await
-                .map_err(|err| SettleError::Unavailable {
-                    detail: err.to_string(),
-                });
-        }
-        let target = self
-            .target(&owner)
-            .ok_or_else(|| SettleError::Unavailable {
-                detail: "the owner of that call is no longer trusted".into(),
-            })?;
-        self.caller
-            .call_status(&target, request_id, Instant::now() + bound, false)
-            .await
-            .map_err(|err| SettleError::Unavailable {
-                detail: err.to_string(),
-            })
-    }
-
-    /// `GET /v1/calls/{id}`: what became of a write, from here if settled, else from its
-    /// owner; with `wait`, asks again while the owner says `running`.
-    pub async fn settle(
-        self: &Arc<Self>,
-        request_id: RequestId,
-        wait: Duration,
-    ) -> Result<(CallState, String), SettleError> {
-        let remembered = self
-            .reader
-            .run(move |conn| calls::get(conn, request_id))
-            .await
-            .map_err(|err| SettleError::Unavailable {
-                detail: err.to_string(),
-            })?;
-        if let Some(CallRow {
-            settled: Some(state),
-            owner_label,
-            ..
-        }) = &remembered
-        {
-            return Ok((state.clone(), owner_label.clone()));
-        }
-        let owner = match &remembered {
-            Some(row) => Some(row.owner),
-            None => lock(&self.recent_calls)
-                .get(&request_id)
-                .map(|recent| recent.owner),
-        };
-        let owner = match owner {
-            Some(owner) => owner,
-            None => {
-                // A local app's write to a vault owned here is in this gateway's own journal.
-                let me = self.node_id();
-                let local = self
-                    .reader
-                    .run(move |conn| journal::lookup(conn, me, request_id))
-                    .await
-                    .map_err(|err| SettleError::Unavailable {
-                        detail: err.to_string(),
-                    })?;
-                return match local {
-                    Some(entry) => Ok((entry.to_call_state(), self.label.clone())),
-                    None => Err(SettleError::UnknownCall),
-                };
-            }
-        };
-        let label = if owner == self.node_id() {
-            self.label.clone()
-        } else {
-            self.peers.label_of(&owner).unwrap_or_else(|| owner.short())
-        };
-        let give_up = Instant::now() + wait;
-        loop {
-            let state = self.ask_owner(owner, request_id, SETTLE_ASK_BOUND).await?;
-            let running = matches!(state, CallState::Running { .. });
-            if !running {
-                if remembered.is_some() {
-                    self.keep_settled(request_id, state.clone()).await;
-                }
-                return Ok((state, label));
-            }
-            if Instant::now() + SETTLE_POLL > give_up {
-                return Ok((state, label));
-            }
-            tokio::time::sleep(SETTLE_POLL).await;
-        }
-    }
-
-    async fn keep_settled(&self, request_id: RequestId, state: CallState) {
-        let stored = self
-            .reader
-            .run(move |conn| calls::settle(conn, request_id, &state, store::unix_ms()))
-            .await;
-        match stored {
-            Ok(()) => self.metrics.call_settled(),
-            Err(err) => tracing::error!(%err, %request_id, "could not keep a settled answer"),
-        }
-    }
-
-    /// The remembered calls (`state`: only unknown ones, only settled ones, or all).
-    pub async fn remembered_calls(&self, only_unknown: bool) -> Result<Vec<CallRow>, StoreError> {
-        let rows = self.reader.run(move |conn| {
-            if only_unknown {
-                calls::unknown(conn)
-            } else {
-                calls::all(conn)
-            }
-        });
-        rows.await
-    }
-
-    /// SPEC 6 rule 10: settles remembered `outcome_unknown` calls in the background, asking
-    /// (never re-sending) until each owner answers. Runs until the gateway stops.
-    pub async fn settle_in_background(self: Arc<Self>) {
-        let mut stopping = self.stopping();
-        loop {
-            let unknown = self.reader.run(calls::unknown).await.unwrap_or_default();
-            for call in unknown {
-                if self.is_stopping() {
-                    return;
-                }
-                if let Ok(state) = self
-                    .ask_owner(call.owner, call.request_id, SETTLE_ASK_BOUND)
-                    .await
-                {
-                    if !matches!(state, CallState::Running { .. }) {
-                        debug!(request_id = %call.request_id, ?state, "settled in the background");
-                        self.keep_settled(call.request_id, state).await;
-                    }
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(SETTLE_INTERVAL) => {}
-                _ = self.settle_wake.notified() => {}
-                _ = stopping.wait_for(|stopping| *stopping) => return,
             }
         }
     }

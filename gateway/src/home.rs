@@ -12,7 +12,7 @@
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ferry_ticket::NodeKey;
@@ -80,14 +80,26 @@ impl Home {
         self.root.join("api.addr")
     }
 
-    /// Creates the directory (0700) if needed.
+    /// Creates the directory (0700) if needed. A directory that already exists keeps its
+    /// mode: `--home` may name a directory the user made and shares on purpose (the secrets in
+    /// it are 0600 whatever the directory's mode).
     pub fn ensure(&self) -> Result<(), HomeError> {
         let dir_err = |source| HomeError::Dir {
             path: self.root.clone(),
             source,
         };
-        fs::create_dir_all(&self.root).map_err(dir_err)?;
-        fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700)).map_err(dir_err)
+        if self.root.is_dir() {
+            return Ok(());
+        }
+        if let Some(parent) = self.root.parent() {
+            fs::create_dir_all(parent).map_err(dir_err)?;
+        }
+        match fs::DirBuilder::new().mode(0o700).create(&self.root) {
+            Ok(()) => Ok(()),
+            // Made by another process in between: it is theirs, mode and all.
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(err) => Err(dir_err(err)),
+        }
     }
 
     /// The node key, made on first use.
@@ -186,6 +198,7 @@ mod tests {
 
     #[test]
     fn key_and_token_are_made_once_with_mode_0600() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let home = Home::locate(Some(dir.path().join("h"))).unwrap();
         let key = home.node_key().unwrap();
@@ -200,6 +213,24 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600, "{file}");
         }
+    }
+
+    #[test]
+    fn a_home_it_did_not_create_keeps_its_mode_and_a_new_one_is_0700() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let home = Home::locate(Some(dir.path().to_path_buf())).unwrap();
+        home.node_key().unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode(dir.path()),
+            0o755,
+            "an existing directory keeps its mode"
+        );
+        let fresh = dir.path().join("fresh");
+        Home::locate(Some(fresh.clone())).unwrap().ensure().unwrap();
+        assert_eq!(mode(&fresh), 0o700, "a directory Ferry makes is private");
     }
 
     #[test]

@@ -15,6 +15,11 @@ fn check_token(what: &str, text: &str, max: usize) -> Result<(), String> {
             "{what} {text:?} may contain only letters, digits, '-', '_' and '.'"
         ));
     }
+    // `.` and `..` are path segments that HTTP clients rewrite: a vault called `..` would send
+    // an app's call to another path.
+    if text.chars().all(|c| c == '.') {
+        return Err(format!("{what} cannot be made of dots only"));
+    }
     Ok(())
 }
 
@@ -45,4 +50,20 @@ pub fn check_key(key: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_names_are_refused_everywhere() {
+        for name in [".", "..", "..."] {
+            assert!(check_vault(name).is_err(), "{name}");
+            assert!(check_app(name).is_err(), "{name}");
+            assert!(check_label(name).is_err(), "{name}");
+        }
+        assert!(check_vault("notes.v2").is_ok());
+        assert!(check_vault("../x").is_err());
+    }
 }

@@ -17,6 +17,7 @@ use ferry_peer::wire::{
     WriteAnswer, WriteRequest, WriteVerb,
 };
 use ferry_ticket::{DoorContext, NodeId, Ticket, Verb, DEFAULT_TICKET_LIFETIME_MS};
+use tracing::Instrument;
 
 use crate::gateway::Gateway;
 use crate::store;
@@ -56,52 +57,20 @@ impl Service for PeerService {
     }
 
     async fn write(&self, from: NodeId, request: WriteRequest) -> WriteAnswer {
-        // The TLS handshake checked trust when the connection opened; an untrust since then
-        // must still stop this peer's writes on that connection.
-        if !self.0.peers.is_trusted(&from) {
-            return WriteAnswer::Refused(untrusted());
-        }
-        let verb = match request.verb {
-            WriteVerb::Put { .. } => Verb::Put,
-            WriteVerb::Delete { .. } => Verb::Delete,
-        };
-        let me = self.0.node_id();
-        let door = DoorContext {
-            owner: &me,
-            connection_peer: &from,
-            app: &request.app,
-            vault: &request.vault,
-            verb,
-            now_ms: store::unix_ms(),
-            current_epoch: self.0.ticket_epoch(),
-        };
-        let checked = request
-            .ticket
-            .check_at_door_remembering(&door, &mut self.0.verified_tickets());
-        if let Err(refusal) = checked {
-            self.0.metrics.door_refusal();
-            return WriteAnswer::Refused(Refusal {
-                reason: Some(refusal.code().to_string()),
-                at_door: true,
-                ..Refusal::new(
-                    RefusalCode::TicketRefused,
-                    format!("the ticket was refused at the door: {refusal}"),
-                )
-            });
-        }
-        self.0.metrics.peer_write_served();
-        let deadline = Instant::now() + Duration::from_millis(u64::from(request.deadline_ms));
-        let call = WriteCall {
-            request_id: request.request_id,
-            app: request.app,
-            vault: request.vault,
-            verb: request.verb,
-            priority: request.priority,
-        };
-        match self.0.executor.submit(from, call, deadline).await {
-            Ok(answer) => answer,
-            Err(_) => WriteAnswer::Refused(stopping()),
-        }
+        let peer = self.0.peers.label_of(&from).unwrap_or_else(|| from.short());
+        let span = tracing::debug_span!(
+            "owner_write",
+            request_id = %request.request_id,
+            app = %request.app,
+            peer = %peer
+        );
+        span.in_scope(|| tracing::debug!(vault = %request.vault, "received at the door"));
+        let answer = self
+            .write_checked(from, request)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| tracing::debug!(?answer, "answered"));
+        answer
     }
 
     async fn read(&self, from: NodeId, request: ReadRequest) -> ReadAnswer {
@@ -149,5 +118,57 @@ impl Service for PeerService {
             return None;
         }
         self.0.executor.status(from, request.request_id).await.ok()
+    }
+}
+
+impl PeerService {
+    /// A write from `from`: the door's checks (SPEC 7 rule 1), then the executor.
+    async fn write_checked(&self, from: NodeId, request: WriteRequest) -> WriteAnswer {
+        // The TLS handshake checked trust when the connection opened; an untrust since then
+        // must still stop this peer's writes on that connection.
+        if !self.0.peers.is_trusted(&from) {
+            return WriteAnswer::Refused(untrusted());
+        }
+        let verb = match request.verb {
+            WriteVerb::Put { .. } => Verb::Put,
+            WriteVerb::Delete { .. } => Verb::Delete,
+        };
+        let me = self.0.node_id();
+        let door = DoorContext {
+            owner: &me,
+            connection_peer: &from,
+            app: &request.app,
+            vault: &request.vault,
+            verb,
+            now_ms: store::unix_ms(),
+            current_epoch: self.0.ticket_epoch(),
+        };
+        let checked = request
+            .ticket
+            .check_at_door_remembering(&door, &mut self.0.verified_tickets());
+        if let Err(refusal) = checked {
+            self.0.metrics.door_refusal();
+            return WriteAnswer::Refused(Refusal {
+                reason: Some(refusal.code().to_string()),
+                at_door: true,
+                ..Refusal::new(
+                    RefusalCode::TicketRefused,
+                    format!("the ticket was refused at the door: {refusal}"),
+                )
+            });
+        }
+        self.0.metrics.peer_write_served();
+        let deadline = Instant::now() + Duration::from_millis(u64::from(request.deadline_ms));
+        let call = WriteCall {
+            request_id: request.request_id,
+            app: request.app,
+            vault: request.vault,
+            verb: request.verb,
+            priority: request.priority,
+        };
+        match self.0.executor.submit(from, call, deadline).await {
+            Ok(answer) => answer,
+            Err(_) => WriteAnswer::Refused(stopping()),
+        }
     }
 }

@@ -45,6 +45,7 @@ const VAULT: &str = "sim";
 const LIMITS: WriteLimits = WriteLimits {
     max_value_bytes: 1024,
     journal_retention: Duration::from_secs(7 * 86_400),
+    collected_before_ms: 0,
 };
 /// A seed that takes more actions than this is stuck (a bug in the simulation or the machine).
 const MAX_ACTIONS: usize = 50_000;
@@ -326,7 +327,7 @@ impl Owner {
     /// A settle query, in its own transaction (it may write a tombstone).
     fn status(&mut self, caller: NodeId, id: RequestId, now_ms: u64) -> CallState {
         let tx = self.conn.transaction().unwrap();
-        let state = verbs::status(&tx, caller, id, now_ms).unwrap();
+        let state = verbs::status(&tx, caller, id, &LIMITS, now_ms).unwrap();
         tx.commit().unwrap();
         state
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ferry_ticket::{NodeId, Ticket};
 use quinn::Connection;
-use tracing::debug;
+use tracing::{debug, Instrument};
 
 use crate::health::Failure;
 use crate::outcome::{NotSentReason, Refusal, RefusalCode, UnknownReason, WriteOutcome};
@@ -242,6 +242,27 @@ impl Caller {
         tickets: &T,
         deadline: Instant,
     ) -> WriteOutcome {
+        let span = tracing::debug_span!(
+            "write",
+            request_id = %call.request_id,
+            app = %call.app,
+            peer = %target.label
+        );
+        let outcome = self
+            .write_steps(target, call, tickets, deadline)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| debug!(?outcome, "write ended"));
+        outcome
+    }
+
+    async fn write_steps<T: TicketSource>(
+        &self,
+        target: &Target,
+        call: WriteCall,
+        tickets: &T,
+        deadline: Instant,
+    ) -> WriteOutcome {
         let (mut machine, mut step) = WriteMachine::start(deadline, Instant::now());
         let mut ticket = None;
         let mut settles = 0u32;
@@ -356,7 +377,9 @@ impl Caller {
             }
         };
         let route = &route;
-        let exchanged = exchange(&conn, &frame, deadline).await;
+        let exchanged = exchange(&conn, &frame, deadline)
+            .instrument(tracing::debug_span!("send", route = %route))
+            .await;
         if let Exchange::Answered(_) = exchanged {
             self.routes.carried(target.node, route.addr, Instant::now());
         }
@@ -726,6 +749,10 @@ async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchang
         }
         Ok(Ok(written)) => written,
     };
+    debug!(
+        bytes = first,
+        "request handed to QUIC: it may reach the peer from now on"
+    );
     let sent_and_answered = async {
         transport::write_frame(&mut send, &frame[first..])
             .await

@@ -228,7 +228,12 @@ pub enum ReadFrameError {
     UnsupportedVersion { version: u16 },
 }
 
-/// Reads one frame: the length prefix is checked against the cap before the body is read.
+/// A frame's buffer starts at most this large and grows as its bytes arrive.
+const FIRST_BUFFER: usize = 64 * 1024;
+
+/// Reads one frame: the length prefix is checked against the cap before the body is read, and
+/// the buffer grows with the bytes that actually arrive, so a peer that announces 16 MiB frames
+/// on many streams and sends little costs little.
 pub async fn read_frame<T: DeserializeOwned>(
     recv: &mut RecvStream,
 ) -> Result<(u16, T), ReadFrameError> {
@@ -237,13 +242,19 @@ pub async fn read_frame<T: DeserializeOwned>(
         .await
         .map_err(|err| ReadFrameError::Broken(err.to_string()))?;
     let len = codec::frame_len(prefix)?;
-    let mut rest = vec![0u8; len];
-    recv.read_exact(&mut rest).await.map_err(|err| match err {
-        quinn::ReadExactError::FinishedEarly(got) => {
-            ReadFrameError::Decode(DecodeError::Truncated { expected: len, got })
+    let mut rest = Vec::with_capacity(len.min(FIRST_BUFFER));
+    while rest.len() < len {
+        match recv.read_chunk(len - rest.len(), true).await {
+            Ok(Some(chunk)) => rest.extend_from_slice(&chunk.bytes),
+            Ok(None) => {
+                return Err(ReadFrameError::Decode(DecodeError::Truncated {
+                    expected: len,
+                    got: rest.len(),
+                }))
+            }
+            Err(err) => return Err(ReadFrameError::Broken(err.to_string())),
         }
-        quinn::ReadExactError::ReadError(err) => ReadFrameError::Broken(err.to_string()),
-    })?;
+    }
     let (version, body) = codec::split_version(&rest)?;
     if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
         return Err(ReadFrameError::UnsupportedVersion { version });

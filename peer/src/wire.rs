@@ -124,6 +124,10 @@ pub enum CallState {
     },
     /// Not carried out, and guaranteed never to be.
     NotCarriedOut { reason: NotCarriedOutReason },
+    /// The id is older than the owner's journal keeps and the journal has no row for it: if it
+    /// ever ran, that was more than `retention_ms` ago, and nothing more can be learned. (It
+    /// can never run again: the owner refuses ids that old.)
+    Forgotten { retention_ms: u64 },
 }
 
 /// A gateway's account of itself, exchanged on connect.
@@ -151,19 +155,32 @@ pub enum Priority {
 pub struct RequestId(pub [u8; 16]);
 
 impl RequestId {
-    /// Parses the usual hyphenated text form, accepting only version 7 UUIDs.
+    /// Parses the usual hyphenated text form, accepting only version 7 UUIDs with the
+    /// RFC 9562 variant.
     pub fn parse(text: &str) -> Result<Self, RequestIdError> {
         let uuid = uuid::Uuid::try_parse(text).map_err(|_| RequestIdError::NotUuid)?;
+        // Only the hyphenated form is the contract (SPEC 1); uuid also accepts braces and urns.
+        if uuid.hyphenated().to_string() != text.to_ascii_lowercase() {
+            return Err(RequestIdError::NotUuid);
+        }
+        let id = Self(*uuid.as_bytes());
+        id.check()?;
+        Ok(id)
+    }
+
+    /// Whether these bytes are a UUIDv7 with the RFC 9562 variant (bits `10` at the top of
+    /// byte 8). Ids arrive from peers as raw bytes, so the owner checks them too.
+    pub fn check(&self) -> Result<(), RequestIdError> {
+        let uuid = uuid::Uuid::from_bytes(self.0);
         if uuid.get_version_num() != 7 {
             return Err(RequestIdError::NotVersion7 {
                 version: uuid.get_version_num(),
             });
         }
-        // Only the hyphenated form is the contract (SPEC 1); uuid also accepts braces and urns.
-        if uuid.hyphenated().to_string() != text.to_ascii_lowercase() {
-            return Err(RequestIdError::NotUuid);
+        if uuid.get_variant() != uuid::Variant::RFC4122 {
+            return Err(RequestIdError::WrongVariant);
         }
-        Ok(Self(*uuid.as_bytes()))
+        Ok(())
     }
 
     /// A fresh UUIDv7 stamped with the current time.
@@ -199,6 +216,8 @@ pub enum RequestIdError {
     NotUuid,
     #[error("a request id must be a UUIDv7 (this one is version {version}); omit the header and the gateway makes one")]
     NotVersion7 { version: usize },
+    #[error("a request id must carry the RFC 9562 variant (its 17th hex digit is 8, 9, a or b); omit the header and the gateway makes one")]
+    WrongVariant,
 }
 
 /// One write, as the owner receives it.

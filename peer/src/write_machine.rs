@@ -186,9 +186,8 @@ impl WriteMachine {
             Event::Settled(CallState::NotCarriedOut { reason }) => {
                 self.finish(WriteOutcome::NotCarriedOut { reason })
             }
-            Event::Settled(CallState::Running { .. }) | Event::SettleFailed { .. } => {
-                self.settle_or_give_up(time_left)
-            }
+            Event::Settled(CallState::Running { .. } | CallState::Forgotten { .. })
+            | Event::SettleFailed { .. } => self.settle_or_give_up(time_left),
         }
     }
 

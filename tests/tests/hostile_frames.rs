@@ -25,6 +25,34 @@ impl TrustedKeys for OnlyThis {
     }
 }
 
+/// A fresh key `a` trusts as `prober`, and `a`'s node id and QUIC address.
+fn trusted_prober(a: &harness::Gateway) -> (NodeKey, NodeId, std::net::SocketAddr) {
+    let prober = NodeKey::generate().unwrap();
+    let out = a.cli(&["trust", &prober.node_id().to_string(), "--label", "prober"]);
+    assert!(out.status.success());
+    (prober, a.node_id.parse().unwrap(), a.quic.parse().unwrap())
+}
+
+/// A connection to `owner` at `addr` from a fresh endpoint with the key `prober`.
+async fn dial_as(
+    prober: &NodeKey,
+    owner: NodeId,
+    addr: std::net::SocketAddr,
+) -> (PeerEndpoint, quinn::Connection) {
+    let endpoint = PeerEndpoint::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        prober.clone(),
+        Arc::new(OnlyThis(owner)),
+        TransportTuning::default(),
+    )
+    .unwrap();
+    let conn = endpoint
+        .dial(addr, owner, Duration::from_secs(5))
+        .await
+        .unwrap();
+    (endpoint, conn)
+}
+
 /// Sends `bytes` on a new stream and reports how the owner ended it: `Ok(bytes)` if it
 /// answered, `Err(code)` if it reset the stream.
 async fn send_raw(conn: &quinn::Connection, bytes: &[u8]) -> Result<Vec<u8>, String> {
@@ -41,26 +69,12 @@ async fn send_raw(conn: &quinn::Connection, bytes: &[u8]) -> Result<Vec<u8>, Str
 #[test]
 fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
     let (a, _b) = two_with_notes();
-    let prober = NodeKey::generate().unwrap();
-    let out = a.cli(&["trust", &prober.node_id().to_string(), "--label", "prober"]);
-    assert!(out.status.success());
-    let owner: NodeId = a.node_id.parse().unwrap();
-    let owner_addr = a.quic.parse().unwrap();
+    let (prober, owner, owner_addr) = trusted_prober(&a);
     let served_before = a.metric("ferry_peer_requests_served_total{kind=\"write\"}");
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let endpoint = PeerEndpoint::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            prober.clone(),
-            Arc::new(OnlyThis(owner)),
-            TransportTuning::default(),
-        )
-        .unwrap();
-        let conn = endpoint
-            .dial(owner_addr, owner, Duration::from_secs(5))
-            .await
-            .unwrap();
+        let (_endpoint, conn) = dial_as(&prober, owner, owner_addr).await;
 
         let hostile_prefix = [0xff, 0xff, 0xff, 0xff, 0, 1, 2, 3];
         let mut truncated = 100u32.to_be_bytes().to_vec();
@@ -120,4 +134,56 @@ fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
     assert_eq!(a.vault_revision("notes"), 0, "nothing ran");
     let (status, _) = a.put("notes", "after", b"ok", &[]);
     assert_eq!(status, 200, "the owner still takes writes");
+}
+
+/// The owner process's data segment (`VmData`), in KiB.
+fn vm_data_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmData:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Streams open at once, each announcing a frame of the largest size and sending a few bytes.
+const GREEDY_STREAMS: usize = 64;
+
+#[test]
+fn frames_announced_huge_cost_only_the_bytes_that_arrive() {
+    let (a, _b) = two_with_notes();
+    let (prober, owner, owner_addr) = trusted_prober(&a);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let before = vm_data_kib(a.pid());
+    runtime.block_on(async {
+        let (_endpoint, conn) = dial_as(&prober, owner, owner_addr).await;
+        let mut held = Vec::new();
+        for _ in 0..GREEDY_STREAMS {
+            let (mut send, recv) = conn.open_bi().await.unwrap();
+            let mut bytes = (ferry_peer::codec::MAX_FRAME_LEN as u32)
+                .to_be_bytes()
+                .to_vec();
+            bytes.extend_from_slice(&1u16.to_be_bytes());
+            bytes.extend_from_slice(&[0u8; 100]);
+            send.write_all(&bytes).await.unwrap();
+            // Not finished: the owner waits for the rest, holding whatever it allocated.
+            held.push((send, recv));
+        }
+        // A heartbeat on a later stream is answered once the door took every stream above.
+        let beat = transport::encode(&RequestFrame {
+            body: Request::Heartbeat(ferry_peer::wire::Heartbeat { interval_ms: 1000 }),
+            ext: Extensions::default(),
+        })
+        .unwrap();
+        send_raw(&conn, &beat)
+            .await
+            .expect("a heartbeat is answered");
+        let grown_mib = vm_data_kib(a.pid()).saturating_sub(before) / 1024;
+        assert!(
+            grown_mib < 256,
+            "{GREEDY_STREAMS} streams announcing {} MiB each grew the owner by {grown_mib} MiB",
+            ferry_peer::codec::MAX_FRAME_LEN >> 20
+        );
+        drop(held);
+    });
 }

@@ -7,34 +7,83 @@
 mod harness;
 
 use ferry_gateway::home::Home;
-use ferry_gateway::kit::{Kit, Settlement, WriteOptions, WriteResult};
+use ferry_gateway::read_around;
+use ferry_kit::contract::ErrorCode;
+use ferry_kit::{Settlement, WriteOptions, WriteResult};
 use harness::two_with_notes;
 
 #[test]
 fn the_kit_types_every_outcome_and_never_writes_around_a_stopped_gateway() {
     let (a, mut b) = two_with_notes();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let kit = Kit::from_home(&Home::locate(Some(b.home.clone())).unwrap(), "kit-test");
+    let kit = read_around::kit(&Home::locate(Some(b.home.clone())).unwrap(), "kit-test");
     runtime.block_on(async {
-        let WriteResult::Done { revision, request_id } = kit.put("notes", "k", b"v".to_vec(), &WriteOptions::default()).await else {
+        let WriteResult::Done {
+            revision,
+            request_id,
+        } = kit
+            .put("notes", "k", &b"v"[..], &WriteOptions::default())
+            .await
+        else {
             panic!("expected done")
         };
         assert_eq!(revision, 1);
-        assert_eq!(kit.settle(&request_id, None).await.unwrap(), Settlement::Done { revision: 1 });
+        assert_eq!(
+            kit.settle(&request_id, Some("notes"), None).await.unwrap(),
+            Settlement::Done { revision: 1 }
+        );
         let conflict = kit
-            .put("notes", "k", b"w".to_vec(), &WriteOptions { if_revision: Some(0), ..WriteOptions::default() })
+            .put(
+                "notes",
+                "k",
+                &b"w"[..],
+                &WriteOptions {
+                    if_revision: Some(0),
+                    ..WriteOptions::default()
+                },
+            )
             .await;
-        assert!(matches!(&conflict, WriteResult::Refused { status: 409, code, .. } if code == "conflict"), "{conflict:?}");
+        assert!(
+            matches!(
+                &conflict,
+                WriteResult::Refused {
+                    status: 409,
+                    code: ErrorCode::Conflict,
+                    ..
+                }
+            ),
+            "{conflict:?}"
+        );
         let record = kit.get("notes", "k").await.unwrap();
-        assert_eq!((record.value.as_slice(), record.revision, record.source.as_str()), (&b"v"[..], 1, "owner"));
-        let bad = kit.put("notes", "k", b"v".to_vec(), &WriteOptions { timeout: Some("0".into()), ..WriteOptions::default() }).await;
-        assert!(matches!(bad, WriteResult::Invalid { status: 400, .. }), "{bad:?}");
+        assert_eq!(
+            (
+                record.value.as_slice(),
+                record.revision,
+                record.source.as_str()
+            ),
+            (&b"v"[..], 1, "owner")
+        );
+        let bad = kit
+            .put(
+                "notes",
+                "k",
+                &b"v"[..],
+                &WriteOptions {
+                    timeout: Some("0".into()),
+                    ..WriteOptions::default()
+                },
+            )
+            .await;
+        assert!(
+            matches!(bad, WriteResult::Invalid { status: 400, .. }),
+            "{bad:?}"
+        );
     });
 
     assert_eq!(b.stop(), Some(0));
     runtime.block_on(async {
         let down = kit
-            .put("notes", "k2", b"v".to_vec(), &WriteOptions::default())
+            .put("notes", "k2", &b"v"[..], &WriteOptions::default())
             .await;
         let WriteResult::LocalGatewayDown { detail } = down else {
             panic!("expected local_gateway_down, got {down:?}")

@@ -9,7 +9,9 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use ferry_gateway::home::Home;
-use ferry_gateway::kit::{Kit, KitError, ReadRecord, WriteOptions, WriteResult};
+use ferry_gateway::read_around;
+use ferry_kit::contract::ErrorCode;
+use ferry_kit::{KitError, ReadRecord, WriteOptions, WriteResult};
 use harness::{two_with_notes, wait_for, Gateway};
 
 /// A stopped peer's port refuses at once, so giving up on it costs far less than the deadline.
@@ -29,7 +31,14 @@ fn put_until_done(gateway: &Gateway, key: &str, value: &[u8]) -> u64 {
 }
 
 fn is_not_found(result: &Result<ReadRecord, KitError>) -> bool {
-    matches!(result, Err(KitError::Answered { status: 404, code, .. }) if code == "not_found")
+    matches!(
+        result,
+        Err(KitError::Answered {
+            status: 404,
+            code: ErrorCode::NotFound,
+            ..
+        })
+    )
 }
 
 #[test]
@@ -41,7 +50,7 @@ fn with_its_gateway_stopped_the_kit_reads_from_the_owner_and_never_writes() {
     let b_home = Home::locate(Some(b.home.clone())).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     // Made while b runs: it knows b's API address, whose connect is refused after the stop.
-    let kit = Kit::from_home(&b_home, "kit-test");
+    let kit = read_around::kit(&b_home, "kit-test");
     let missing_through_b = runtime.block_on(kit.get("notes", "missing"));
     assert!(is_not_found(&missing_through_b), "{missing_through_b:?}");
 
@@ -59,7 +68,7 @@ fn with_its_gateway_stopped_the_kit_reads_from_the_owner_and_never_writes() {
             "connect refused"
         );
         // Made after the stop: b removed api.addr, so there is no address to try at all.
-        let late = Kit::from_home(&b_home, "kit-test");
+        let late = read_around::kit(&b_home, "kit-test");
         assert_eq!(
             late.get("notes", "k").await.unwrap(),
             expected,
@@ -127,7 +136,7 @@ fn the_kit_prefers_the_owner_and_falls_back_to_a_replica_marked_stale() {
     wait_for("c to replicate revision 1", Duration::from_secs(30), || {
         (c.vault_revision("notes") >= 1).then_some(())
     });
-    let kit = Kit::from_home(&Home::locate(Some(b.home.clone())).unwrap(), "kit-test");
+    let kit = read_around::kit(&Home::locate(Some(b.home.clone())).unwrap(), "kit-test");
     let runtime = tokio::runtime::Runtime::new().unwrap();
 
     assert_eq!(b.stop(), Some(0));

@@ -7,6 +7,7 @@ use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use ferry_kit::contract::ErrorCode;
 use ferry_peer::routes::{Route, RouteState};
 use ferry_ticket::NodeId;
 use serde::Deserialize;
@@ -20,9 +21,9 @@ use crate::store::StoreError;
 
 fn store_error(err: StoreError) -> ApiError {
     match err {
-        StoreError::VaultExists { .. } => ApiError::new(409, "conflict", err.to_string()),
+        StoreError::VaultExists { .. } => ApiError::new(409, ErrorCode::Conflict, err.to_string()),
         StoreError::LabelTaken { .. } | StoreError::NodeTaken { .. } => {
-            ApiError::new(409, "conflict", err.to_string())
+            ApiError::new(409, ErrorCode::Conflict, err.to_string())
         }
         other => ApiError::internal(other),
     }
@@ -244,7 +245,7 @@ pub async fn untrust(
         )),
         None => Err(ApiError::new(
             404,
-            "not_found",
+            ErrorCode::NotFound,
             format!(
                 "no peer is trusted under the label {:?}; `ferry peers` lists them",
                 body.label
@@ -283,7 +284,7 @@ pub async fn follow_vault(
     let row = gateway
         .follow(body.name, body.owner.clone())
         .await
-        .map_err(|detail| ApiError::new(409, "conflict", detail))?;
+        .map_err(|detail| ApiError::new(409, ErrorCode::Conflict, detail))?;
     Ok(Json(
         json!({"name": row.name, "owner": body.owner, "role": "replica", "revision": row.revision}),
     ))

@@ -6,60 +6,74 @@ use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
+use ferry_kit::contract::{CallAnswer, CallStateName, ErrorCode};
 use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::headers::parse_timeout;
+use super::error::refusal_code;
+use super::headers::{check_request_id_age, parse_timeout};
 use super::ApiError;
-use crate::gateway::{Gateway, SettleError};
+use crate::gateway::Gateway;
+use crate::names;
+use crate::settlement::SettleError;
 use crate::store;
+use crate::store::calls::RowState;
 
-/// A settled state as the API shows it: `done` carries the first answer verbatim.
-pub fn state_json(request_id: RequestId, state: &CallState, owner: &str) -> Value {
-    let id = request_id.to_string();
-    match state {
-        CallState::Answered(WriteAnswer::Done { revision }) => {
-            json!({"state": "done", "request_id": id, "owner": owner, "status": 200, "revision": revision})
+/// A settled state as the API shows it: `done` carries the first answer verbatim. `None` for
+/// [`CallState::Forgotten`], which is answered as an error.
+pub fn call_answer(request_id: RequestId, state: &CallState, owner: &str) -> Option<CallAnswer> {
+    let answer = |name| {
+        let mut answer = CallAnswer::new(name, request_id.to_string());
+        if !owner.is_empty() {
+            answer.owner = Some(owner.to_string());
         }
-        CallState::Answered(WriteAnswer::Refused(refusal)) => json!({
-            "state": "done",
-            "request_id": id,
-            "owner": owner,
-            "status": refusal.code.http_status(),
-            "error": refusal.code.as_str(),
-            "detail": refusal.detail,
-            "current_revision": refusal.current_revision,
-        }),
+        answer
+    };
+    Some(match state {
+        CallState::Answered(WriteAnswer::Done { revision }) => CallAnswer {
+            status: Some(200),
+            revision: Some(*revision),
+            ..answer(CallStateName::Done)
+        },
+        CallState::Answered(WriteAnswer::Refused(refusal)) => CallAnswer {
+            status: Some(refusal.code.http_status()),
+            error: Some(refusal_code(refusal.code)),
+            detail: Some(refusal.detail.clone()),
+            current_revision: refusal.current_revision,
+            ..answer(CallStateName::Done)
+        },
         CallState::Answered(WriteAnswer::NotCarriedOut { reason })
-        | CallState::NotCarriedOut { reason } => {
-            json!({"state": "not_carried_out", "request_id": id, "owner": owner, "reason": reason.as_str()})
-        }
+        | CallState::NotCarriedOut { reason } => CallAnswer {
+            reason: Some(reason.as_str().to_string()),
+            ..answer(CallStateName::NotCarriedOut)
+        },
         CallState::Running {
             since_ms,
             heartbeat_age_ms,
-        } => json!({
-            "state": "running",
-            "request_id": id,
-            "owner": owner,
-            "since": since_ms,
-            "heartbeat_age_ms": heartbeat_age_ms,
-        }),
-    }
+        } => CallAnswer {
+            since: Some(*since_ms),
+            heartbeat_age_ms: Some(*heartbeat_age_ms),
+            ..answer(CallStateName::Running)
+        },
+        CallState::Forgotten { .. } => return None,
+    })
 }
 
 #[derive(Debug, Deserialize)]
-pub struct WaitQuery {
+pub struct SettleQuery {
     wait: Option<String>,
+    vault: Option<String>,
 }
 
 pub async fn settle(
     State(gateway): State<Arc<Gateway>>,
     Path(id): Path<String>,
-    Query(query): Query<WaitQuery>,
-) -> Result<Json<Value>, ApiError> {
+    Query(query): Query<SettleQuery>,
+) -> Result<Json<CallAnswer>, ApiError> {
     let request_id = RequestId::parse(&id)
         .map_err(|err| ApiError::bad_request(format!("{id:?} is not a request id: {err}")))?;
+    check_request_id_age(request_id, gateway.config.journal_retention())?;
     let wait = match query.wait.as_deref() {
         None | Some("0") => Duration::ZERO,
         Some(raw) => parse_timeout(raw).ok_or_else(|| {
@@ -68,20 +82,32 @@ pub async fn settle(
             ))
         })?,
     };
-    match gateway.settle(request_id, wait).await {
-        Ok((state, owner)) => Ok(Json(state_json(request_id, &state, &owner))),
-        Err(SettleError::UnknownCall) => Err(ApiError::new(
-            404,
-            "unknown_call",
-            format!("this gateway sent no write with request id {request_id} (or no longer remembers it); ask the gateway the write went through"),
-        )
-        .with("request_id", request_id.to_string())),
+    if let Some(vault) = &query.vault {
+        names::check_vault(vault).map_err(ApiError::bad_request)?;
+    }
+    let id = request_id.to_string();
+    match gateway.settle(request_id, query.vault, wait).await {
+        Ok((state, owner)) => match call_answer(request_id, &state, &owner) {
+            Some(answer) => Ok(Json(answer)),
+            None => Err(ApiError::new(
+                400,
+                ErrorCode::StaleRequestId,
+                format!("request id {id} is older than the owner's journal keeps: if it ran, it ran that long ago, and the owner can no longer say"),
+            )
+            .request_id(id)),
+        },
+        Err(SettleError::UnknownCall { detail }) => {
+            Err(ApiError::new(404, ErrorCode::UnknownCall, detail).request_id(id))
+        }
         Err(SettleError::Unavailable { detail }) => Err(ApiError::new(
             503,
-            "unavailable",
-            format!("the owner could not be asked ({detail}); ask again later"),
+            ErrorCode::Unavailable,
+            format!("the outcome could not be learned now ({detail}); ask again later"),
         )
-        .with("request_id", request_id.to_string())),
+        .request_id(id)),
+        Err(SettleError::Forgotten { detail }) => {
+            Err(ApiError::new(400, ErrorCode::StaleRequestId, detail).request_id(id))
+        }
     }
 }
 
@@ -93,7 +119,7 @@ pub struct StateQuery {
 pub async fn list(
     State(gateway): State<Arc<Gateway>>,
     Query(query): Query<StateQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<CallAnswer>>, ApiError> {
     let only_unknown = match query.state.as_deref() {
         None | Some("all") => false,
         Some("unknown") => true,
@@ -107,20 +133,32 @@ pub async fn list(
         .remembered_calls(only_unknown)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(Value::Array(
+    Ok(Json(
         rows.into_iter()
             .map(|row| {
-                let mut object = match &row.settled {
-                    Some(state) => state_json(row.request_id, state, &row.owner_label),
-                    None => json!({"state": "unknown", "request_id": row.request_id.to_string(), "owner": row.owner_label}),
+                let state_name = match &row.state {
+                    RowState::InFlight => CallStateName::Running,
+                    _ => CallStateName::Unknown,
                 };
-                object["vault"] = json!(row.vault);
-                object["app"] = json!(row.app);
-                object["since"] = json!(row.since_ms);
-                object
+                let mut answer = match &row.state {
+                    RowState::Settled(state) => {
+                        call_answer(row.request_id, state, &row.owner_label)
+                    }
+                    _ => None,
+                }
+                .unwrap_or_else(|| CallAnswer {
+                    owner: Some(row.owner_label.clone()),
+                    ..CallAnswer::new(state_name, row.request_id.to_string())
+                });
+                answer.vault = Some(row.vault);
+                answer.app = Some(row.app);
+                if answer.since.is_none() {
+                    answer.since = Some(row.since_ms);
+                }
+                answer
             })
             .collect(),
-    )))
+    ))
 }
 
 pub async fn tickets(State(gateway): State<Arc<Gateway>>) -> Json<Value> {

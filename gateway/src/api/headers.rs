@@ -8,6 +8,8 @@ use ferry_peer::wire::RequestId;
 
 use super::ApiError;
 use crate::names;
+use crate::owner::verbs::{IdProblem, WriteLimits, MAX_FUTURE_SKEW};
+use ferry_kit::contract::ErrorCode;
 
 /// The longest `X-Ferry-Timeout` allowed, and the default.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
@@ -60,15 +62,46 @@ pub fn parse_timeout(raw: &str) -> Option<Duration> {
         .then(|| Duration::from_secs_f64(seconds))
 }
 
-/// `X-Ferry-Request-Id`: a hyphenated UUIDv7; made here when absent.
-pub fn request_id(headers: &HeaderMap) -> Result<RequestId, ApiError> {
-    match text(headers, "x-ferry-request-id")? {
-        None => Ok(RequestId::generate()),
-        Some(raw) => RequestId::parse(raw).map_err(|err| {
-            ApiError::bad_request(format!(
-                "X-Ferry-Request-Id {raw:?}: {err}; nothing was sent"
-            ))
-        }),
+/// `X-Ferry-Request-Id`: a hyphenated UUIDv7 with the RFC 9562 variant, dated neither older
+/// than the journal keeps nor more than a few minutes ahead; made here when absent.
+pub fn request_id(headers: &HeaderMap, retention: Duration) -> Result<RequestId, ApiError> {
+    let Some(raw) = text(headers, "x-ferry-request-id")? else {
+        return Ok(RequestId::generate());
+    };
+    let id = RequestId::parse(raw).map_err(|err| {
+        ApiError::bad_request(format!(
+            "X-Ferry-Request-Id {raw:?}: {err}; nothing was sent"
+        ))
+    })?;
+    check_request_id_age(id, retention)?;
+    Ok(id)
+}
+
+/// Refuses an id older than `retention` (`400 stale_request_id`) or dated more than
+/// [`MAX_FUTURE_SKEW`] ahead of this machine's clock (`400 bad_request`).
+pub fn check_request_id_age(id: RequestId, retention: Duration) -> Result<(), ApiError> {
+    let limits = WriteLimits {
+        max_value_bytes: 0,
+        journal_retention: retention,
+        collected_before_ms: 0,
+    };
+    match limits.check_id(id, crate::store::unix_ms()) {
+        Ok(()) => Ok(()),
+        Err(IdProblem::Stale) => Err(ApiError::new(
+            400,
+            ErrorCode::StaleRequestId,
+            format!(
+                "request id {id} is older than the journal keeps ({} days); use a new request id; nothing was sent",
+                retention.as_secs() / 86_400
+            ),
+        )),
+        Err(IdProblem::FromTheFuture) => Err(ApiError::bad_request(format!(
+            "request id {id} is dated more than {} minutes ahead of this machine's clock; check the clock, or omit the header and the gateway makes one; nothing was sent",
+            MAX_FUTURE_SKEW.as_secs() / 60
+        ))),
+        Err(IdProblem::Malformed) => Err(ApiError::bad_request(format!(
+            "{id} is not a UUIDv7 with the RFC 9562 variant; nothing was sent"
+        ))),
     }
 }
 

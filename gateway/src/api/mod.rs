@@ -23,8 +23,9 @@ use tracing::warn;
 
 use crate::gateway::Gateway;
 pub use admin::{parse_trust_request, TrustBody};
-pub use calls::state_json;
+pub use calls::call_answer;
 pub use error::ApiError;
+pub use headers::parse_timeout;
 
 /// Serves the API on `listener` until the gateway stops.
 pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) {
@@ -41,9 +42,14 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) {
     }
 }
 
+/// The largest body an admin call takes (a trust request with its routes is well under it).
+const ADMIN_BODY_LIMIT: usize = 64 * 1024;
+
 /// The routes. Public so tests and benchmarks can drive it without a socket.
 pub fn router(gateway: Arc<Gateway>) -> Router {
-    Router::new()
+    // Values are read by the handlers with the configured value limit, so an oversized value
+    // gets Ferry's own 400 rather than a bare 413.
+    let records = Router::new()
         .route(
             "/v1/vaults/{vault}/records/{*key}",
             get(records::get_record)
@@ -51,6 +57,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
                 .delete(records::delete_record),
         )
         .route("/v1/vaults/{vault}/records", get(records::list_records))
+        .layer(DefaultBodyLimit::disable());
+    let admin = Router::new()
         .route("/v1/calls/{id}", get(calls::settle))
         .route("/v1/calls", get(calls::list))
         .route("/v1/tickets", get(calls::tickets))
@@ -65,10 +73,12 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/admin/vaults", post(admin::create_vault))
         .route("/v1/admin/vaults/follow", post(admin::follow_vault))
         .route("/v1/admin/stop", post(admin::stop))
-        // Bodies are read by the handlers with the configured value limit, so an oversized
-        // value gets Ferry's own 400 rather than a bare 413.
-        .layer(DefaultBodyLimit::disable())
+        .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    records
+        .merge(admin)
+        .fallback(error::unknown_route)
         .layer(middleware::from_fn_with_state(gateway.clone(), guard))
+        .layer(middleware::from_fn(error::json_errors))
         .with_state(gateway)
 }
 

@@ -8,11 +8,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use ferry_kit::contract::{ErrorCode, ListPage, ListedKey, WriteDone};
 use ferry_peer::outcome::{Refusal, UnknownReason, WriteOutcome};
 use ferry_peer::wire::{ReadAnswer, ReadVerb, RequestId, WriteAnswer, WriteVerb};
 use serde::Deserialize;
-use serde_json::json;
 
+use super::error::refusal_code;
 use super::headers;
 use super::ApiError;
 use crate::gateway::{Gateway, LocalRefusal, ReadFailure};
@@ -30,17 +31,17 @@ fn check_vault_and_key(vault: &str, key: &str) -> Result<(), ApiError> {
 fn refusal_error(refusal: &Refusal) -> ApiError {
     let mut error = ApiError::new(
         refusal.code.http_status(),
-        refusal.code.as_str(),
+        refusal_code(refusal.code),
         refusal.detail.clone(),
     );
     if let Some(revision) = refusal.current_revision {
-        error = error.with("current_revision", revision);
+        error = error.current_revision(revision);
     }
     if let Some(reason) = &refusal.reason {
-        error = error.with("reason", reason.clone());
+        error = error.reason(reason.clone());
     }
     if refusal.at_door {
-        error = error.with("at_door", true);
+        error = error.at_door();
     }
     // Retry-After is whole seconds; round up so a client never comes back early.
     error.retry_after_s = refusal.retry_after_ms.map(|ms| ms.div_ceil(1000));
@@ -50,7 +51,7 @@ fn refusal_error(refusal: &Refusal) -> ApiError {
 fn local_refusal(refusal: LocalRefusal) -> ApiError {
     ApiError::new(
         refusal.code.http_status(),
-        refusal.code.as_str(),
+        refusal_code(refusal.code),
         format!("{}; nothing was sent", refusal.detail),
     )
 }
@@ -60,7 +61,7 @@ fn read_failure(failure: ReadFailure) -> ApiError {
         ReadFailure::Refused(refusal) => local_refusal(refusal),
         ReadFailure::Unavailable { detail } => ApiError::new(
             503,
-            "unavailable",
+            ErrorCode::Unavailable,
             format!("no source answered and nothing usable is cached ({detail}); try again later"),
         ),
     }
@@ -122,10 +123,10 @@ pub async fn get_record(
         }
         RecordRead::NotFound { source } => Err(ApiError::new(
             404,
-            "not_found",
+            ErrorCode::NotFound,
             format!("there is no record {key:?} in this vault"),
         )
-        .with("source", source.header().into_owned())),
+        .source(source.header().into_owned())),
     }
 }
 
@@ -167,16 +168,19 @@ pub async fn list_records(
             } else {
                 None
             };
-            let keys: Vec<_> = keys
+            let keys = keys
                 .into_iter()
-                .map(|k| json!({"key": k.key, "revision": k.revision}))
+                .map(|k| ListedKey {
+                    key: k.key,
+                    revision: k.revision,
+                })
                 .collect();
-            let mut response = axum::Json(json!({
-                "keys": keys,
-                "more": more,
-                "next_after": next_after,
-                "vault_revision": vault_revision,
-            }))
+            let mut response = axum::Json(ListPage {
+                keys,
+                more,
+                next_after,
+                vault_revision,
+            })
             .into_response();
             response
                 .headers_mut()
@@ -199,7 +203,7 @@ pub async fn put_record(
     let started = Instant::now();
     let prepared = async {
         let app = headers::app(&headers)?;
-        let request_id = headers::request_id(&headers)?;
+        let request_id = headers::request_id(&headers, gateway.config.journal_retention())?;
         let timeout = headers::timeout(&headers)?;
         let if_revision = headers::if_match(&headers)?;
         check_vault_and_key(&vault, &key)?;
@@ -227,7 +231,7 @@ pub async fn delete_record(
     let started = Instant::now();
     let prepared = (|| {
         let app = headers::app(&headers)?;
-        let request_id = headers::request_id(&headers)?;
+        let request_id = headers::request_id(&headers, gateway.config.journal_retention())?;
         let timeout = headers::timeout(&headers)?;
         let if_revision = headers::if_match(&headers)?;
         check_vault_and_key(&vault, &key)?;
@@ -266,25 +270,40 @@ async fn write(
                 .metrics
                 .write(WriteKind::BadRequest, started.elapsed());
             // Echo the app's request id when it gave a valid one.
-            let error = match headers::request_id(headers) {
-                Ok(id) if headers.contains_key("x-ferry-request-id") => {
-                    error.with("request_id", id.to_string())
-                }
+            let error = match headers::request_id(headers, gateway.config.journal_retention()) {
+                Ok(id) if headers.contains_key("x-ferry-request-id") => error.request_id(id),
                 _ => error,
             };
             return error.into_response();
         }
     };
     let deadline = started + timeout;
-    let result = gateway.write(app, vault, verb, request_id, deadline).await;
-    let (kind, mut response) = match result {
-        Err(refusal) => (
+    // On a task of its own: if the app's client goes away, this handler is dropped but the
+    // write reaches its outcome and the call log records it for settling.
+    let task = gateway.spawn_write(app, vault.clone(), verb, request_id, deadline);
+    let (kind, mut response) = match task.await {
+        Err(refusal_or_panic) => {
+            // The task panicked: whether it sent anything is not known.
+            tracing::error!(%refusal_or_panic, %request_id, "a write's task failed");
+            (
+                WriteKind::OutcomeUnknown,
+                ApiError::new(
+                    502,
+                    ErrorCode::OutcomeUnknown,
+                    format!("the write's task failed on this gateway; settle it with GET /v1/calls/{request_id}, never send it under a new id"),
+                )
+                .request_id(request_id)
+                .vault(vault)
+                .into_response(),
+            )
+        }
+        Ok(Err(refusal)) => (
             WriteKind::BadRequest,
             local_refusal(refusal)
-                .with("request_id", request_id.to_string())
+                .request_id(request_id)
                 .into_response(),
         ),
-        Ok((outcome, owner)) => answer(outcome, request_id, owner),
+        Ok(Ok((outcome, owner))) => answer(outcome, request_id, &vault, owner),
     };
     gateway.metrics.write(kind, started.elapsed());
     if let Ok(value) = HeaderValue::from_str(&request_id.to_string()) {
@@ -297,47 +316,49 @@ async fn write(
 fn answer(
     outcome: WriteOutcome,
     request_id: RequestId,
+    vault: &str,
     owner: Option<String>,
 ) -> (WriteKind, Response) {
     let id = request_id.to_string();
     match outcome {
         WriteOutcome::Answered(WriteAnswer::Done { revision }) => (
             WriteKind::Done,
-            (StatusCode::OK, axum::Json(json!({"revision": revision, "request_id": id}))).into_response(),
+            (StatusCode::OK, axum::Json(WriteDone { revision, request_id: id })).into_response(),
         ),
         WriteOutcome::Answered(WriteAnswer::Refused(refusal)) => (
             WriteKind::Refused,
-            refusal_error(&refusal).with("request_id", id).into_response(),
+            refusal_error(&refusal).request_id(id).into_response(),
         ),
         WriteOutcome::NotCarriedOut { reason }
         | WriteOutcome::Answered(WriteAnswer::NotCarriedOut { reason }) => (
             WriteKind::NotCarriedOut,
             ApiError::new(
                 503,
-                "not_carried_out",
+                ErrorCode::NotCarriedOut,
                 "the request left, the connection broke, and the owner confirmed it was not carried out and never will be; send it again under a new request id",
             )
-            .with("request_id", id)
-            .with("reason", reason.as_str())
+            .request_id(id)
+            .reason(reason.as_str())
             .into_response(),
         ),
         WriteOutcome::NotSent { reason, detail } => (
             WriteKind::Unavailable,
-            ApiError::new(503, "unavailable", format!("{detail}; nothing was sent"))
-                .with("request_id", id)
-                .with("reason", reason.as_str())
+            ApiError::new(503, ErrorCode::Unavailable, format!("{detail}; nothing was sent"))
+                .request_id(id)
+                .reason(reason.as_str())
                 .into_response(),
         ),
         WriteOutcome::Unknown { reason, detail } => (
             WriteKind::OutcomeUnknown,
             ApiError::new(
                 502,
-                "outcome_unknown",
-                format!("the request left and no answer came back ({detail}); settle it with GET /v1/calls/{id}, never send it under a new id"),
+                ErrorCode::OutcomeUnknown,
+                format!("the request left and no answer came back ({detail}); settle it with GET /v1/calls/{id}?vault={vault}, never send it under a new id"),
             )
-            .with("request_id", id)
-            .with("owner", owner.unwrap_or_default())
-            .with("reason", match reason {
+            .request_id(id)
+            .owner(owner.unwrap_or_default())
+            .vault(vault)
+            .reason(match reason {
                 UnknownReason::TimedOut => "timed_out",
                 UnknownReason::ConnectionLost => "connection_lost",
             })

@@ -11,9 +11,9 @@ use super::output::{self, cell};
 use super::{Cli, Command, Exit, ServeArgs, TicketsCommand, VaultCommand, WriteFlags};
 use crate::config::Config;
 use crate::home::Home;
-use crate::kit::{Kit, KitError, WriteOptions, WriteResult};
 use crate::names;
 use crate::store::{self, trust, vaults};
+use ferry_kit::{Kit, KitError, Settlement, WriteOptions, WriteResult};
 
 /// The app name the CLI calls as.
 const CLI_APP: &str = "ferry-cli";
@@ -23,7 +23,7 @@ pub async fn run(cli: Cli) -> Exit {
         Ok(home) => home,
         Err(err) => return fail(Exit::Usage, &err.to_string()),
     };
-    let kit = Kit::from_home(&home, CLI_APP);
+    let kit = crate::read_around::kit(&home, CLI_APP);
     let json = cli.json;
     match cli.command {
         Command::Serve(args) => serve(home, args).await,
@@ -67,7 +67,11 @@ pub async fn run(cli: Cli) -> Exit {
         }
         Command::Get { vault, key } => get(&kit, json, &vault, &key).await,
         Command::Calls { state } => calls(&kit, json, state).await,
-        Command::Settle { request_id, wait } => settle(&kit, json, &request_id, wait).await,
+        Command::Settle {
+            request_id,
+            wait,
+            vault,
+        } => settle(&kit, json, &request_id, wait, vault).await,
         Command::Tickets {
             action: None | Some(TicketsCommand::List),
         } => tickets(&kit, json).await,
@@ -101,9 +105,11 @@ fn kit_failure(err: KitError, json: bool) -> Exit {
                 503 => Exit::NothingWritten,
                 _ => Exit::Refused,
             };
-            (exit, code.clone(), detail.clone())
+            (exit, code.to_string(), detail.clone())
         }
-        KitError::Protocol(detail) => (Exit::Unknown, "protocol".to_string(), detail.clone()),
+        KitError::Broken { detail } => (Exit::Unknown, "broken".to_string(), detail.clone()),
+        KitError::Protocol { detail } => (Exit::Unknown, "protocol".to_string(), detail.clone()),
+        KitError::Invalid { detail } => (Exit::Usage, "bad_request".to_string(), detail.clone()),
     };
     if json {
         output::json(&json!({"error": code, "detail": detail}));
@@ -220,7 +226,9 @@ async fn trust_peer(
             // No gateway running: check the same way and write the trust store directly.
             let parsed = serde_json::from_value(body)
                 .map_err(|err| err.to_string())
-                .and_then(|body| crate::api::parse_trust_request(&body).map_err(|err| err.detail));
+                .and_then(|body| {
+                    crate::api::parse_trust_request(&body).map_err(|err| err.body.detail)
+                });
             let (node, routes) = match parsed {
                 Ok(parsed) => parsed,
                 Err(detail) => return fail(Exit::Usage, &detail),
@@ -443,11 +451,18 @@ fn read_value(value: Option<String>, file: Option<std::path::PathBuf>) -> Result
     }
 }
 
+/// The write's options. The CLI makes the request id itself when none is given (the kit would
+/// too), so the id is known before anything is sent.
 fn options(flags: WriteFlags) -> WriteOptions {
     WriteOptions {
         if_revision: flags.if_revision,
-        request_id: flags.request_id,
+        request_id: Some(
+            flags
+                .request_id
+                .unwrap_or_else(|| uuid::Uuid::now_v7().hyphenated().to_string()),
+        ),
         timeout: flags.timeout,
+        client_timeout: None,
     }
 }
 
@@ -463,17 +478,29 @@ fn report_write(result: WriteResult, json: bool, elapsed: std::time::Duration) -
             json!({"outcome": "done", "request_id": request_id, "revision": revision}),
         ),
         WriteResult::Refused {
-            code, detail, body, ..
+            code,
+            detail,
+            request_id,
+            current_revision,
+            retry_after,
+            ..
         } => {
-            let mut object = json!({"outcome": "refused", "request_id": body.get("request_id"), "error": code, "detail": detail});
-            if let Some(revision) = body.get("current_revision") {
-                object["current_revision"] = revision.clone();
+            let mut object = json!({"outcome": "refused", "request_id": request_id, "error": code.as_str(), "detail": detail});
+            if let Some(revision) = current_revision {
+                object["current_revision"] = json!(revision);
+            }
+            if let Some(after) = retry_after {
+                object["retry_after_s"] = json!(after.as_secs());
             }
             (Exit::Refused, object)
         }
-        WriteResult::NotCarriedOut { request_id, detail } => (
+        WriteResult::NotCarriedOut {
+            request_id,
+            reason,
+            detail,
+        } => (
             Exit::NothingWritten,
-            json!({"outcome": "not_carried_out", "request_id": request_id, "error": "not_carried_out", "detail": detail}),
+            json!({"outcome": "not_carried_out", "request_id": request_id, "error": "not_carried_out", "reason": reason, "detail": detail}),
         ),
         WriteResult::Unavailable { request_id, detail } => (
             Exit::NothingWritten,
@@ -481,15 +508,16 @@ fn report_write(result: WriteResult, json: bool, elapsed: std::time::Duration) -
         ),
         WriteResult::OutcomeUnknown {
             request_id,
+            vault,
             owner,
             detail,
         } => (
             Exit::Unknown,
-            json!({"outcome": "outcome_unknown", "request_id": request_id, "owner": owner, "error": "outcome_unknown", "detail": detail}),
+            json!({"outcome": "outcome_unknown", "request_id": request_id, "vault": vault, "owner": owner, "error": "outcome_unknown", "detail": detail}),
         ),
         WriteResult::Invalid { code, detail, .. } => (
             Exit::Usage,
-            json!({"outcome": "refused", "request_id": null, "error": code, "detail": detail}),
+            json!({"outcome": "refused", "request_id": null, "error": code.as_str(), "detail": detail}),
         ),
         WriteResult::LocalGatewayDown { detail } => (
             Exit::NothingWritten,
@@ -512,8 +540,11 @@ fn report_write(result: WriteResult, json: bool, elapsed: std::time::Duration) -
             cell(object.get("error")),
             cell(object.get("detail"))
         );
-        if let WriteResult::OutcomeUnknown { request_id, .. } = &result {
-            eprintln!("ferry: the write may or may not have happened; do not resend it under a new id (request {request_id})");
+        if let WriteResult::OutcomeUnknown {
+            request_id, vault, ..
+        } = &result
+        {
+            eprintln!("ferry: the write may or may not have happened; do not resend it under a new id; `ferry settle {request_id} --vault {vault}` says what became of it");
         }
     }
     exit
@@ -556,13 +587,13 @@ async fn list(kit: &Kit, json: bool, vault: &str, prefix: &str, limit: Option<us
             if json {
                 output::json(&Value::Array(
                     keys.iter()
-                        .map(|(key, revision)| json!({"key": key, "revision": revision}))
+                        .map(|k| json!({"key": k.key, "revision": k.revision}))
                         .collect(),
                 ));
             } else {
                 let rows: Vec<Vec<String>> = keys
                     .iter()
-                    .map(|(k, r)| vec![k.clone(), r.to_string()])
+                    .map(|k| vec![k.key.clone(), k.revision.to_string()])
                     .collect();
                 output::table(&["key", "revision"], &rows);
             }
@@ -604,42 +635,77 @@ async fn calls(kit: &Kit, json: bool, state: Option<String>) -> Exit {
     }
 }
 
-async fn settle(kit: &Kit, json: bool, request_id: &str, wait: Option<String>) -> Exit {
-    let path = match &wait {
-        None => format!("/v1/calls/{request_id}"),
-        Some(wait) => format!("/v1/calls/{request_id}?wait={wait}"),
-    };
-    let answer = match kit.get_json(&path).await {
-        Ok(answer) => answer,
-        Err(KitError::Answered {
-            status: 503,
-            detail,
-            ..
-        }) => {
-            // The owner could not be asked: the outcome is still unknown.
-            return fail(Exit::Unknown, &format!("{detail} (request {request_id})"));
+async fn settle(
+    kit: &Kit,
+    json: bool,
+    request_id: &str,
+    wait: Option<String>,
+    vault: Option<String>,
+) -> Exit {
+    let wait = match wait.as_deref().map(parse_seconds) {
+        None => None,
+        Some(Some(wait)) => Some(wait),
+        Some(None) => {
+            return fail(
+                Exit::Usage,
+                "--wait takes seconds between 0 and 600 (e.g. 2.5)",
+            )
         }
+    };
+    let settlement = match kit.settle(request_id, vault.as_deref(), wait).await {
+        Ok(settlement) => settlement,
         Err(err) => return kit_failure(err, json),
     };
-    let state = cell(answer.get("state"));
-    let exit = match (state.as_str(), answer.get("status").and_then(Value::as_u64)) {
-        ("done", Some(200)) => Exit::Done,
-        ("done", _) => Exit::Refused,
-        ("not_carried_out", _) => Exit::NothingWritten,
-        _ => Exit::Unknown,
+    let (exit, object) = match &settlement {
+        Settlement::Done { revision } => (
+            Exit::Done,
+            json!({"request_id": request_id, "state": "done", "status": 200, "revision": revision}),
+        ),
+        Settlement::Refused {
+            status,
+            code,
+            detail,
+        } => (
+            Exit::Refused,
+            json!({"request_id": request_id, "state": "done", "status": status, "error": code.as_str(), "detail": detail}),
+        ),
+        Settlement::NotCarriedOut { reason } => (
+            Exit::NothingWritten,
+            json!({"request_id": request_id, "state": "not_carried_out", "reason": reason}),
+        ),
+        Settlement::Running => (
+            Exit::Unknown,
+            json!({"request_id": request_id, "state": "running"}),
+        ),
+        Settlement::Unavailable { detail } => (
+            Exit::Unknown,
+            json!({"request_id": request_id, "state": "unknown", "error": "unavailable", "detail": detail}),
+        ),
+        Settlement::NeverSent { detail } => (
+            Exit::NothingWritten,
+            json!({"request_id": request_id, "state": "never_sent", "error": "unknown_call", "detail": detail}),
+        ),
     };
     if json {
-        output::json(&answer);
+        output::json(&object);
     } else {
-        let mut line = format!("{request_id}: {state}");
-        for field in ["revision", "error", "reason"] {
-            if let Some(value) = answer.get(field).filter(|v| !v.is_null()) {
+        let mut line = format!("{request_id}: {}", cell(object.get("state")));
+        for field in ["revision", "error", "reason", "detail"] {
+            if let Some(value) = object.get(field).filter(|v| !v.is_null()) {
                 line.push_str(&format!(" {field}={}", cell(Some(value))));
             }
         }
         println!("{line}");
     }
     exit
+}
+
+/// Seconds as the API takes them (`X-Ferry-Timeout`'s rules, 0 allowed).
+fn parse_seconds(raw: &str) -> Option<std::time::Duration> {
+    if raw == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    crate::api::parse_timeout(raw)
 }
 
 async fn tickets(kit: &Kit, json: bool) -> Exit {

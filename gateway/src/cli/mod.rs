@@ -106,6 +106,10 @@ pub enum Command {
         /// Wait up to this many seconds while the owner says it is still running.
         #[arg(long)]
         wait: Option<String>,
+        /// The write's vault: lets the gateway ask its owner even if it has no memory of the
+        /// call (it was restarted after a power cut, say).
+        #[arg(long)]
+        vault: Option<String>,
     },
     /// Tickets this gateway holds; `rotate` on an owner refuses every ticket issued so far.
     Tickets {
@@ -146,7 +150,7 @@ pub struct WriteFlags {
     /// Compare-and-swap: the revision the record must have (0 = must not exist).
     #[arg(long)]
     pub if_revision: Option<u64>,
-    /// The write's request id (a UUIDv7); made by the gateway when absent.
+    /// The write's request id (a UUIDv7); made by the CLI when absent, and always printed.
     #[arg(long)]
     pub request_id: Option<String>,
     /// Seconds the write may take (0 < t <= 600; default 30).

@@ -3,11 +3,16 @@
 //!
 //! A batch runs in two transactions:
 //! 1. **admit** (`synchronous=NORMAL`: no fsync of its own): each new write is marked
-//!    `running` in the journal, each settle query answered or tombstoned. The marker survives a
-//!    crash of the process (WAL), so after a crash those ids are `interrupted`, not forgotten;
+//!    `running` in the journal; a settle query about an id the journal already holds is
+//!    answered from it. The marker survives a crash of the process (WAL), so after a crash those
+//!    ids are `interrupted`, not forgotten. Nothing admit writes is ever answered by itself: a
+//!    `running` marker only says "ask again";
 //! 2. **execute** (`synchronous=FULL`): each write's checks, effect and first answer, each in a
-//!    savepoint (a failed or fenced write rolls back alone). One fsync makes both transactions
-//!    durable (group commit); answers are sent only after it.
+//!    savepoint (a failed or fenced write rolls back alone), and the tombstones of settle
+//!    queries about ids never seen. One fsync makes both transactions durable (group commit);
+//!    answers are sent only after it. Every answer the owner gives about a journal entry it
+//!    wrote follows that durable commit: a tombstone answered `never_arrived` before its fsync
+//!    could be lost to a power cut, and the id could then run after all.
 //!
 //! The queue in front of the thread is bounded; a full queue answers `busy` at once (not
 //! carried out, the same id may be sent again). The capacity rules of SPEC 7 rule 7 (two
@@ -49,6 +54,11 @@ enum Job {
         request_id: RequestId,
         reply: oneshot::Sender<Result<CallState, String>>,
     },
+    /// Forget journal rows of request ids dated before `before_ms` (see `journal::collect`).
+    Collect {
+        before_ms: u64,
+        reply: oneshot::Sender<Result<usize, String>>,
+    },
 }
 
 /// The handle apps' and peers' writes go through.
@@ -69,8 +79,11 @@ pub enum SubmitError {
 
 impl Executor {
     /// Opens the writing connection, settles what a crash left running, starts the thread.
-    pub fn start(db_path: &Path, limits: WriteLimits) -> Result<Self, StoreError> {
+    pub fn start(db_path: &Path, mut limits: WriteLimits) -> Result<Self, StoreError> {
         let conn = store::open(db_path)?;
+        limits.collected_before_ms = limits
+            .collected_before_ms
+            .max(store::meta::journal_collected_before(&conn)?);
         let interrupted = journal::recover_interrupted(&conn, store::unix_ms())?;
         if interrupted > 0 {
             info!(
@@ -151,6 +164,17 @@ impl Executor {
         }
     }
 
+    /// Collects the journal: forgets the rows of request ids dated before `before_ms`, which
+    /// are refused as stale from then on whatever the clock says. Returns how many went.
+    pub async fn collect(&self, before_ms: u64) -> Result<usize, String> {
+        let (reply, answer) = oneshot::channel();
+        self.enqueue(Job::Collect { before_ms, reply })
+            .map_err(|err| err.to_string())?;
+        answer
+            .await
+            .map_err(|_| SubmitError::Stopping.to_string())?
+    }
+
     /// Stops taking work and waits, at most `bound`, for the queued jobs to finish.
     /// Returns whether the queue drained in time.
     pub async fn drain(&self, bound: Duration) -> bool {
@@ -175,7 +199,7 @@ fn busy(detail: &str, retry_after_ms: u64) -> WriteAnswer {
     })
 }
 
-fn run(mut conn: Connection, mut queue: mpsc::Receiver<Job>, limits: WriteLimits) {
+fn run(mut conn: Connection, mut queue: mpsc::Receiver<Job>, mut limits: WriteLimits) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.blocking_recv() {
         batch.push(first);
@@ -185,9 +209,53 @@ fn run(mut conn: Connection, mut queue: mpsc::Receiver<Job>, limits: WriteLimits
                 Err(_) => break,
             }
         }
-        run_batch(&mut conn, &mut batch, &limits);
+        // Collection runs alone, before the batch's writes and settle queries.
+        let mut i = 0;
+        while i < batch.len() {
+            if matches!(batch[i], Job::Collect { .. }) {
+                if let Job::Collect { before_ms, reply } = batch.remove(i) {
+                    let result = collect_journal(&mut conn, before_ms, &mut limits);
+                    let _ = reply.send(result.map_err(|err| err.to_string()));
+                }
+            } else {
+                i += 1;
+            }
+        }
+        if !batch.is_empty() {
+            run_batch(&mut conn, &mut batch, &limits);
+        }
     }
     debug!("owner executor stopped");
+}
+
+/// How many journal rows one collection transaction deletes at most, so writes waiting behind
+/// it wait little.
+const COLLECT_CHUNK: u32 = 10_000;
+
+/// Deletes journal rows of ids dated before `before_ms`, chunk by chunk, and raises the
+/// watermark below which ids are refused as stale, in the same transaction as the first chunk.
+fn collect_journal(
+    conn: &mut Connection,
+    before_ms: u64,
+    limits: &mut WriteLimits,
+) -> Result<usize, StoreError> {
+    let mut total = 0;
+    loop {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if before_ms > limits.collected_before_ms {
+            store::meta::set_journal_collected_before(&tx, before_ms)?;
+        }
+        let deleted = journal::collect(&tx, before_ms, COLLECT_CHUNK)?;
+        tx.commit()?;
+        limits.collected_before_ms = limits.collected_before_ms.max(before_ms);
+        total += deleted;
+        if deleted < COLLECT_CHUNK as usize {
+            if total > 0 {
+                info!(rows = total, "journal collected");
+            }
+            return Ok(total);
+        }
+    }
 }
 
 /// Where one job stands inside a batch.
@@ -222,7 +290,9 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, limits: &WriteLimits) 
             return answer_after_failed_commit(batch, admitted, fenced);
         }
     };
-    fault::point("after_commit");
+    if batch.iter().any(|job| matches!(job, Job::Write { .. })) {
+        fault::point("after_commit");
+    }
     for (job, outcome) in batch.drain(..).zip(pending) {
         // A caller that went away (its connection broke) finds the answer in the journal.
         match (job, outcome) {
@@ -271,13 +341,13 @@ fn admit_all(
             },
             Job::Status {
                 caller, request_id, ..
-            } => {
-                match journal::lookup(&tx, *caller, *request_id)? {
-                    // Running means it is in this batch: answer after it ran.
-                    Some(journal::JournalEntry::Running { .. }) => Pending::StatusAfterRun,
-                    _ => Pending::Status(Ok(verbs::status(&tx, *caller, *request_id, now_ms)?)),
-                }
-            }
+            } => match journal::lookup(&tx, *caller, *request_id)? {
+                // Running means it is in this batch: answer after it ran. Never seen: the
+                // tombstone is written in the durable transaction, and answered after it.
+                None | Some(journal::JournalEntry::Running { .. }) => Pending::StatusAfterRun,
+                Some(entry) => Pending::Status(Ok(entry.to_call_state())),
+            },
+            Job::Collect { .. } => Pending::Status(Err("collection runs alone".into())),
         });
     }
     tx.commit()?;
@@ -334,10 +404,20 @@ fn execute_all(
             Pending::StatusAfterRun,
         ) = (job, &slot)
         {
-            *slot = Pending::Status(Ok(verbs::status(&tx, *caller, *request_id, now_ms)?));
+            *slot = Pending::Status(Ok(verbs::status(
+                &tx,
+                *caller,
+                *request_id,
+                limits,
+                now_ms,
+            )?));
         }
     }
-    fault::point("before_commit");
+    // Fault points mark a write's path: batches of settle queries alone pass them by.
+    let ran_writes = batch.iter().any(|job| matches!(job, Job::Write { .. }));
+    if ran_writes {
+        fault::point("before_commit");
+    }
     tx.commit()?;
     Ok(pending)
 }
@@ -380,6 +460,7 @@ fn answer_after_failed_commit(batch: &mut Vec<Job>, admitted: Vec<Pending>, fenc
             (Job::Status { reply, .. }, _) => {
                 let _ = reply.send(Err("the owner's store failed".into()));
             }
+            (Job::Collect { .. }, _) => {}
         }
     }
 }
@@ -393,6 +474,125 @@ fn answer_all_failed(batch: &mut Vec<Job>) {
             Job::Status { reply, .. } => {
                 let _ = reply.send(Err("the owner's store failed".into()));
             }
+            Job::Collect { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::vaults;
+    use ferry_peer::wire::{Priority, WriteVerb};
+    use ferry_ticket::NodeKey;
+
+    const DAY_MS: u64 = 86_400_000;
+
+    fn limits() -> WriteLimits {
+        WriteLimits {
+            max_value_bytes: 1024,
+            journal_retention: Duration::from_secs(7 * 86_400),
+            collected_before_ms: 0,
+        }
+    }
+
+    /// A UUIDv7 dated `ms`.
+    fn id_at(ms: u64) -> RequestId {
+        let mut bytes = RequestId::generate().0;
+        bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+        RequestId(bytes)
+    }
+
+    fn put(request_id: RequestId, key: &str) -> WriteCall {
+        WriteCall {
+            request_id,
+            app: "app".into(),
+            vault: "v".into(),
+            verb: WriteVerb::Put {
+                key: key.into(),
+                value: b"x".to_vec(),
+                if_revision: None,
+            },
+            priority: Priority::Interactive,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_id_whose_journal_row_was_collected_can_never_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ferry.db");
+        let me = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let now = store::unix_ms();
+        let old = id_at(now - 8 * DAY_MS);
+        {
+            // A write that ran eight days ago, when the id was fresh.
+            let conn = store::open(&db).unwrap();
+            vaults::create_owned(&conn, "v", me, 0).unwrap();
+            journal::mark_running(&conn, me, old, "v", now - 8 * DAY_MS).unwrap();
+            journal::record_answer(&conn, me, old, &WriteAnswer::Done { revision: 1 }, now)
+                .unwrap();
+        }
+        let executor = Executor::start(&db, limits()).unwrap();
+        assert_eq!(executor.collect(now - 7 * DAY_MS).await.unwrap(), 1);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let again = executor
+            .submit(me, put(old, "again"), deadline)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&again, WriteAnswer::Refused(r) if r.code == RefusalCode::StaleRequestId),
+            "{again:?}"
+        );
+        assert!(matches!(
+            executor.status(me, old).await.unwrap(),
+            CallState::Forgotten { .. }
+        ));
+        assert!(executor.drain(Duration::from_secs(5)).await);
+
+        // Restarted with a clock set back a day (here: a retention a day longer), the
+        // watermark still refuses it.
+        let longer = WriteLimits {
+            journal_retention: Duration::from_secs(9 * 86_400),
+            ..limits()
+        };
+        let executor = Executor::start(&db, longer).unwrap();
+        let again = executor
+            .submit(me, put(old, "again"), deadline)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&again, WriteAnswer::Refused(r) if r.code == RefusalCode::StaleRequestId),
+            "{again:?}"
+        );
+        assert!(executor.drain(Duration::from_secs(5)).await);
+        let conn = store::open(&db).unwrap();
+        assert_eq!(
+            crate::store::records::get(&conn, "v", "again").unwrap(),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn ids_from_the_future_or_of_the_wrong_variant_are_refused_and_not_journaled() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ferry.db");
+        let me = NodeKey::from_secret_bytes([1; 32]).node_id();
+        vaults::create_owned(&store::open(&db).unwrap(), "v", me, 0).unwrap();
+        let executor = Executor::start(&db, limits()).unwrap();
+        let future = id_at(store::unix_ms() + 10 * 60_000);
+        let mut wrong_variant = RequestId::generate();
+        wrong_variant.0[8] = (wrong_variant.0[8] & 0x3f) | 0xc0;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for id in [future, wrong_variant] {
+            let answer = executor.submit(me, put(id, "k"), deadline).await.unwrap();
+            assert!(
+                matches!(&answer, WriteAnswer::Refused(r) if r.code == RefusalCode::BadRequest),
+                "{id}: {answer:?}"
+            );
+        }
+        assert!(executor.drain(Duration::from_secs(5)).await);
+        let conn = store::open(&db).unwrap();
+        assert_eq!(journal::lookup(&conn, me, future).unwrap(), None);
+        assert_eq!(crate::store::records::get(&conn, "v", "k").unwrap(), None);
     }
 }

@@ -23,6 +23,42 @@ use ferry_peer::outcome::NotCarriedOutReason;
 pub struct WriteLimits {
     pub max_value_bytes: usize,
     pub journal_retention: Duration,
+    /// Ids dated before this (Unix ms) may have had their journal rows collected: refused as
+    /// stale whatever the clock says now (a clock set back cannot revive them).
+    pub collected_before_ms: u64,
+}
+
+/// How far in the future a request id may be dated (clock skew between machines). Further is
+/// refused: such an id would outlive the retention its row is kept for.
+pub const MAX_FUTURE_SKEW: Duration = Duration::from_secs(5 * 60);
+
+/// Why a request id cannot be acted on, whatever the journal says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdProblem {
+    /// Not a UUIDv7 with the RFC 9562 variant.
+    Malformed,
+    /// Older than the journal keeps (or than what was collected).
+    Stale,
+    /// Dated more than [`MAX_FUTURE_SKEW`] ahead of this owner's clock.
+    FromTheFuture,
+}
+
+impl WriteLimits {
+    /// Whether `request_id` may be acted on at `now_ms`.
+    pub fn check_id(&self, request_id: RequestId, now_ms: u64) -> Result<(), IdProblem> {
+        if request_id.check().is_err() {
+            return Err(IdProblem::Malformed);
+        }
+        let id_ms = request_id.unix_ms();
+        let retention_ms = self.journal_retention.as_millis() as u64;
+        if id_ms.saturating_add(retention_ms) < now_ms || id_ms < self.collected_before_ms {
+            return Err(IdProblem::Stale);
+        }
+        if id_ms > now_ms.saturating_add(MAX_FUTURE_SKEW.as_millis() as u64) {
+            return Err(IdProblem::FromTheFuture);
+        }
+        Ok(())
+    }
 }
 
 /// What step 1 decided.
@@ -51,16 +87,34 @@ pub fn admit(
     }
     // An id older than the journal keeps might have run and been forgotten: refuse it rather
     // than risk running it twice. Not journaled: this same check refuses it every time.
-    let retention_ms = limits.journal_retention.as_millis() as u64;
-    if request.request_id.unix_ms().saturating_add(retention_ms) < now_ms {
-        return Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
-            RefusalCode::StaleRequestId,
-            format!(
-                "request id {} is older than the owner's journal keeps ({} days); send the write under a new request id",
-                request.request_id,
-                limits.journal_retention.as_secs() / 86_400
-            ),
-        ))));
+    match limits.check_id(request.request_id, now_ms) {
+        Ok(()) => {}
+        Err(IdProblem::Stale) => {
+            return Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
+                RefusalCode::StaleRequestId,
+                format!(
+                    "request id {} is older than the owner's journal keeps ({} days); send the write under a new request id",
+                    request.request_id,
+                    limits.journal_retention.as_secs() / 86_400
+                ),
+            ))))
+        }
+        Err(IdProblem::FromTheFuture) => {
+            return Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
+                RefusalCode::BadRequest,
+                format!(
+                    "request id {} is dated more than {} minutes ahead of the owner's clock; check the clocks, and send the write under a new request id",
+                    request.request_id,
+                    MAX_FUTURE_SKEW.as_secs() / 60
+                ),
+            ))))
+        }
+        Err(IdProblem::Malformed) => {
+            return Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
+                RefusalCode::BadRequest,
+                "the request id is not a UUIDv7 with the RFC 9562 variant",
+            ))))
+        }
     }
     journal::mark_running(conn, caller, request.request_id, &request.vault, now_ms)?;
     Ok(Admission::Run)
@@ -110,10 +164,18 @@ pub fn status(
     conn: &Connection,
     caller: NodeId,
     request_id: RequestId,
+    limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<CallState, StoreError> {
     if let Some(entry) = journal::lookup(conn, caller, request_id)? {
         return Ok(entry.to_call_state());
+    }
+    // Too old to be in the journal any more: if it ran, its row was collected. A tombstone
+    // now would claim it never ran, which the owner can no longer know.
+    if limits.check_id(request_id, now_ms) == Err(IdProblem::Stale) {
+        return Ok(CallState::Forgotten {
+            retention_ms: limits.journal_retention.as_millis() as u64,
+        });
     }
     // SPEC 7 rule 6: record the tombstone first, then answer, so the id can never run later.
     journal::tombstone(
@@ -214,6 +276,7 @@ mod tests {
     const LIMITS: WriteLimits = WriteLimits {
         max_value_bytes: 8,
         journal_retention: Duration::from_secs(7 * 86_400),
+        collected_before_ms: 0,
     };
 
     fn put(key: &str, value: &[u8], if_revision: Option<u64>) -> WriteCall {
@@ -300,7 +363,7 @@ mod tests {
         let (_dir, conn, me, now) = setup();
         let request = put("k", b"a", None);
         assert_eq!(
-            status(&conn, me, request.request_id, now).unwrap(),
+            status(&conn, me, request.request_id, &LIMITS, now).unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }

@@ -1,11 +1,31 @@
-//! The caller's memory of writes it answered `outcome_unknown` (SPEC 6 rule 10): kept until the
-//! owner settles them, and after, so `GET /v1/calls/{id}` can answer from here.
+//! The caller's memory of the writes it sent to owners (SPEC 5, "settling outlives the
+//! caller"; SPEC 6 rule 10).
+//!
+//! A row is written **before the first byte of the request leaves** (`in_flight`), so whatever
+//! happens to this process afterwards, the id, its owner and its vault are on disk. Then:
+//! - a definite answer (done, refused, not carried out) makes it `settled` with that answer;
+//! - `outcome_unknown` makes it `unknown`, and the background settler asks the owner (never
+//!   re-sends) until it can be `settled`;
+//! - nothing sent after all: the row is removed again (if this attempt made it);
+//! - a row still `in_flight` when the gateway starts belongs to a call a crash cut short: it
+//!   becomes `unknown` and is settled like any other.
 
 use ferry_peer::wire::{CallState, RequestId};
 use ferry_ticket::NodeId;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::StoreError;
+
+/// Where a remembered call stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowState {
+    /// On its way (or cut short by a crash, until the next start).
+    InFlight,
+    /// Answered `outcome_unknown` (or found in flight after a crash): to be settled.
+    Unknown,
+    /// The owner's definite answer.
+    Settled(CallState),
+}
 
 /// One remembered call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,13 +35,21 @@ pub struct CallRow {
     pub owner_label: String,
     pub vault: String,
     pub app: String,
-    /// `None` while unknown; the owner's settled answer after.
-    pub settled: Option<CallState>,
+    pub state: RowState,
     pub since_ms: u64,
 }
 
-/// A `calls` row as stored: id, owner, owner label, vault, app, settled answer, since.
-type RawCall = (String, String, String, String, String, Option<String>, i64);
+/// A `calls` row as stored: id, owner, owner label, vault, app, state, answer, since.
+type RawCall = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+);
 
 fn parse(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawCall> {
     Ok((
@@ -32,33 +60,69 @@ fn parse(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawCall> {
         row.get(4)?,
         row.get(5)?,
         row.get(6)?,
+        row.get(7)?,
     ))
 }
 
 fn to_call(raw: RawCall) -> Result<CallRow, StoreError> {
-    let (id, owner, owner_label, vault, app, answer, since_ms) = raw;
+    let (id, owner, owner_label, vault, app, state, answer, since_ms) = raw;
     let corrupt = |what: &str| StoreError::Corrupt(format!("remembered call {id}: {what}"));
+    let state = match (state.as_str(), answer) {
+        ("in_flight", _) => RowState::InFlight,
+        ("unknown", _) => RowState::Unknown,
+        ("settled", Some(text)) => {
+            RowState::Settled(serde_json::from_str(&text).map_err(|err| corrupt(&err.to_string()))?)
+        }
+        (other, _) => return Err(corrupt(&format!("state {other:?}"))),
+    };
     Ok(CallRow {
         request_id: RequestId::parse(&id).map_err(|_| corrupt("bad request id"))?,
         owner: owner.parse().map_err(|_| corrupt("bad owner id"))?,
         owner_label,
         vault,
         app,
-        settled: answer
-            .map(|text| serde_json::from_str(&text).map_err(|err| corrupt(&err.to_string())))
-            .transpose()?,
+        state,
         since_ms: since_ms as u64,
     })
 }
 
-const COLUMNS: &str = "request_id, owner, owner_label, vault, app, answer, since_ms";
+const COLUMNS: &str = "request_id, owner, owner_label, vault, app, state, answer, since_ms";
 
-pub fn record_unknown(conn: &Connection, call: &CallRow) -> Result<(), StoreError> {
-    conn.prepare_cached(
+/// Records a call about to be sent (`in_flight`), before its first byte leaves. Returns
+/// whether the row is new (a repeat of an id this gateway sent before updates that row).
+pub fn begin(conn: &Connection, call: &CallRow) -> Result<bool, StoreError> {
+    let existed: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM calls WHERE request_id = ?1)")?
+        .query_row([call.request_id.to_string()], |row| row.get(0))?;
+    insert(
+        conn,
         "INSERT INTO calls (request_id, owner, owner_label, vault, app, state, since_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'unknown', ?6) ON CONFLICT (request_id) DO NOTHING",
-    )?
-    .execute(params![
+         VALUES (?1, ?2, ?3, ?4, ?5, 'in_flight', ?6)
+         ON CONFLICT (request_id) DO UPDATE SET
+             owner = excluded.owner, owner_label = excluded.owner_label, vault = excluded.vault,
+             app = excluded.app, state = 'in_flight', answer = NULL, settled_ms = NULL",
+        call,
+    )?;
+    Ok(!existed)
+}
+
+/// Records a call whose outcome is unknown (answered `outcome_unknown`), inserting it if this
+/// gateway had no row for it (a local write that timed out in the owner's queue).
+pub fn mark_unknown(conn: &Connection, call: &CallRow) -> Result<(), StoreError> {
+    insert(
+        conn,
+        "INSERT INTO calls (request_id, owner, owner_label, vault, app, state, since_ms,
+                            reported_unknown)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'unknown', ?6, 1)
+         ON CONFLICT (request_id) DO UPDATE SET state = 'unknown', answer = NULL, settled_ms = NULL,
+             reported_unknown = 1",
+        call,
+    )
+}
+
+/// Runs an insert of `call` whose parameters are its id, owner, label, vault, app and since.
+fn insert(conn: &Connection, sql: &str, call: &CallRow) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)?.execute(params![
         call.request_id.to_string(),
         call.owner.to_string(),
         call.owner_label,
@@ -85,6 +149,13 @@ pub fn settle(
     Ok(())
 }
 
+/// Forgets a call that was never sent after all.
+pub fn forget(conn: &Connection, request_id: RequestId) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM calls WHERE request_id = ?1")?
+        .execute([request_id.to_string()])?;
+    Ok(())
+}
+
 pub fn get(conn: &Connection, request_id: RequestId) -> Result<Option<CallRow>, StoreError> {
     conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM calls WHERE request_id = ?1"
@@ -95,7 +166,7 @@ pub fn get(conn: &Connection, request_id: RequestId) -> Result<Option<CallRow>, 
     .transpose()
 }
 
-/// Every call still unknown, oldest first.
+/// Every call still to be settled, oldest first.
 pub fn unknown(conn: &Connection) -> Result<Vec<CallRow>, StoreError> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM calls WHERE state = 'unknown' ORDER BY since_ms"
@@ -104,11 +175,75 @@ pub fn unknown(conn: &Connection) -> Result<Vec<CallRow>, StoreError> {
     rows.map(|raw| to_call(raw?)).collect()
 }
 
-/// Every remembered call, newest first.
-pub fn all(conn: &Connection) -> Result<Vec<CallRow>, StoreError> {
+/// The calls `GET /v1/calls` lists, newest first: those answered `outcome_unknown` (settled
+/// since or not) and those still in flight. Writes answered at once are remembered too, but
+/// only looked up by id.
+pub fn listed(conn: &Connection, only_unknown: bool) -> Result<Vec<CallRow>, StoreError> {
+    let filter = if only_unknown {
+        "state = 'unknown'"
+    } else {
+        "state = 'in_flight' OR reported_unknown = 1"
+    };
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM calls ORDER BY since_ms DESC"
+        "SELECT {COLUMNS} FROM calls WHERE {filter} ORDER BY since_ms DESC"
     ))?;
     let rows = stmt.query_map([], parse)?;
     rows.map(|raw| to_call(raw?)).collect()
+}
+
+/// At start: every call a crash left in flight may have reached its owner; it is now unknown,
+/// to be settled.
+pub fn recover_in_flight(conn: &Connection) -> Result<usize, StoreError> {
+    Ok(conn.execute(
+        "UPDATE calls SET state = 'unknown', reported_unknown = 1 WHERE state = 'in_flight'",
+        [],
+    )?)
+}
+
+/// Forgets settled calls older than `older_than_ms`, at most `limit` of them.
+pub fn collect(conn: &Connection, older_than_ms: u64, limit: u32) -> Result<usize, StoreError> {
+    Ok(conn.execute(
+        "DELETE FROM calls WHERE rowid IN (
+             SELECT rowid FROM calls WHERE state = 'settled' AND since_ms < ?1 LIMIT ?2)",
+        params![older_than_ms as i64, limit],
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::open_temp;
+    use ferry_peer::wire::WriteAnswer;
+    use ferry_ticket::NodeKey;
+
+    fn row(id: RequestId) -> CallRow {
+        CallRow {
+            request_id: id,
+            owner: NodeKey::from_secret_bytes([3; 32]).node_id(),
+            owner_label: "a".into(),
+            vault: "v".into(),
+            app: "app".into(),
+            state: RowState::InFlight,
+            since_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_call_cut_short_by_a_crash_becomes_unknown() {
+        let (_dir, conn) = open_temp();
+        let (cut, done) = (RequestId::generate(), RequestId::generate());
+        assert!(begin(&conn, &row(cut)).unwrap());
+        assert!(begin(&conn, &row(done)).unwrap());
+        let answer = CallState::Answered(WriteAnswer::Done { revision: 3 });
+        settle(&conn, done, &answer, 2).unwrap();
+        assert_eq!(recover_in_flight(&conn).unwrap(), 1);
+        assert_eq!(get(&conn, cut).unwrap().unwrap().state, RowState::Unknown);
+        assert_eq!(
+            get(&conn, done).unwrap().unwrap().state,
+            RowState::Settled(answer)
+        );
+        assert_eq!(unknown(&conn).unwrap().len(), 1);
+        // A repeat of a remembered id is not new.
+        assert!(!begin(&conn, &row(done)).unwrap());
+    }
 }

@@ -185,12 +185,22 @@ pub fn recover_interrupted(conn: &Connection, now_ms: u64) -> Result<usize, Stor
     )?)
 }
 
-/// Forgets entries older than the retention. Ids that old are refused as stale anyway.
-pub fn collect(conn: &Connection, older_than_ms: u64) -> Result<usize, StoreError> {
-    Ok(conn.execute(
-        "DELETE FROM journal WHERE created_ms < ?1 AND state != 'running'",
-        [older_than_ms as i64],
-    )?)
+/// Forgets the rows of request ids dated before `before_ms` (the time embedded in the id, the
+/// clock the stale check uses), at most `limit` of them. The owner refuses such ids as stale
+/// from then on (its watermark is raised in the same transaction), so an id whose row went
+/// can never run. `running` rows are kept: only a crash leaves one, and recovery settles it.
+///
+/// UUIDv7 bytes start with the big-endian millisecond time, and SQLite compares blobs with
+/// `memcmp`, so "dated before" is `request_id < <6-byte time>`. Rows are found in insertion
+/// order, which is roughly time order, so a chunk is found without scanning the whole table.
+pub fn collect(conn: &Connection, before_ms: u64, limit: u32) -> Result<usize, StoreError> {
+    let cutoff = &before_ms.to_be_bytes()[2..];
+    Ok(conn
+        .prepare_cached(
+            "DELETE FROM journal WHERE rowid IN (
+                 SELECT rowid FROM journal WHERE request_id < ?1 AND state != 'running' LIMIT ?2)",
+        )?
+        .execute(params![cutoff, limit])?)
 }
 
 #[cfg(test)]
@@ -198,6 +208,36 @@ mod tests {
     use super::*;
     use crate::store::open_temp;
     use ferry_ticket::NodeKey;
+
+    /// A UUIDv7 dated `ms`.
+    pub(crate) fn id_at(ms: u64) -> RequestId {
+        let mut bytes = RequestId::generate().0;
+        bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+        RequestId(bytes)
+    }
+
+    #[test]
+    fn collection_goes_by_the_time_in_the_id() {
+        let (_dir, conn) = open_temp();
+        let caller = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let (old, edge, young) = (id_at(1_000), id_at(2_000), id_at(3_000));
+        // Created "now": collection must not go by when the row was written.
+        for id in [old, edge, young] {
+            mark_running(&conn, caller, id, "v", 10_000).unwrap();
+            record_answer(
+                &conn,
+                caller,
+                id,
+                &WriteAnswer::Done { revision: 1 },
+                10_000,
+            )
+            .unwrap();
+        }
+        assert_eq!(collect(&conn, 2_000, 100).unwrap(), 1);
+        assert_eq!(lookup(&conn, caller, old).unwrap(), None);
+        assert!(lookup(&conn, caller, edge).unwrap().is_some());
+        assert!(lookup(&conn, caller, young).unwrap().is_some());
+    }
 
     #[test]
     fn a_settled_id_stays_settled() {

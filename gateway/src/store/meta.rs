@@ -1,4 +1,5 @@
-//! Small settings the gateway keeps in its database: the ticket epoch.
+//! Small settings the gateway keeps in its database: the schema version, the ticket epoch, and
+//! how far the owner's journal has been collected.
 
 use rusqlite::{Connection, OptionalExtension};
 
@@ -30,4 +31,50 @@ pub fn rotate_ticket_epoch(conn: &Connection) -> Result<u64, StoreError> {
         [next.to_string()],
     )?;
     Ok(next)
+}
+
+fn get(conn: &Connection, key: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .query_row("SELECT value FROM meta WHERE key = ?1", [key], |row| {
+            row.get(0)
+        })
+        .optional()?)
+}
+
+fn set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )?;
+    Ok(())
+}
+
+/// The schema version the database says it has (1 if it predates versions).
+pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {
+    match get(conn, "schema_version")? {
+        None => Ok(1),
+        Some(text) => text
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("schema version {text:?}"))),
+    }
+}
+
+pub fn set_schema_version(conn: &Connection, version: u32) -> Result<(), StoreError> {
+    set(conn, "schema_version", &version.to_string())
+}
+
+/// Request ids dated before this (Unix ms) may have had their journal rows collected: the owner
+/// refuses them as stale whatever its clock says now (see `journal::collect`).
+pub fn journal_collected_before(conn: &Connection) -> Result<u64, StoreError> {
+    match get(conn, "journal_collected_before_ms")? {
+        None => Ok(0),
+        Some(text) => text
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("journal watermark {text:?}"))),
+    }
+}
+
+pub fn set_journal_collected_before(conn: &Connection, ms: u64) -> Result<(), StoreError> {
+    set(conn, "journal_collected_before_ms", &ms.to_string())
 }

@@ -31,8 +31,17 @@ pub enum StoreError {
     NodeTaken { node: String, label: String },
     #[error("stored data is damaged: {0}")]
     Corrupt(String),
+    #[error("the database was written by a newer Ferry (schema version {found}; this build knows up to {supported}); run the newer build, or restore a backup made before the upgrade. Nothing was changed")]
+    TooNew { found: u32, supported: u32 },
 }
 
+/// The schema version this build writes. A database records its version in `meta`
+/// (`schema_version`; a database without it is version 1); an older one is migrated in place in
+/// one transaction when opened, a newer one is refused with [`StoreError::TooNew`] and left as it
+/// is.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The whole schema of [`SCHEMA_VERSION`], for a new database.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -81,29 +90,98 @@ CREATE TABLE IF NOT EXISTS journal (
     updated_ms INTEGER NOT NULL,
     PRIMARY KEY (caller, request_id)
 );
--- The caller's memory of writes it answered `outcome_unknown`, until settled, and after
--- (so `GET /v1/calls/{id}` can answer from here). `answer` is the settled state as JSON.
-CREATE TABLE IF NOT EXISTS calls (
-    request_id TEXT PRIMARY KEY,
-    owner      TEXT NOT NULL,
+";
+
+/// The caller's memory of the writes it sent (version 2): 'in_flight' from before the first
+/// byte leaves until the outcome is known (a crash leaves it there, and the next start makes it
+/// 'unknown'), 'unknown' until the owner settles it, 'settled' with the owner's answer after, so
+/// `GET /v1/calls/{id}` can answer from here.
+const CALLS_V2: &str = "
+CREATE TABLE calls (
+    request_id  TEXT PRIMARY KEY,
+    owner       TEXT NOT NULL,
     owner_label TEXT NOT NULL,
-    vault      TEXT NOT NULL,
-    app        TEXT NOT NULL,
-    state      TEXT NOT NULL CHECK (state IN ('unknown', 'settled')),
-    answer     TEXT,
-    since_ms   INTEGER NOT NULL,
-    settled_ms INTEGER
+    vault       TEXT NOT NULL,
+    app         TEXT NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('in_flight', 'unknown', 'settled')),
+    answer      TEXT,
+    since_ms    INTEGER NOT NULL,
+    settled_ms  INTEGER,
+    -- 1 once the app was told `outcome_unknown` (or a crash cut the call short): `ferry calls`
+    -- lists these; calls answered at once are only looked up by id.
+    reported_unknown INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS calls_by_state ON calls (state, since_ms);
+CREATE INDEX calls_by_state ON calls (state, since_ms);
+";
+
+/// Version 1 to 2: the calls table gains the `in_flight` state (a CHECK constraint, so the table
+/// is rebuilt with its rows).
+const MIGRATE_1_TO_2: &str = "
+CREATE TABLE IF NOT EXISTS calls (
+    request_id TEXT PRIMARY KEY, owner TEXT NOT NULL, owner_label TEXT NOT NULL,
+    vault TEXT NOT NULL, app TEXT NOT NULL, state TEXT NOT NULL, answer TEXT,
+    since_ms INTEGER NOT NULL, settled_ms INTEGER
+);
+ALTER TABLE calls RENAME TO calls_v1;
+DROP INDEX IF EXISTS calls_by_state;
+";
+const MIGRATE_1_TO_2_COPY: &str = "
+INSERT INTO calls (request_id, owner, owner_label, vault, app, state, answer, since_ms, settled_ms,
+                   reported_unknown)
+    SELECT request_id, owner, owner_label, vault, app, state, answer, since_ms, settled_ms, 1
+    FROM calls_v1;
+DROP TABLE calls_v1;
 ";
 
 /// Opens (and creates or migrates) the database at `path` with Ferry's settings.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     configure(&conn)?;
-    conn.execute_batch(SCHEMA)?;
+    migrate(&conn)?;
     restrict_mode(path);
     Ok(conn)
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`] in one transaction, or refuses a newer database
+/// without changing it.
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| {
+        let exists: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vaults')",
+            [],
+            |row| row.get(0),
+        )?;
+        if !exists {
+            conn.execute_batch(SCHEMA)?;
+            conn.execute_batch(CALLS_V2)?;
+            return meta::set_schema_version(conn, SCHEMA_VERSION);
+        }
+        let found = meta::schema_version(conn)?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if found < 2 {
+            conn.execute_batch(MIGRATE_1_TO_2)?;
+            conn.execute_batch(CALLS_V2)?;
+            conn.execute_batch(MIGRATE_1_TO_2_COPY)?;
+        }
+        if found < SCHEMA_VERSION {
+            meta::set_schema_version(conn, SCHEMA_VERSION)?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(err) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(err);
+        }
+    }
+    Ok(())
 }
 
 fn configure(conn: &Connection) -> Result<(), StoreError> {
@@ -134,4 +212,68 @@ pub(crate) fn open_temp() -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().unwrap();
     let conn = open(&dir.path().join("ferry.db")).unwrap();
     (dir, conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schema as the first release wrote it (version 1, no `schema_version` row).
+    const SCHEMA_V1_CALLS: &str = "
+CREATE TABLE calls (
+    request_id TEXT PRIMARY KEY, owner TEXT NOT NULL, owner_label TEXT NOT NULL,
+    vault TEXT NOT NULL, app TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('unknown', 'settled')),
+    answer TEXT, since_ms INTEGER NOT NULL, settled_ms INTEGER
+);
+CREATE INDEX calls_by_state ON calls (state, since_ms);
+INSERT INTO calls (request_id, owner, owner_label, vault, app, state, since_ms)
+VALUES ('0190a000-0000-7000-8000-000000000001', 'o', 'a', 'v', 'app', 'unknown', 5);
+";
+
+    #[test]
+    fn a_version_1_database_is_migrated_in_place_keeping_its_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ferry.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute_batch(SCHEMA_V1_CALLS).unwrap();
+        }
+        let conn = open(&path).unwrap();
+        assert_eq!(meta::schema_version(&conn).unwrap(), SCHEMA_VERSION);
+        let (state, reported): (String, i64) = conn
+            .query_row(
+                "SELECT state, reported_unknown FROM calls WHERE vault = 'v'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((state.as_str(), reported), ("unknown", 1));
+        // The new state is allowed now.
+        conn.execute(
+            "INSERT INTO calls (request_id, owner, owner_label, vault, app, state, since_ms)
+             VALUES ('x', 'o', 'a', 'v', 'app', 'in_flight', 6)",
+            [],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_database_from_a_newer_build_is_refused_and_left_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ferry.db");
+        {
+            let conn = open(&path).unwrap();
+            meta::set_schema_version(&conn, SCHEMA_VERSION + 1).unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        let err = open(&path).unwrap_err();
+        assert!(
+            matches!(err, StoreError::TooNew { found, .. } if found == SCHEMA_VERSION + 1),
+            "{err}"
+        );
+        assert!(err.to_string().contains("newer Ferry"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), before, "nothing was changed");
+    }
 }

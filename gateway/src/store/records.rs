@@ -123,9 +123,15 @@ pub fn list(
     Ok((keys, false))
 }
 
-/// The most value bytes in one page of changes: with the largest value allowed this still
-/// fits a frame.
-pub const MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
+/// A page of changes aims at this many bytes of keys and values (a big page is slow to apply
+/// and holds the replica's write lock long)...
+pub const PAGE_SOFT_BYTES: usize = 8 * 1024 * 1024;
+/// ...and never goes past this, whatever `max_value_bytes` is: a page must fit one frame. The
+/// config refuses a value limit above it, so one change alone always fits.
+pub const PAGE_HARD_BYTES: usize = ferry_peer::codec::MAX_FRAME_LEN - 64 * 1024;
+/// What one change costs a frame beyond its key and value (bincode's lengths, the revision,
+/// the option tag), rounded up.
+const CHANGE_OVERHEAD: usize = 32;
 
 /// Every key changed after `since_revision`, oldest change first, with its latest state.
 pub fn changes(
@@ -153,13 +159,17 @@ pub fn changes(
     let mut more = false;
     for row in rows {
         let row = row?;
-        // A page must fit a frame: stop at the count limit, or once the values reach the
-        // byte budget (always at least one change, so a page moves the cursor).
-        if changes.len() == limit as usize || (!changes.is_empty() && bytes >= MAX_PAGE_BYTES) {
+        let size = CHANGE_OVERHEAD + row.key.len() + row.value.as_ref().map_or(0, Vec::len);
+        // Stop at the count limit, or before a change that would take the page past its
+        // budget; but always take one change, so a page moves the cursor.
+        if changes.len() == limit as usize
+            || (!changes.is_empty()
+                && (bytes + size > PAGE_SOFT_BYTES || bytes + size > PAGE_HARD_BYTES))
+        {
             more = true;
             break;
         }
-        bytes += row.key.len() + row.value.as_ref().map_or(0, Vec::len);
+        bytes += size;
         changes.push(row);
     }
     Ok((changes, more))
@@ -170,6 +180,48 @@ mod tests {
     use super::*;
     use crate::store::{open_temp, vaults};
     use ferry_ticket::NodeKey;
+
+    #[test]
+    fn a_page_of_changes_always_fits_a_frame_whatever_the_values() {
+        let (_dir, conn) = open_temp();
+        let me = NodeKey::from_secret_bytes([1; 32]).node_id();
+        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        // Under the soft budget, then a value as large as the config allows.
+        let sizes = [7 * 1024 * 1024, PAGE_HARD_BYTES - 2048, 10, 10];
+        for (i, size) in sizes.iter().enumerate() {
+            let revision = vaults::next_revision(&conn, "v").unwrap();
+            set(
+                &conn,
+                "v",
+                &format!("k{i}"),
+                revision,
+                Some(&vec![7u8; *size]),
+            )
+            .unwrap();
+        }
+        let mut since = 0;
+        let mut seen = 0;
+        loop {
+            let (page, more) = changes(&conn, "v", since, 1000).unwrap();
+            let answer = ferry_peer::wire::ResponseFrame {
+                body: ferry_peer::wire::Response::Read(ferry_peer::wire::ReadAnswer::Changes {
+                    changes: page.clone(),
+                    more,
+                    vault_revision: 4,
+                }),
+                ext: ferry_peer::wire::Extensions::default(),
+            };
+            let frame = ferry_peer::codec::encode_frame(1, &answer)
+                .expect("every page encodes within the frame cap");
+            assert!(frame.len() <= ferry_peer::codec::MAX_FRAME_LEN + 6);
+            seen += page.len();
+            since = page.last().unwrap().revision;
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(seen, sizes.len());
+    }
 
     #[test]
     fn list_pages_through_a_prefix_and_skips_deleted_keys() {

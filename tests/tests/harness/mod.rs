@@ -17,9 +17,14 @@ use serde_json::Value;
 #[allow(unused_imports)]
 pub use ferry_tests::{wait_for, SIGCONT, SIGSTOP, START_BOUND};
 
-/// The binary under test.
+/// The binary under test: this package's build, or the one `FERRY_UNDER_TEST` names (to run
+/// these tests against another build, an older one say, to show a regression test failing).
 pub fn ferry_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_ferry-under-test")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("FERRY_UNDER_TEST")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ferry-under-test").to_string())
+    })
 }
 
 /// How long a gateway may take to exit after `ferry stop` (as long as these tests have always
@@ -131,6 +136,30 @@ impl Gateway {
     /// Starts (or restarts) a gateway in `home`, its QUIC endpoint on `listen`, with extra
     /// environment (e.g. `FERRY_DANGEROUS_FAULT`).
     pub fn start_in(label: &str, home: &Path, listen: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_in_under(label, home, listen, env, &[])
+    }
+
+    /// Starts a gateway in a fresh temporary home as `wrapper ... ferry serve ...` (e.g.
+    /// `strace -o LOG`). The process signalled and killed is the wrapper's: stop it with
+    /// [`Gateway::stop`].
+    pub fn start_under(label: &str, wrapper: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("ferry-{label}-"))
+            .tempdir()
+            .unwrap();
+        let home = dir.path().to_path_buf();
+        let mut gateway = Self::start_in_under(label, &home, "127.0.0.1:0", &[], wrapper);
+        gateway._dir = Some(dir);
+        gateway
+    }
+
+    fn start_in_under(
+        label: &str,
+        home: &Path,
+        listen: &str,
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Self {
         std::fs::create_dir_all(home).unwrap();
         let _ = std::fs::remove_file(home.join("api.addr"));
         let log = std::fs::OpenOptions::new()
@@ -138,7 +167,15 @@ impl Gateway {
             .append(true)
             .open(home.join("serve.log"))
             .unwrap();
-        let mut child = Command::new(ferry_bin())
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(ferry_bin());
+                command
+            }
+            None => Command::new(ferry_bin()),
+        };
+        let mut child = command
             .args([
                 "--home",
                 home.to_str().unwrap(),

@@ -1,5 +1,7 @@
 //! The kit's read around a stopped local gateway (SPEC 9, last point): straight from a trusted
-//! peer's gateway over QUIC, as this machine's node.
+//! peer's gateway over QUIC, as this machine's node. The kit (`ferry-kit`) links no QUIC or
+//! SQLite, so this lives here and plugs into it as a [`ReadAround`]: [`kit`] makes a kit that
+//! has it.
 //!
 //! Only `get` comes this way; a write never does (SPEC 6 rule 9). The kit presents the local
 //! gateway's node key, which its peers trust, from an ephemeral UDP port of its own: peers check
@@ -27,23 +29,23 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use super::ReadRecord;
 use crate::config::Config;
 use crate::gateway::hello_of;
 use crate::home::{Home, HomeError};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role};
 use crate::store::StoreError;
+use ferry_kit::{AroundRead, Kit, ReadAround, ReadRecord};
 
 /// How long a read around the local gateway may take in all (SPEC 5's default read timeout).
-pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the read-only database connection waits for a gateway or CLI holding a lock.
 const DB_BUSY_WAIT: Duration = Duration::from_secs(2);
 
 /// What a peer's gateway answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum PeerRead {
+pub enum PeerRead {
     Found(ReadRecord),
     /// The vault has no such record, as far as `source` knows (`owner` or `replica:<label>`).
     NotFound {
@@ -53,7 +55,7 @@ pub(super) enum PeerRead {
 
 /// Why no peer's gateway gave an answer. Reads are safe to repeat: each case may be tried later.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum PeerReadError {
+pub enum PeerReadError {
     /// The state directory has no trusted peer to ask.
     #[error("no peer is trusted in this home")]
     NoPeers,
@@ -72,6 +74,47 @@ pub(super) enum PeerReadError {
     /// Peers were asked; none answered for the vault. `tried` says what each one did.
     #[error("{}", tried.join("; "))]
     NoAnswer { tried: Vec<String> },
+}
+
+/// Reads around a stopped local gateway, for a [`Kit`].
+#[derive(Debug, Clone)]
+pub struct PeerReadAround {
+    home: Home,
+}
+
+impl PeerReadAround {
+    pub fn new(home: Home) -> Self {
+        Self { home }
+    }
+}
+
+impl ReadAround for PeerReadAround {
+    fn get(
+        &self,
+        app: String,
+        vault: String,
+        key: String,
+        timeout: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<AroundRead, String>> + Send>>
+    {
+        let home = self.home.clone();
+        Box::pin(async move {
+            // The checks the local API would make, before anything is asked of a peer.
+            crate::names::check_vault(&vault).and_then(|()| crate::names::check_key(&key))?;
+            match get(&home, &app, &vault, &key, timeout).await {
+                Ok(PeerRead::Found(record)) => Ok(AroundRead::Found(record)),
+                Ok(PeerRead::NotFound { source }) => Ok(AroundRead::NotFound { source }),
+                Err(err) => Err(err.to_string()),
+            }
+        })
+    }
+}
+
+/// A kit for the gateway whose state directory is `home`, calling as `app`, that reads around
+/// that gateway when it is down.
+pub fn kit(home: &Home, app: &str) -> Kit {
+    Kit::from_home(home.root(), app)
+        .with_read_around(std::sync::Arc::new(PeerReadAround::new(home.clone())))
 }
 
 /// What the kit needs from the home, read in one go off the async threads.
@@ -148,7 +191,7 @@ fn source_of(label: &str, role: Role) -> (String, bool) {
 }
 
 /// Reads `key` of `vault` from a trusted peer's gateway, as `app`, within `timeout`.
-pub(super) async fn get(
+pub async fn get(
     home: &Home,
     app: &str,
     vault: &str,

@@ -1,0 +1,669 @@
+//! [`Kit`]: a client of one local gateway, found through its state directory.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::Method;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::contract::{
+    CallAnswer, CallStateName, ErrorBody, ErrorCode, ListPage, ListedKey, WriteDone,
+    HEADER_IF_MATCH, HEADER_REQUEST_ID, HEADER_REVISION, HEADER_SOURCE, HEADER_STALE,
+    HEADER_TIMEOUT, QUERY_VAULT,
+};
+use crate::http::{self, encode_segment, query, Answer, Call, Failure};
+use crate::outcome::{KitError, ReadRecord, Settlement, WriteResult};
+
+/// How long the kit waits for the gateway's answer beyond the call's own timeout, so the
+/// gateway's answer (which it must give by the deadline) wins over the kit giving up.
+const CLIENT_GRACE: Duration = Duration::from_secs(5);
+/// The call timeout when the app names none (SPEC 5).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Admin and listing calls: answered from the gateway's memory or database.
+const ADMIN_BOUND: Duration = Duration::from_secs(60);
+
+/// Options of one write.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// Compare-and-swap: the revision the record must have (0: must not exist).
+    pub if_revision: Option<u64>,
+    /// The write's request id (a UUIDv7). The kit makes one when this is `None`, so every
+    /// write it sends carries an id it can report.
+    pub request_id: Option<String>,
+    /// Seconds the write may take, as sent in `X-Ferry-Timeout` (the gateway checks it).
+    pub timeout: Option<String>,
+    /// How long this app waits for the answer before giving up on it (the write then is
+    /// `OutcomeUnknown`, and the gateway still carries it through and remembers it). Default:
+    /// the timeout plus a few seconds, so the gateway's own answer comes first.
+    pub client_timeout: Option<Duration>,
+}
+
+/// A read straight from a trusted peer's gateway, for when the local gateway is down (SPEC 9,
+/// last point). The gateway crate provides one (it needs QUIC and the home's trust store,
+/// which the kit itself does not link).
+pub trait ReadAround: Send + Sync + std::fmt::Debug {
+    /// Reads `key` of `vault` from a peer, as this machine's node, within `timeout`.
+    fn get(
+        &self,
+        app: String,
+        vault: String,
+        key: String,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<AroundRead, String>> + Send + 'static>>;
+}
+
+/// What a read around the local gateway found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AroundRead {
+    Found(ReadRecord),
+    /// The vault has no such record, as far as `source` knows.
+    NotFound {
+        source: String,
+    },
+}
+
+/// Where the local gateway listens, and the token it wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Endpoint {
+    addr: SocketAddr,
+    token: String,
+}
+
+/// A client of the local gateway whose state directory is `home`, calling as `app`.
+#[derive(Debug, Clone)]
+pub struct Kit {
+    home: PathBuf,
+    app: String,
+    endpoint: Arc<Mutex<Option<Endpoint>>>,
+    around: Option<Arc<dyn ReadAround>>,
+}
+
+impl Kit {
+    /// A client of the gateway whose state directory is `home`. Never fails: a gateway that is
+    /// not running is reported by each call.
+    pub fn from_home(home: impl Into<PathBuf>, app: &str) -> Self {
+        Self {
+            home: home.into(),
+            app: app.to_string(),
+            endpoint: Arc::new(Mutex::new(None)),
+            around: None,
+        }
+    }
+
+    /// A client of the gateway in `$FERRY_HOME`, else the platform's data directory.
+    pub fn from_default_home(app: &str) -> Option<Self> {
+        let home = match std::env::var_os("FERRY_HOME") {
+            Some(home) => PathBuf::from(home),
+            None => dirs::data_dir()?.join("ferry"),
+        };
+        Some(Self::from_home(home, app))
+    }
+
+    /// Reads go around a stopped local gateway through `around`.
+    pub fn with_read_around(mut self, around: Arc<dyn ReadAround>) -> Self {
+        self.around = Some(around);
+        self
+    }
+
+    /// The state directory this kit calls through.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    fn down(&self, why: &str) -> String {
+        let home = self.home.display();
+        format!(
+            "no gateway answers for {home} ({why}); start it with `ferry serve --home {home}`; nothing was sent"
+        )
+    }
+
+    /// The endpoint as last read from the home (read now if never).
+    fn endpoint(&self) -> Result<Endpoint, String> {
+        let mut cached = self
+            .endpoint
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(endpoint) = cached.as_ref() {
+            return Ok(endpoint.clone());
+        }
+        let endpoint = self.read_endpoint()?;
+        *cached = Some(endpoint.clone());
+        Ok(endpoint)
+    }
+
+    /// `api.addr` and `local-token` as they are on disk now.
+    fn read_endpoint(&self) -> Result<Endpoint, String> {
+        let addr = std::fs::read_to_string(self.home.join("api.addr"))
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .ok_or_else(|| self.down("it has not written api.addr"))?;
+        let token = std::fs::read_to_string(self.home.join("local-token"))
+            .map(|text| text.trim().to_string())
+            .map_err(|err| self.down(&format!("its local-token cannot be read: {err}")))?;
+        Ok(Endpoint { addr, token })
+    }
+
+    /// One exchange. A refused connect is tried once more if the home names another address
+    /// now (the gateway restarted): nothing was sent the first time, so that is safe.
+    async fn call(
+        &self,
+        method: Method,
+        path_and_query: String,
+        headers: Vec<(&'static str, String)>,
+        body: Bytes,
+        bound: Duration,
+    ) -> Result<Answer, CallFailure> {
+        let mut endpoint = self.endpoint().map_err(CallFailure::Down)?;
+        let mut retried = false;
+        loop {
+            let call = Call {
+                method: method.clone(),
+                path_and_query: path_and_query.clone(),
+                headers: headers.clone(),
+                body: body.clone(),
+                token: &endpoint.token,
+                app: &self.app,
+            };
+            match http::exchange(endpoint.addr, call, bound).await {
+                Ok(answer) => return Ok(answer),
+                Err(Failure::NotConnected { addr, source }) => {
+                    let fresh = self.read_endpoint().ok();
+                    *self
+                        .endpoint
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
+                    match fresh {
+                        Some(fresh) if !retried && fresh != endpoint => {
+                            endpoint = fresh;
+                            retried = true;
+                        }
+                        _ => {
+                            return Err(CallFailure::Down(
+                                self.down(&format!("connecting to {addr}: {source}")),
+                            ))
+                        }
+                    }
+                }
+                Err(Failure::Unbuildable { detail }) => {
+                    return Err(CallFailure::Unbuildable(detail))
+                }
+                Err(Failure::AfterConnect { detail }) => return Err(CallFailure::Broken(detail)),
+            }
+        }
+    }
+
+    /// Writes `value` under `key`.
+    pub async fn put(
+        &self,
+        vault: &str,
+        key: &str,
+        value: impl Into<Bytes>,
+        options: &WriteOptions,
+    ) -> WriteResult {
+        self.write(Method::PUT, vault, key, value.into(), options)
+            .await
+    }
+
+    /// Deletes `key`.
+    pub async fn delete(&self, vault: &str, key: &str, options: &WriteOptions) -> WriteResult {
+        self.write(Method::DELETE, vault, key, Bytes::new(), options)
+            .await
+    }
+
+    async fn write(
+        &self,
+        method: Method,
+        vault: &str,
+        key: &str,
+        body: Bytes,
+        options: &WriteOptions,
+    ) -> WriteResult {
+        let request_id = options
+            .request_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().hyphenated().to_string());
+        let mut headers = vec![(HEADER_REQUEST_ID, request_id.clone())];
+        if let Some(revision) = options.if_revision {
+            headers.push((HEADER_IF_MATCH, revision.to_string()));
+        }
+        if let Some(timeout) = &options.timeout {
+            headers.push((HEADER_TIMEOUT, timeout.clone()));
+        }
+        let bound = options.client_timeout.unwrap_or_else(|| {
+            options
+                .timeout
+                .as_deref()
+                .and_then(|t| t.parse::<f64>().ok())
+                .filter(|t| t.is_finite() && *t > 0.0 && *t <= 600.0)
+                .map(Duration::from_secs_f64)
+                .unwrap_or(DEFAULT_TIMEOUT)
+                + CLIENT_GRACE
+        });
+        let answer = match self
+            .call(method, record_path(vault, key), headers, body, bound)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(CallFailure::Down(detail)) => return WriteResult::LocalGatewayDown { detail },
+            Err(CallFailure::Unbuildable(detail)) => {
+                return WriteResult::Invalid {
+                    status: 400,
+                    code: ErrorCode::BadRequest,
+                    detail: format!("{detail}; nothing was sent"),
+                }
+            }
+            // A byte may have reached the gateway: from here on, never "nothing was sent".
+            Err(CallFailure::Broken(detail)) => {
+                return WriteResult::OutcomeUnknown {
+                    request_id,
+                    vault: vault.to_string(),
+                    owner: None,
+                    detail: format!(
+                        "the call to the local gateway ended without an answer ({detail}); \
+                         settle it by its request id"
+                    ),
+                }
+            }
+        };
+        write_result(answer, request_id, vault)
+    }
+
+    /// Asks what became of a write. `vault` (when the app knows it) lets the gateway ask the
+    /// owner even if it has no memory of the call; `wait` waits while it is still running.
+    pub async fn settle(
+        &self,
+        request_id: &str,
+        vault: Option<&str>,
+        wait: Option<Duration>,
+    ) -> Result<Settlement, KitError> {
+        let mut pairs = Vec::new();
+        if let Some(vault) = vault {
+            pairs.push((QUERY_VAULT, vault.to_string()));
+        }
+        if let Some(wait) = wait.filter(|wait| !wait.is_zero()) {
+            pairs.push(("wait", format!("{:.3}", wait.as_secs_f64().min(600.0))));
+        }
+        let path = format!("/v1/calls/{}{}", encode_segment(request_id), query(&pairs));
+        let bound = wait.unwrap_or_default() + ADMIN_BOUND;
+        let answer = self
+            .call(Method::GET, path, Vec::new(), Bytes::new(), bound)
+            .await
+            .map_err(CallFailure::into_kit_error)?;
+        if answer.status.is_success() {
+            let call: CallAnswer = parse(&answer)?;
+            return Ok(settlement(call));
+        }
+        let error = error_body(&answer)?;
+        Ok(match (answer.status.as_u16(), &error.error) {
+            (503, _) => Settlement::Unavailable {
+                detail: error.detail,
+            },
+            (404, ErrorCode::UnknownCall) => Settlement::NeverSent {
+                detail: error.detail,
+            },
+            (status, code) => {
+                return Err(KitError::Answered {
+                    status,
+                    code: code.clone(),
+                    detail: error.detail,
+                })
+            }
+        })
+    }
+
+    /// Reads one record. When the local gateway cannot be reached and a [`ReadAround`] is set,
+    /// reads it straight from a trusted peer's gateway (`source` `owner`, or `replica:<label>`
+    /// with `stale`).
+    pub async fn get(&self, vault: &str, key: &str) -> Result<ReadRecord, KitError> {
+        let answer = match self
+            .call(
+                Method::GET,
+                record_path(vault, key),
+                Vec::new(),
+                Bytes::new(),
+                DEFAULT_TIMEOUT + CLIENT_GRACE,
+            )
+            .await
+        {
+            Ok(answer) => answer,
+            Err(CallFailure::Down(why)) => return self.get_around(vault, key, why).await,
+            Err(other) => return Err(other.into_kit_error()),
+        };
+        if !answer.status.is_success() {
+            return Err(answered(&answer));
+        }
+        let revision = answer
+            .header(HEADER_REVISION)
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| KitError::Protocol {
+                detail: "a record came without X-Ferry-Revision".into(),
+            })?;
+        Ok(ReadRecord {
+            revision,
+            source: answer.header(HEADER_SOURCE).unwrap_or_default().to_string(),
+            stale: answer.header(HEADER_STALE) == Some("true"),
+            value: answer.body.to_vec(),
+        })
+    }
+
+    async fn get_around(
+        &self,
+        vault: &str,
+        key: &str,
+        why: String,
+    ) -> Result<ReadRecord, KitError> {
+        let Some(around) = &self.around else {
+            return Err(KitError::LocalGatewayDown { detail: why });
+        };
+        match around
+            .get(
+                self.app.clone(),
+                vault.to_string(),
+                key.to_string(),
+                DEFAULT_TIMEOUT,
+            )
+            .await
+        {
+            Ok(AroundRead::Found(record)) => Ok(record),
+            Ok(AroundRead::NotFound { source }) => Err(KitError::Answered {
+                status: 404,
+                code: ErrorCode::NotFound,
+                detail: format!(
+                    "there is no record {key:?} in this vault (answered by {source}; the local gateway is down)"
+                ),
+            }),
+            Err(peers) => Err(KitError::LocalGatewayDown {
+                detail: format!(
+                    "{} and no trusted peer could answer either ({peers})",
+                    why.trim_end_matches("; nothing was sent")
+                ),
+            }),
+        }
+    }
+
+    /// Every key with `prefix`, page by page (or at most `limit`).
+    pub async fn list(
+        &self,
+        vault: &str,
+        prefix: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<ListedKey>, KitError> {
+        let mut keys = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut pairs = vec![("prefix", prefix.to_string())];
+            if let Some(after) = &after {
+                pairs.push(("after", after.clone()));
+            }
+            let path = format!(
+                "/v1/vaults/{}/records{}",
+                encode_segment(vault),
+                query(&pairs)
+            );
+            let page: ListPage = self.get_typed(&path).await?;
+            for key in page.keys {
+                keys.push(key);
+                if limit.is_some_and(|limit| keys.len() >= limit) {
+                    return Ok(keys);
+                }
+            }
+            match page.next_after {
+                Some(next) if page.more => after = Some(next),
+                _ => return Ok(keys),
+            }
+        }
+    }
+
+    /// A call that is safe to repeat and must succeed: its answer, or the error it was.
+    async fn successful(
+        &self,
+        method: Method,
+        path: &str,
+        headers: Vec<(&'static str, String)>,
+        body: Bytes,
+    ) -> Result<Answer, KitError> {
+        let answer = self
+            .call(method, path.to_string(), headers, body, ADMIN_BOUND)
+            .await
+            .map_err(CallFailure::into_kit_error)?;
+        if !answer.status.is_success() {
+            return Err(answered(&answer));
+        }
+        Ok(answer)
+    }
+
+    /// GET a path and decode its JSON answer as `T`.
+    pub async fn get_typed<T: DeserializeOwned>(&self, path: &str) -> Result<T, KitError> {
+        let answer = self
+            .successful(Method::GET, path, Vec::new(), Bytes::new())
+            .await?;
+        parse(&answer)
+    }
+
+    /// GET an admin path as JSON.
+    pub async fn get_json(&self, path: &str) -> Result<Value, KitError> {
+        self.get_typed(path).await
+    }
+
+    /// GET a path as text (for `/metrics`).
+    pub async fn get_text(&self, path: &str) -> Result<String, KitError> {
+        let answer = self
+            .successful(Method::GET, path, Vec::new(), Bytes::new())
+            .await?;
+        String::from_utf8(answer.body.to_vec()).map_err(|_| KitError::Protocol {
+            detail: "the answer is not UTF-8 text".into(),
+        })
+    }
+
+    /// POST JSON to an admin path.
+    pub async fn post_json(&self, path: &str, body: &Value) -> Result<Value, KitError> {
+        let bytes = serde_json::to_vec(body).map_err(|err| KitError::Invalid {
+            detail: err.to_string(),
+        })?;
+        let headers = vec![("content-type", "application/json".to_string())];
+        let answer = self
+            .successful(Method::POST, path, headers, Bytes::from(bytes))
+            .await?;
+        parse(&answer)
+    }
+}
+
+/// Why an exchange with the local gateway gave no answer.
+#[derive(Debug)]
+enum CallFailure {
+    /// Not a byte left: the gateway could not be reached.
+    Down(String),
+    /// The app's input cannot be sent; nothing left.
+    Unbuildable(String),
+    /// Connected, then no whole answer: the request may have been read.
+    Broken(String),
+}
+
+impl CallFailure {
+    /// For calls that are safe to repeat (everything but a write).
+    fn into_kit_error(self) -> KitError {
+        match self {
+            Self::Down(detail) => KitError::LocalGatewayDown { detail },
+            Self::Unbuildable(detail) => KitError::Invalid { detail },
+            Self::Broken(detail) => KitError::Broken { detail },
+        }
+    }
+}
+
+/// The one place a write's HTTP answer becomes a [`WriteResult`]. Anything it does not
+/// recognise is `OutcomeUnknown`: the kit never guesses "nothing happened".
+fn write_result(answer: Answer, request_id: String, vault: &str) -> WriteResult {
+    let status = answer.status.as_u16();
+    let unknown = |detail: String| WriteResult::OutcomeUnknown {
+        request_id: request_id.clone(),
+        vault: vault.to_string(),
+        owner: None,
+        detail,
+    };
+    if status == 200 {
+        return match serde_json::from_slice::<WriteDone>(&answer.body) {
+            Ok(done) => WriteResult::Done {
+                revision: done.revision,
+                request_id,
+            },
+            Err(err) => unknown(format!(
+                "the gateway answered 200 without a revision ({err}); settle it by its request id"
+            )),
+        };
+    }
+    let Ok(error) = serde_json::from_slice::<ErrorBody>(&answer.body) else {
+        return unknown(format!(
+            "the gateway answered {status} without Ferry's error body; settle it by its request id"
+        ));
+    };
+    let retry_after = answer
+        .header("retry-after")
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    match (status, &error.error) {
+        (503, ErrorCode::NotCarriedOut) => WriteResult::NotCarriedOut {
+            request_id,
+            reason: error.reason.unwrap_or_default(),
+            detail: error.detail,
+        },
+        (503, ErrorCode::Unavailable) => WriteResult::Unavailable {
+            request_id,
+            detail: error.detail,
+        },
+        (502, ErrorCode::OutcomeUnknown) => WriteResult::OutcomeUnknown {
+            request_id,
+            vault: vault.to_string(),
+            owner: error.owner,
+            detail: error.detail,
+        },
+        (400, ErrorCode::BadRequest | ErrorCode::StaleRequestId)
+        | (401, ErrorCode::Unauthorized)
+        | (404, ErrorCode::UnknownVault) => WriteResult::Invalid {
+            status,
+            code: error.error,
+            detail: error.detail,
+        },
+        (
+            _,
+            ErrorCode::Conflict
+            | ErrorCode::NotFound
+            | ErrorCode::Forbidden
+            | ErrorCode::RateLimited
+            | ErrorCode::Busy
+            | ErrorCode::TicketRefused,
+        ) => WriteResult::Refused {
+            status,
+            code: error.error,
+            detail: error.detail,
+            request_id,
+            current_revision: error.current_revision,
+            retry_after,
+        },
+        // A code this kit does not know, or an internal error: it cannot say nothing ran.
+        _ => unknown(format!(
+            "the gateway answered {status} {}: {}; settle it by its request id",
+            error.error, error.detail
+        )),
+    }
+}
+
+fn settlement(call: CallAnswer) -> Settlement {
+    match call.state {
+        CallStateName::Done => match (call.status, call.revision) {
+            (Some(200), Some(revision)) => Settlement::Done { revision },
+            (status, _) => Settlement::Refused {
+                status: status.unwrap_or_default(),
+                code: call.error.unwrap_or(ErrorCode::Other),
+                detail: call.detail.unwrap_or_default(),
+            },
+        },
+        CallStateName::NotCarriedOut => Settlement::NotCarriedOut {
+            reason: call.reason.unwrap_or_default(),
+        },
+        // Not final (or not known to this kit): ask again.
+        CallStateName::Running | CallStateName::Unknown | CallStateName::Other => {
+            Settlement::Running
+        }
+    }
+}
+
+fn parse<T: DeserializeOwned>(answer: &Answer) -> Result<T, KitError> {
+    serde_json::from_slice(&answer.body).map_err(|err| KitError::Protocol {
+        detail: format!("{err} (status {})", answer.status),
+    })
+}
+
+fn error_body(answer: &Answer) -> Result<ErrorBody, KitError> {
+    serde_json::from_slice(&answer.body).map_err(|_| KitError::Protocol {
+        detail: format!(
+            "the gateway answered {} without Ferry's error body",
+            answer.status
+        ),
+    })
+}
+
+fn answered(answer: &Answer) -> KitError {
+    match error_body(answer) {
+        Ok(error) => KitError::Answered {
+            status: answer.status.as_u16(),
+            code: error.error,
+            detail: error.detail,
+        },
+        Err(err) => err,
+    }
+}
+
+/// `/v1/vaults/{vault}/records/{key}`, each one segment (a key's `/` is escaped).
+fn record_path(vault: &str, key: &str) -> String {
+    format!(
+        "/v1/vaults/{}/records/{}",
+        encode_segment(vault),
+        encode_segment(key)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_gateway_that_never_started_is_local_gateway_down_for_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let kit = Kit::from_home(dir.path(), "test");
+        let result = kit.put("v", "k", &b"x"[..], &WriteOptions::default()).await;
+        let WriteResult::LocalGatewayDown { detail } = result else {
+            panic!("{result:?}")
+        };
+        assert!(detail.ends_with("nothing was sent"), "{detail}");
+    }
+
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
+            status: hyper::StatusCode::from_u16(status).unwrap(),
+            headers: Default::default(),
+            body: Bytes::from(body.to_string()),
+        }
+    }
+
+    #[test]
+    fn an_answer_the_kit_cannot_read_is_never_nothing_was_sent() {
+        for (status, body) in [
+            (200, "{}"),
+            (500, r#"{"error":"internal","detail":"x"}"#),
+            (503, "<html>proxy</html>"),
+            (418, r#"{"error":"brand_new","detail":"x"}"#),
+        ] {
+            let result = write_result(answer(status, body), "id".into(), "v");
+            assert!(
+                matches!(result, WriteResult::OutcomeUnknown { .. }),
+                "{status} {body}: {result:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The local API's contract (SPEC 5) as Rust types, shared by the gateway that serves it and
+//! the kit that calls it, so the two cannot drift apart.
+//!
+//! Every error answer is an [`ErrorBody`]; a write that was carried out is a [`WriteDone`]; a
+//! settle query is a [`CallAnswer`]. Unknown error codes from a newer gateway decode as
+//! [`ErrorCode::Other`] rather than failing, so an older kit still reads the status and the
+//! detail.
+
+use serde::{Deserialize, Serialize};
+
+/// Header: the app's name (`X-Ferry-App`).
+pub const HEADER_APP: &str = "x-ferry-app";
+/// Header: the write's request id (`X-Ferry-Request-Id`), sent and echoed.
+pub const HEADER_REQUEST_ID: &str = "x-ferry-request-id";
+/// Header: a compare-and-swap's expected revision (`If-Match`).
+pub const HEADER_IF_MATCH: &str = "if-match";
+/// Header: seconds the call may take (`X-Ferry-Timeout`).
+pub const HEADER_TIMEOUT: &str = "x-ferry-timeout";
+/// Header: a record's revision on a read.
+pub const HEADER_REVISION: &str = "x-ferry-revision";
+/// Header: where a read's answer came from (`local`, `cache`, `owner`, `replica:LABEL`).
+pub const HEADER_SOURCE: &str = "x-ferry-source";
+/// Header: `true` when a read's answer may be behind the owner.
+pub const HEADER_STALE: &str = "x-ferry-stale";
+/// Query parameter of a settle query naming the vault, so the gateway can ask its owner even
+/// when it has no memory of the call.
+pub const QUERY_VAULT: &str = "vault";
+
+/// Every `error` code the local API answers with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request was malformed or over a limit; nothing was sent.
+    BadRequest,
+    /// Missing or wrong bearer token; nothing happened.
+    Unauthorized,
+    /// The record (or route) does not exist.
+    NotFound,
+    /// No trusted gateway owns that vault; nothing was sent.
+    UnknownVault,
+    /// This gateway never sent a write with that request id.
+    UnknownCall,
+    /// The owner refused a compare-and-swap; the answer carries the current revision.
+    Conflict,
+    /// The owner does not let this app or node do that.
+    Forbidden,
+    /// The request id is older than the owner's journal keeps.
+    StaleRequestId,
+    /// Too many writes from this app; send again after `Retry-After`, same request id.
+    RateLimited,
+    /// The owner could not take it now; not carried out; same request id after `Retry-After`.
+    Busy,
+    /// The owner refused this gateway's ticket at its door, even after one renewal.
+    TicketRefused,
+    /// The request left, broke, and the owner confirmed it never ran and never will.
+    NotCarriedOut,
+    /// Nothing was sent (no route, connect failed, gateway stopping, ...).
+    Unavailable,
+    /// The request left and no answer came back: settle it by its request id.
+    OutcomeUnknown,
+    /// The path is not one of the API's routes.
+    UnknownRoute,
+    /// The route exists but not with that method.
+    MethodNotAllowed,
+    /// A bug or a store failure on the gateway; see its log.
+    Internal,
+    /// A code this kit does not know (a newer gateway).
+    #[serde(other)]
+    Other,
+}
+
+impl ErrorCode {
+    /// The code as it appears in JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::BadRequest => "bad_request",
+            Self::Unauthorized => "unauthorized",
+            Self::NotFound => "not_found",
+            Self::UnknownVault => "unknown_vault",
+            Self::UnknownCall => "unknown_call",
+            Self::Conflict => "conflict",
+            Self::Forbidden => "forbidden",
+            Self::StaleRequestId => "stale_request_id",
+            Self::RateLimited => "rate_limited",
+            Self::Busy => "busy",
+            Self::TicketRefused => "ticket_refused",
+            Self::NotCarriedOut => "not_carried_out",
+            Self::Unavailable => "unavailable",
+            Self::OutcomeUnknown => "outcome_unknown",
+            Self::UnknownRoute => "unknown_route",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::Internal => "internal",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every error answer of the local API (`4xx` and `5xx`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorCode,
+    /// One sentence a person can act on.
+    pub detail: String,
+    /// The write's request id, on every answer to a write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The vault's owner (its label), with `outcome_unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The vault, with `outcome_unknown`, so the app can settle by naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vault: Option<String>,
+    /// A finer reason: the door's (`expired`, ...), `not_carried_out`'s (`never_arrived`, ...),
+    /// `unavailable`'s (`port_closed`, ...) or `outcome_unknown`'s (`timed_out`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// With `conflict`: the record's current revision (0: it does not exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<u64>,
+    /// With `ticket_refused`: refused at the door, before any verb ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_door: Option<bool>,
+    /// With a read's `not_found`: which source said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+impl ErrorBody {
+    pub fn new(error: ErrorCode, detail: impl Into<String>) -> Self {
+        Self {
+            error,
+            detail: detail.into(),
+            request_id: None,
+            owner: None,
+            vault: None,
+            reason: None,
+            current_revision: None,
+            at_door: None,
+            source: None,
+        }
+    }
+}
+
+/// `200` to a write: the owner carried it out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteDone {
+    pub revision: u64,
+    pub request_id: String,
+}
+
+/// What a settle query (`GET /v1/calls/{id}`) found, and one row of `GET /v1/calls`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallAnswer {
+    pub state: CallStateName,
+    pub request_id: String,
+    /// The owner's label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// With `done`: the first answer's HTTP status (200 carried out, else the refusal's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// With `done` and status 200: the revision the write made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+    /// With `done` and a refusal: its code and detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorCode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<u64>,
+    /// With `not_carried_out`: `never_arrived`, `expired` or `interrupted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// With `running`: since when (Unix ms), and how old the owner's last sign of work is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_age_ms: Option<u64>,
+    /// In `GET /v1/calls`: the vault and the app of the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vault: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
+}
+
+impl CallAnswer {
+    /// An answer in `state` for `request_id`, every other field empty.
+    pub fn new(state: CallStateName, request_id: impl Into<String>) -> Self {
+        Self {
+            state,
+            request_id: request_id.into(),
+            owner: None,
+            status: None,
+            revision: None,
+            error: None,
+            detail: None,
+            current_revision: None,
+            reason: None,
+            since: None,
+            heartbeat_age_ms: None,
+            vault: None,
+            app: None,
+        }
+    }
+}
+
+/// The states a call can be in, as the API names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStateName {
+    /// The owner answered: carried out (status 200) or refused (its status).
+    Done,
+    /// Still being carried out (or still on its way): ask again.
+    Running,
+    /// Not carried out, and never will be.
+    NotCarriedOut,
+    /// Only in `GET /v1/calls`: answered `outcome_unknown` and not settled yet.
+    Unknown,
+    /// A state this kit does not know (a newer gateway): ask again later.
+    #[serde(other)]
+    Other,
+}
+
+/// One key of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedKey {
+    pub key: String,
+    pub revision: u64,
+}
+
+/// `GET /v1/vaults/{vault}/records`: one page of keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListPage {
+    pub keys: Vec<ListedKey>,
+    /// Whether another page follows; ask again with `after = next_after`.
+    pub more: bool,
+    #[serde(default)]
+    pub next_after: Option<String>,
+    pub vault_revision: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_error_code_decodes_as_other_and_keeps_the_detail() {
+        let body: ErrorBody =
+            serde_json::from_str(r#"{"error":"brand_new","detail":"d","extra":1}"#).unwrap();
+        assert_eq!((body.error, body.detail.as_str()), (ErrorCode::Other, "d"));
+    }
+
+    #[test]
+    fn codes_serialize_as_their_names() {
+        for code in [
+            ErrorCode::OutcomeUnknown,
+            ErrorCode::NotCarriedOut,
+            ErrorCode::StaleRequestId,
+        ] {
+            assert_eq!(
+                serde_json::to_value(&code).unwrap(),
+                serde_json::json!(code.as_str())
+            );
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! The Ferry kit: the library an app uses to call its own gateway (SPEC 5).
+//!
+//! A write's answer is a [`WriteResult`], one variant per case of SPEC 5's table. The kit
+//! keeps one rule: [`WriteResult::LocalGatewayDown`] ("nothing was sent") only when the
+//! connection to the local gateway could not be opened; any failure after that is
+//! [`WriteResult::OutcomeUnknown`] with the request id, which the kit always sets itself when
+//! the app gave none. An unknown outcome is settled with [`Kit::settle`], naming the vault, so
+//! the gateway can ask the owner even after a crash that cost it its memory of the call.
+//!
+//! - [`contract`]: the local API's answers as types, shared with the gateway that serves them;
+//! - [`http`]: one exchange on a connection of its own (which is what makes "nothing was sent"
+//!   exact);
+//! - [`Kit`] in `client`: the calls; [`WriteResult`], [`Settlement`], [`ReadRecord`] and
+//!   [`KitError`] in `outcome`.
+//!
+//! The kit links no QUIC, SQLite or HTTP server. Reading around a stopped gateway (straight from
+//! a trusted peer) needs those, so it is a hook ([`ReadAround`]) the gateway crate fills.
+
+mod client;
+pub mod contract;
+pub mod http;
+mod outcome;
+
+pub use client::{AroundRead, Kit, ReadAround, WriteOptions};
+pub use outcome::{KitError, ReadRecord, Settlement, WriteResult};

@@ -1,0 +1,412 @@
+//! Settling (SPEC 5): what became of a write, by its request id, whatever happened to this
+//! gateway or to the app's HTTP client in between.
+//!
+//! Where the answer comes from, in order:
+//! 1. the call is still being carried out by this process: wait for it (within `wait`);
+//! 2. the call log (`store::calls`): a settled answer is answered from here; an unknown one
+//!    (including one a crash cut short) is asked of its owner, never re-sent;
+//! 3. this gateway's own journal (a local app's write to a vault owned here);
+//! 4. no memory of it at all (the app names an id this gateway never recorded, or a power cut
+//!    took the last rows of the log): the owner of the vault the app names is asked; with no
+//!    vault named, **every** trusted peer and this gateway's own journal are asked. An owner
+//!    that never saw the id tombstones it (it can then never run), so "not carried out" is
+//!    only answered once every gateway that could have received it has said so. If one of them
+//!    cannot be asked, the answer is "unavailable, ask again": never `unknown_call` for an id
+//!    that may have reached an owner.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_peer::outcome::{NotCarriedOutReason, RefusalCode, WriteOutcome};
+use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
+use ferry_ticket::NodeId;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::debug;
+
+use crate::call_log::End;
+use crate::gateway::{Gateway, Place};
+use crate::store::calls::{self, CallRow, RowState};
+use crate::store::{journal, vaults::Role, StoreError};
+
+/// How often remembered `outcome_unknown` calls are asked about while their owner is away.
+const SETTLE_INTERVAL: Duration = Duration::from_secs(1);
+/// How long one ask of one owner may take.
+const SETTLE_ASK_BOUND: Duration = Duration::from_secs(2);
+/// While an owner says `running`, it is asked again this often (within `?wait=`).
+const SETTLE_POLL: Duration = Duration::from_millis(100);
+
+/// Why a settle query has no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettleError {
+    /// Nothing could have left with that id: this gateway trusts no peer and owns no vault.
+    #[error("{detail}")]
+    UnknownCall { detail: String },
+    /// Someone who may know could not be asked now; ask again later.
+    #[error("{detail}")]
+    Unavailable { detail: String },
+    /// The id is older than the journals keep: nobody can say any more.
+    #[error("{detail}")]
+    Forgotten { detail: String },
+}
+
+/// The calls this process is carrying out now, by request id: what a settle query waits on
+/// instead of asking the owner (which would fence a write still on its way).
+#[derive(Debug, Default)]
+pub struct InFlight {
+    calls: std::sync::Mutex<HashMap<RequestId, InFlightCall>>,
+}
+
+#[derive(Debug, Clone)]
+struct InFlightCall {
+    since_ms: u64,
+    owner_label: String,
+    outcome: watch::Receiver<Option<WriteOutcome>>,
+}
+
+/// Held by the task carrying out one write; publishes its outcome, and takes the call off the
+/// registry when dropped.
+#[derive(Debug)]
+pub struct InFlightGuard {
+    registry: Arc<InFlight>,
+    request_id: RequestId,
+    outcome: watch::Sender<Option<WriteOutcome>>,
+}
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, InFlightCall>> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a call on its way to `owner_label`.
+    pub fn register(
+        self: &Arc<Self>,
+        request_id: RequestId,
+        owner_label: &str,
+        since_ms: u64,
+    ) -> InFlightGuard {
+        let (outcome, receiver) = watch::channel(None);
+        self.lock().insert(
+            request_id,
+            InFlightCall {
+                since_ms,
+                owner_label: owner_label.to_string(),
+                outcome: receiver,
+            },
+        );
+        InFlightGuard {
+            registry: self.clone(),
+            request_id,
+            outcome,
+        }
+    }
+
+    fn get(&self, request_id: RequestId) -> Option<InFlightCall> {
+        self.lock().get(&request_id).cloned()
+    }
+}
+
+impl InFlightGuard {
+    /// The call's outcome, for settle queries waiting on it.
+    pub fn publish(&self, outcome: &WriteOutcome) {
+        self.outcome.send_replace(Some(outcome.clone()));
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.registry.lock().remove(&self.request_id);
+    }
+}
+
+/// The state a definite outcome settles to; `None` for outcomes that say nothing final
+/// (unknown, not sent, or a refusal that lets the same id be sent again).
+pub fn definite_state(outcome: &WriteOutcome) -> Option<CallState> {
+    match outcome {
+        WriteOutcome::Answered(WriteAnswer::Refused(refusal))
+            if matches!(refusal.code, RefusalCode::Busy | RefusalCode::RateLimited) =>
+        {
+            None
+        }
+        WriteOutcome::Answered(answer) => Some(CallState::Answered(answer.clone())),
+        WriteOutcome::NotCarriedOut { reason } => {
+            Some(CallState::NotCarriedOut { reason: *reason })
+        }
+        WriteOutcome::NotSent { .. } | WriteOutcome::Unknown { .. } => None,
+    }
+}
+
+impl Gateway {
+    /// `GET /v1/calls/{id}`: what became of a write (see the module doc for where the answer
+    /// comes from). With `wait`, waits while it is still running.
+    pub async fn settle(
+        self: &Arc<Self>,
+        request_id: RequestId,
+        vault: Option<String>,
+        wait: Duration,
+    ) -> Result<(CallState, String), SettleError> {
+        let give_up = Instant::now() + wait;
+        if let Some(call) = self.in_flight.get(request_id) {
+            let mut outcome = call.outcome.clone();
+            // `None`: still on its way; `Some(None)`: ended without an outcome (never sent).
+            let ended: Option<Option<WriteOutcome>> = match tokio::time::timeout_at(
+                tokio::time::Instant::from_std(give_up),
+                outcome.wait_for(Option::is_some),
+            )
+            .await
+            {
+                Err(_) => None,
+                Ok(Ok(published)) => Some(published.clone()),
+                Ok(Err(_)) => Some(None),
+            };
+            match ended {
+                // Still on its way here: running, from the app's point of view.
+                None => {
+                    return Ok((
+                        CallState::Running {
+                            since_ms: call.since_ms,
+                            heartbeat_age_ms: 0,
+                        },
+                        call.owner_label,
+                    ))
+                }
+                Some(Some(outcome)) => {
+                    if let Some(state) = definite_state(&outcome) {
+                        return Ok((state, call.owner_label));
+                    }
+                }
+                Some(None) => {}
+            }
+            // No definite answer: the log (flushed before the call leaves the registry) and
+            // the owner say the rest.
+            self.call_log.flush().await;
+        }
+        let remembered = self
+            .reader
+            .run(move |conn| calls::get(conn, request_id))
+            .await
+            .map_err(unavailable)?;
+        let owner = match remembered {
+            Some(CallRow {
+                state: RowState::Settled(state),
+                owner_label,
+                ..
+            }) => return Ok((state, owner_label)),
+            Some(row) => Some(row.owner),
+            None => None,
+        };
+        let owner = match owner {
+            Some(owner) => owner,
+            None => match self.own_journal(request_id).await? {
+                Some(state) => return Ok((state, self.label.clone())),
+                None => match vault {
+                    Some(vault) => match self.owner_of_vault(&vault).await {
+                        Some(owner) => owner,
+                        None => return self.ask_everyone(request_id).await,
+                    },
+                    None => return self.ask_everyone(request_id).await,
+                },
+            },
+        };
+        let label = self.label_of(owner);
+        loop {
+            let state = self.ask_owner(owner, request_id, SETTLE_ASK_BOUND).await?;
+            if let CallState::Forgotten { retention_ms } = state {
+                return Err(forgotten(request_id, retention_ms));
+            }
+            if !matches!(state, CallState::Running { .. }) {
+                self.keep_settled(request_id, state.clone()).await;
+                return Ok((state, label));
+            }
+            if Instant::now() + SETTLE_POLL > give_up {
+                return Ok((state, label));
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    fn label_of(&self, node: NodeId) -> String {
+        if node == self.node_id() {
+            self.label.clone()
+        } else {
+            self.peers.label_of(&node).unwrap_or_else(|| node.short())
+        }
+    }
+
+    /// A local app's write to a vault owned here is in this gateway's own journal.
+    async fn own_journal(&self, request_id: RequestId) -> Result<Option<CallState>, SettleError> {
+        let me = self.node_id();
+        let entry = self
+            .reader
+            .run(move |conn| journal::lookup(conn, me, request_id))
+            .await
+            .map_err(unavailable)?;
+        Ok(entry.map(|entry| entry.to_call_state()))
+    }
+
+    /// The node that owns `vault`, as far as this gateway can tell now.
+    async fn owner_of_vault(self: &Arc<Self>, vault: &str) -> Option<NodeId> {
+        let deadline = Instant::now() + SETTLE_ASK_BOUND;
+        match self.place_of(vault, deadline).await.ok()? {
+            Place::Local(row) if row.role == Role::Owner => Some(self.node_id()),
+            Place::Local(row) => Some(row.owner),
+            Place::Remote(target) => Some(target.node),
+        }
+    }
+
+    /// Asks every gateway that could have received `request_id` from this one: every trusted
+    /// peer and this gateway's own executor, at once.
+    async fn ask_everyone(
+        self: &Arc<Self>,
+        request_id: RequestId,
+    ) -> Result<(CallState, String), SettleError> {
+        let mut owners: Vec<NodeId> = self.peers.all().iter().map(|p| p.node_id).collect();
+        let owns_vaults = self
+            .local_vault_rows()
+            .iter()
+            .any(|v| v.role == Role::Owner);
+        if owners.is_empty() && !owns_vaults {
+            return Err(SettleError::UnknownCall {
+                detail: format!(
+                    "this gateway sent no write with request id {request_id}: it trusts no peer and owns no vault"
+                ),
+            });
+        }
+        owners.push(self.node_id());
+        let mut asks = JoinSet::new();
+        for owner in owners {
+            let gateway = self.clone();
+            asks.spawn(async move {
+                let answer = gateway.ask_owner(owner, request_id, SETTLE_ASK_BOUND).await;
+                (owner, answer)
+            });
+        }
+        let mut unreachable = Vec::new();
+        let mut forgotten_ms = None;
+        let mut found = None;
+        while let Some(joined) = asks.join_next().await {
+            let Ok((owner, answer)) = joined else {
+                continue;
+            };
+            match answer {
+                Ok(CallState::NotCarriedOut {
+                    reason: NotCarriedOutReason::NeverArrived,
+                }) => {}
+                Ok(CallState::Forgotten { retention_ms }) => forgotten_ms = Some(retention_ms),
+                Ok(state) => found = Some((state, self.label_of(owner))),
+                Err(err) => unreachable.push(format!("{} ({err})", self.label_of(owner))),
+            }
+        }
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        if let Some(retention_ms) = forgotten_ms {
+            return Err(forgotten(request_id, retention_ms));
+        }
+        if !unreachable.is_empty() {
+            return Err(SettleError::Unavailable {
+                detail: format!(
+                    "this gateway has no record of {request_id}, so every gateway that could have received it must be asked, and {} could not be; ask again later, or name the vault (?vault=NAME)",
+                    unreachable.join(", ")
+                ),
+            });
+        }
+        // Every gateway that could have received it has now fenced it.
+        Ok((
+            CallState::NotCarriedOut {
+                reason: NotCarriedOutReason::NeverArrived,
+            },
+            String::new(),
+        ))
+    }
+
+    /// Asks `owner` what became of `request_id`, once.
+    async fn ask_owner(
+        &self,
+        owner: NodeId,
+        request_id: RequestId,
+        bound: Duration,
+    ) -> Result<CallState, SettleError> {
+        if owner == self.node_id() {
+            return self
+                .executor
+                .status(owner, request_id)
+                .await
+                .map_err(|err| SettleError::Unavailable {
+                    detail: err.to_string(),
+                });
+        }
+        let target = self
+            .target(&owner)
+            .ok_or_else(|| SettleError::Unavailable {
+                detail: "the owner of that call is no longer trusted".into(),
+            })?;
+        self.caller
+            .call_status(&target, request_id, Instant::now() + bound, false)
+            .await
+            .map_err(|err| SettleError::Unavailable {
+                detail: err.to_string(),
+            })
+    }
+
+    /// Keeps a definite answer in the call log (a no-op for an id the log does not hold).
+    async fn keep_settled(&self, request_id: RequestId, state: CallState) {
+        self.call_log
+            .finish(request_id, End::Settled(state), None)
+            .await;
+        self.metrics.call_settled();
+    }
+
+    /// The calls `GET /v1/calls` lists (only the unknown ones, or every one that was unknown
+    /// or is in flight).
+    pub async fn remembered_calls(&self, only_unknown: bool) -> Result<Vec<CallRow>, StoreError> {
+        self.reader
+            .run(move |conn| calls::listed(conn, only_unknown))
+            .await
+    }
+
+    /// SPEC 6 rule 10: settles remembered `outcome_unknown` calls in the background, asking
+    /// (never re-sending) until each owner answers. Runs until the gateway stops.
+    pub async fn settle_in_background(self: Arc<Self>) {
+        let mut stopping = self.stopping();
+        loop {
+            let unknown = self.reader.run(calls::unknown).await.unwrap_or_default();
+            for call in unknown {
+                if self.is_stopping() {
+                    return;
+                }
+                match self
+                    .ask_owner(call.owner, call.request_id, SETTLE_ASK_BOUND)
+                    .await
+                {
+                    Ok(CallState::Running { .. }) | Err(_) => {}
+                    Ok(state) => {
+                        debug!(request_id = %call.request_id, ?state, "settled in the background");
+                        self.keep_settled(call.request_id, state).await;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(SETTLE_INTERVAL) => {}
+                _ = self.settle_wake.notified() => {}
+                _ = stopping.wait_for(|stopping| *stopping) => return,
+            }
+        }
+    }
+}
+
+fn unavailable(err: StoreError) -> SettleError {
+    SettleError::Unavailable {
+        detail: err.to_string(),
+    }
+}
+
+fn forgotten(request_id: RequestId, retention_ms: u64) -> SettleError {
+    SettleError::Forgotten {
+        detail: format!(
+            "request id {request_id} is older than the owner's journal keeps ({} days): if it ran, it ran that long ago, and the owner can no longer say; it can never run again",
+            retention_ms / 86_400_000
+        ),
+    }
+}

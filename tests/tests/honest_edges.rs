@@ -1,0 +1,306 @@
+//! The local API's edges, tried as an adversary would (issue 9): keys and vault names that
+//! look like paths, request ids that are not quite UUIDv7 or are dated oddly, malformed paths
+//! and query strings, unknown routes, oversized admin bodies. Each is stored literally where it
+//! was meant, or refused with the documented JSON error before anything is sent.
+
+// Tests may unwrap: a panic here is a failed test, not a crashed gateway.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+
+use ferry_gateway::home::Home;
+use ferry_gateway::read_around;
+use std::time::Duration;
+
+use ferry_kit::http::{self, Method};
+use ferry_kit::{WriteOptions, WriteResult};
+use harness::{two_with_notes, Gateway};
+
+/// Keys that a URL library would rewrite if sent as raw path segments.
+const PATH_LIKE_KEYS: [&str; 7] = [
+    "../../other/records/planted",
+    "a/../b",
+    "./x",
+    "..",
+    ".",
+    "a/./b/",
+    "%2e%2e/%2F",
+];
+
+fn keys_in(gateway: &Gateway, vault: &str) -> Vec<String> {
+    let db = gateway.db();
+    let mut stmt = db
+        .prepare("SELECT key FROM records WHERE vault = ?1 AND value IS NOT NULL ORDER BY key")
+        .unwrap();
+    let keys = stmt
+        .query_map([vault], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<Vec<String>, _>>()
+        .unwrap();
+    keys
+}
+
+#[test]
+fn path_like_keys_are_stored_literally_in_their_vault_through_the_kit_and_the_cli() {
+    let (a, b) = two_with_notes();
+    // A second vault a key might try to escape into.
+    assert!(a.cli(&["vault", "create", "other"]).status.success());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let kit = read_around::kit(&Home::locate(Some(b.home.clone())).unwrap(), "edges");
+    for key in PATH_LIKE_KEYS {
+        let put = runtime.block_on(kit.put(
+            "notes",
+            key,
+            key.as_bytes().to_vec(),
+            &WriteOptions::default(),
+        ));
+        assert!(
+            matches!(put, WriteResult::Done { .. }),
+            "kit put {key:?}: {put:?}"
+        );
+        let read = runtime.block_on(kit.get("notes", key)).unwrap();
+        assert_eq!(read.value, key.as_bytes(), "kit get {key:?}");
+        let listed = runtime.block_on(kit.list("notes", key, None)).unwrap();
+        assert!(
+            listed.iter().any(|k| k.key == key),
+            "kit list {key:?}: {listed:?}"
+        );
+    }
+    for key in PATH_LIKE_KEYS {
+        let cli_key = format!("cli/{key}");
+        let (code, put) = b.cli_json(&["put", "notes", &cli_key, "v"]);
+        assert_eq!(
+            (code, put["outcome"].as_str()),
+            (0, Some("done")),
+            "cli put {cli_key:?}: {put}"
+        );
+        let (code, got) = b.cli_json(&["get", "notes", &cli_key]);
+        assert_eq!(
+            (code, got["value"].as_str()),
+            (0, Some("v")),
+            "cli get {cli_key:?}: {got}"
+        );
+        let (code, deleted) = b.cli_json(&["delete", "notes", &cli_key]);
+        assert_eq!(
+            (code, deleted["outcome"].as_str()),
+            (0, Some("done")),
+            "cli delete {cli_key:?}: {deleted}"
+        );
+    }
+    let mut expected: Vec<String> = PATH_LIKE_KEYS.iter().map(|k| k.to_string()).collect();
+    expected.sort();
+    assert_eq!(
+        keys_in(&a, "notes"),
+        expected,
+        "every key literally, in its vault"
+    );
+    assert!(
+        keys_in(&a, "other").is_empty(),
+        "nothing landed in another vault"
+    );
+
+    // Deleting through the kit finds the same literal keys.
+    for key in PATH_LIKE_KEYS {
+        let deleted = runtime.block_on(kit.delete("notes", key, &WriteOptions::default()));
+        assert!(
+            matches!(deleted, WriteResult::Done { .. }),
+            "kit delete {key:?}: {deleted:?}"
+        );
+    }
+    assert!(keys_in(&a, "notes").is_empty());
+}
+
+#[test]
+fn dot_vault_names_are_refused_at_creation_and_in_every_route() {
+    let (a, b) = two_with_notes();
+    for name in [".", ".."] {
+        let out = a.cli(&["vault", "create", name]);
+        assert_eq!(out.status.code(), Some(2), "vault create {name:?}: {out:?}");
+        let (status, body) = post(&a, "/v1/admin/vaults", &format!(r#"{{"name":"{name}"}}"#));
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("bad_request")),
+            "{body}"
+        );
+        let (status, body) = post(
+            &b,
+            "/v1/admin/vaults/follow",
+            &format!(r#"{{"name":"{name}","owner":"a"}}"#),
+        );
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("bad_request")),
+            "{body}"
+        );
+        // Sent raw (a URL library would drop the dot segment before sending): the gateway sees
+        // the dot name, encoded or not, and refuses it.
+        let encoded = name.replace('.', "%2E");
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        for vault in [name.to_string(), encoded] {
+            for (method, path) in [
+                (Method::PUT, format!("/v1/vaults/{vault}/records/k")),
+                (Method::GET, format!("/v1/vaults/{vault}/records/k")),
+                (Method::DELETE, format!("/v1/vaults/{vault}/records/k")),
+                (Method::GET, format!("/v1/vaults/{vault}/records")),
+            ] {
+                let (status, body) = runtime.block_on(raw(&b, method.clone(), &path));
+                assert!(
+                    status == 400 && body["error"] == "bad_request"
+                        || status == 404 && body["error"] == "unknown_route",
+                    "{method} {path}: {status} {body}"
+                );
+            }
+        }
+    }
+    assert_eq!(a.vault_revision("notes"), 0, "nothing was written anywhere");
+}
+
+/// A request sent exactly as written (no path normalisation), through the kit's HTTP layer.
+async fn raw(gateway: &Gateway, method: Method, path: &str) -> (u16, serde_json::Value) {
+    let call = http::Call {
+        method,
+        path_and_query: path.to_string(),
+        headers: Vec::new(),
+        body: bytes::Bytes::from_static(b"v"),
+        token: &gateway.token,
+        app: "edges",
+    };
+    let answer = http::exchange(gateway.api.parse().unwrap(), call, Duration::from_secs(10))
+        .await
+        .unwrap();
+    (
+        answer.status.as_u16(),
+        serde_json::from_slice(&answer.body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn post(gateway: &Gateway, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let response = gateway
+        .request(reqwest::Method::POST, path)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().unwrap_or(serde_json::Value::Null))
+}
+
+#[test]
+fn every_error_is_the_documented_json_even_from_the_router() {
+    let (_a, b) = two_with_notes();
+    let cases: [(reqwest::Method, &str, u16, &str); 6] = [
+        (
+            reqwest::Method::GET,
+            "/v1/vaults/notes/records/%FF",
+            400,
+            "bad_request",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/v1/vaults/notes/records/%FF%FE",
+            400,
+            "bad_request",
+        ),
+        (
+            reqwest::Method::GET,
+            "/v1/vaults/notes/records?limit=-1",
+            400,
+            "bad_request",
+        ),
+        (
+            reqwest::Method::GET,
+            "/v1/vaults/notes/records?limit=x",
+            400,
+            "bad_request",
+        ),
+        (reqwest::Method::GET, "/v1/nowhere", 404, "unknown_route"),
+        (
+            reqwest::Method::PATCH,
+            "/v1/vaults/notes/records/k",
+            405,
+            "method_not_allowed",
+        ),
+    ];
+    for (method, path, status, code) in cases {
+        let response = b.request(method.clone(), path).send().unwrap();
+        let got = response.status().as_u16();
+        let text = response.text().unwrap();
+        let body: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{method} {path}: not JSON: {text:?}"));
+        assert_eq!(
+            (got, body["error"].as_str()),
+            (status, Some(code)),
+            "{method} {path}: {body}"
+        );
+        assert!(
+            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{body}"
+        );
+    }
+    // Without the token, an unknown route is the same 401 as any other.
+    let response = reqwest::blocking::Client::new()
+        .get(b.url("/v1/nowhere"))
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+    let body: serde_json::Value = response.json().unwrap();
+    assert_eq!(body["error"], "unauthorized");
+}
+
+#[test]
+fn request_ids_with_the_wrong_variant_or_odd_dates_are_refused_and_nothing_is_sent() {
+    let (a, b) = two_with_notes();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let id_at = |ms: u64, variant: char| {
+        format!(
+            "{:08x}-{:04x}-7abc-{variant}def-0123456789ab",
+            ms >> 16,
+            ms & 0xffff
+        )
+    };
+    let cases = [
+        (id_at(now_ms, 'c'), "bad_request"), // variant bits 11: not RFC 9562
+        (id_at(now_ms, '0'), "bad_request"), // variant bits 0x: NCS
+        (id_at(now_ms + 10 * 60_000, '8'), "bad_request"), // 10 minutes ahead
+        (id_at(now_ms - 8 * 86_400_000, '8'), "stale_request_id"), // older than 7 days
+    ];
+    for (id, code) in &cases {
+        let (status, body) = b.put("notes", "k", b"v", &[("x-ferry-request-id", id)]);
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some(*code)),
+            "{id}: {body}"
+        );
+        let (status, body) = b.settle(id, None);
+        assert_eq!(status, 400, "settle {id}: {body}");
+    }
+    // A fine id from 4 minutes ahead (clock skew) is accepted.
+    let (status, body) = b.put(
+        "notes",
+        "k",
+        b"v",
+        &[("x-ferry-request-id", &id_at(now_ms + 4 * 60_000, '9'))],
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(a.vault_revision("notes"), 1, "only the good id ran");
+    assert_eq!(
+        a.metric("ferry_peer_requests_served_total{kind=\"write\"}"),
+        1,
+        "nothing else reached the owner"
+    );
+}
+
+#[test]
+fn admin_bodies_are_limited() {
+    let (_a, b) = two_with_notes();
+    let huge = format!(r#"{{"name":"{}"}}"#, "x".repeat(1 << 20));
+    let (status, body) = post(&b, "/v1/admin/vaults", &huge);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("bad_request")),
+        "{body}"
+    );
+}
