@@ -79,7 +79,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         },
     )?;
     let reader = Reader::open(&db_path)?;
-    let call_log = CallLog::start(&db_path)?;
+    let call_log = CallLog::start(&db_path, &home.root().join("calls.slots"))?;
     let endpoint = PeerEndpoint::bind(
         config.listen,
         key.clone(),

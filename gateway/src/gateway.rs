@@ -30,7 +30,7 @@ use crate::metrics::Metrics;
 use crate::owner::executor::Executor;
 use crate::peers::{Directory, PeerBook};
 use crate::reader::Reader;
-use crate::settlement::{definite_state, InFlight};
+use crate::settlement::InFlight;
 use crate::store::calls::{CallRow, RowState};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role, VaultRow};
@@ -522,8 +522,8 @@ impl Gateway {
         let hold = self
             .in_flight
             .register(call.request_id, &target.label, since_ms);
-        let fresh = match self.call_log.begin(row.clone()).await {
-            Ok(fresh) => fresh,
+        let recorded = match self.call_log.begin(&row).await {
+            Ok(recorded) => recorded,
             Err(err) => {
                 return Ok((
                     WriteOutcome::not_sent(
@@ -536,22 +536,20 @@ impl Gateway {
                 ))
             }
         };
-        let outcome = self
-            .caller
-            .write(&target, call.clone(), &**self, deadline)
-            .await;
+        // Boxed for the same reason as in `spawn_write`: this is most of the state.
+        let outcome = Box::pin(self.caller.write(&target, call.clone(), &**self, deadline)).await;
         hold.publish(&outcome);
         self.cache_write_through(&call.app, &call.vault, &call.verb, &outcome);
-        let end = match (definite_state(&outcome), &outcome) {
-            (Some(state), _) => End::Settled(state),
-            (None, WriteOutcome::Unknown { .. }) => End::Unknown(row),
-            // Nothing sent (or refused in a way that lets the same id go again): forget the
-            // row this attempt made; one an earlier attempt made may still need settling.
-            (None, _) if fresh => End::Forget,
-            (None, _) => End::Unknown(row),
+        // The owner's answer is in its journal; a write never sent leaves nothing: only an
+        // unknown outcome is kept here, to be settled.
+        let end = match &outcome {
+            WriteOutcome::Unknown { .. } => End::Unknown(row),
+            _ => End::Over,
         };
         let unknown = matches!(end, End::Unknown(_));
-        self.call_log.finish(call.request_id, end, Some(hold)).await;
+        self.call_log
+            .finish(call.request_id, recorded, end, Some(hold))
+            .await;
         if unknown {
             self.settle_wake.notify_one();
         }
@@ -578,9 +576,7 @@ impl Gateway {
                     state: RowState::Unknown,
                     since_ms: store::unix_ms(),
                 };
-                self.call_log
-                    .finish(call.request_id, End::Unknown(row), None)
-                    .await;
+                self.call_log.unknown(row).await;
                 self.settle_wake.notify_one();
                 WriteOutcome::Unknown {
                     reason: UnknownReason::TimedOut,

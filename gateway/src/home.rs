@@ -7,6 +7,7 @@
 //! | `local-token` | the bearer token apps present, one line| 0600 |
 //! | `api.addr`    | `HOST:PORT` the local API bound, one line, written once it listens | 0644 |
 //! | `ferry.db`    | SQLite (WAL)                           | 0600 |
+//! | `calls.slots` | the call log's writes in flight (see `call_log::slots`) | 0600 |
 //! | `config.toml` | optional                               |      |
 
 use std::fs::{self, OpenOptions};

@@ -25,7 +25,6 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use crate::call_log::End;
 use crate::gateway::{Gateway, Place};
 use crate::store::calls::{self, CallRow, RowState};
 use crate::store::{journal, vaults::Role, StoreError};
@@ -352,9 +351,7 @@ impl Gateway {
 
     /// Keeps a definite answer in the call log (a no-op for an id the log does not hold).
     async fn keep_settled(&self, request_id: RequestId, state: CallState) {
-        self.call_log
-            .finish(request_id, End::Settled(state), None)
-            .await;
+        self.call_log.settled(request_id, state).await;
         self.metrics.call_settled();
     }
 

@@ -362,3 +362,38 @@ pub enum ProtocolFailure {
     /// The receiver is stopping and takes no new work; nothing ran.
     GoingAway,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_id_needs_version_7_and_the_rfc_9562_variant() {
+        let good = "01a22e97-95d7-7abc-8def-0123456789ab";
+        assert!(RequestId::parse(good).is_ok());
+        for (bad, why) in [
+            (
+                "01a22e97-95d7-7abc-cdef-0123456789ab",
+                RequestIdError::WrongVariant,
+            ),
+            (
+                "01a22e97-95d7-7abc-0def-0123456789ab",
+                RequestIdError::WrongVariant,
+            ),
+            (
+                "01a22e97-95d7-7abc-edef-0123456789ab",
+                RequestIdError::WrongVariant,
+            ),
+            (
+                "01a22e97-95d7-4abc-8def-0123456789ab",
+                RequestIdError::NotVersion7 { version: 4 },
+            ),
+        ] {
+            assert_eq!(RequestId::parse(bad), Err(why), "{bad}");
+        }
+        assert_eq!(
+            RequestId::parse("{01a22e97-95d7-7abc-8def-0123456789ab}"),
+            Err(RequestIdError::NotUuid)
+        );
+    }
+}

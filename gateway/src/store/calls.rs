@@ -1,14 +1,14 @@
 //! The caller's memory of the writes it sent to owners (SPEC 5, "settling outlives the
 //! caller"; SPEC 6 rule 10).
 //!
-//! A row is written **before the first byte of the request leaves** (`in_flight`), so whatever
-//! happens to this process afterwards, the id, its owner and its vault are on disk. Then:
-//! - a definite answer (done, refused, not carried out) makes it `settled` with that answer;
-//! - `outcome_unknown` makes it `unknown`, and the background settler asks the owner (never
-//!   re-sends) until it can be `settled`;
-//! - nothing sent after all: the row is removed again (if this attempt made it);
-//! - a row still `in_flight` when the gateway starts belongs to a call a crash cut short: it
-//!   becomes `unknown` and is settled like any other.
+//! A call in flight is recorded before its first byte leaves: in a slot of the call log's slot
+//! file (`call_log::slots`), or, when every slot is taken, as an `in_flight` row here. Then:
+//! - `outcome_unknown` makes it an `unknown` row, and the background settler asks the owner
+//!   (never re-sends) until it can be `settled`, with the answer kept;
+//! - an answer from the owner, or nothing sent after all, leaves no row (the owner's journal
+//!   has the answer; a settle query with no row here asks the owner);
+//! - a call a crash cut short (a slot found at start, or an `in_flight` row) becomes `unknown`
+//!   and is settled like any other.
 
 use ferry_peer::wire::{CallState, RequestId};
 use ferry_ticket::NodeId;
@@ -149,6 +149,24 @@ pub fn settle(
     Ok(())
 }
 
+/// A call recorded as an `in_flight` row ended with nothing to keep (answered by the owner,
+/// whose journal has the answer, or never sent): the row goes, unless an earlier attempt with
+/// that id was reported unknown, which then stays to be settled.
+pub fn over(conn: &Connection, request_id: RequestId) -> Result<(), StoreError> {
+    let removed = conn
+        .prepare_cached(
+            "DELETE FROM calls WHERE request_id = ?1 AND state = 'in_flight' AND reported_unknown = 0",
+        )?
+        .execute([request_id.to_string()])?;
+    if removed == 0 {
+        conn.prepare_cached(
+            "UPDATE calls SET state = 'unknown' WHERE request_id = ?1 AND state = 'in_flight'",
+        )?
+        .execute([request_id.to_string()])?;
+    }
+    Ok(())
+}
+
 /// Forgets a call that was never sent after all.
 pub fn forget(conn: &Connection, request_id: RequestId) -> Result<(), StoreError> {
     conn.prepare_cached("DELETE FROM calls WHERE request_id = ?1")?
@@ -245,5 +263,26 @@ mod tests {
         assert_eq!(unknown(&conn).unwrap().len(), 1);
         // A repeat of a remembered id is not new.
         assert!(!begin(&conn, &row(done)).unwrap());
+    }
+
+    #[test]
+    fn an_answer_at_once_forgets_the_row_unless_an_earlier_attempt_was_unknown() {
+        let (_dir, conn) = open_temp();
+        let (quick, retried) = (RequestId::generate(), RequestId::generate());
+        begin(&conn, &row(quick)).unwrap();
+        over(&conn, quick).unwrap();
+        assert_eq!(
+            get(&conn, quick).unwrap(),
+            None,
+            "the owner's journal has it"
+        );
+        mark_unknown(&conn, &row(retried)).unwrap();
+        begin(&conn, &row(retried)).unwrap();
+        over(&conn, retried).unwrap();
+        assert_eq!(
+            get(&conn, retried).unwrap().unwrap().state,
+            RowState::Unknown,
+            "reported unknown once: still to be settled"
+        );
     }
 }

@@ -1,0 +1,295 @@
+//! The caller's call log: what this gateway knows about the writes it sends to owners, kept
+//! so that every one of them can be settled by its request id after any crash.
+//!
+//! - A write **in flight** holds a slot of the slot file ([`slots`]): written before the
+//!   write's first byte leaves, cleared when it ends. A gateway killed mid-call finds the slot
+//!   at its next start and turns it into an `unknown` row of the calls table.
+//! - A write that ended **`outcome_unknown`** is a row of the calls table (`store::calls`),
+//!   settled in the background by asking its owner; its slot is cleared only once that row is
+//!   committed, so no moment has neither.
+//! - A write the owner **answered** leaves nothing here: the owner's journal keeps that answer,
+//!   and a settle query about it asks the owner (the kit names the vault).
+//!
+//! Rows are written by one thread owning a SQLite connection, in batches: nobody waits for
+//! them except `flush`. When every slot is taken (4,096 writes in flight), a write is recorded
+//! as an `in_flight` row instead, through the same thread, which the caller then waits for.
+
+pub mod slots;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ferry_peer::wire::{CallState, RequestId};
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, info, warn};
+
+use crate::settlement::InFlightGuard;
+use crate::store::calls::{self, CallRow};
+use crate::store::{self, StoreError};
+use slots::SlotFile;
+
+/// How many records may wait for the thread.
+const QUEUE_DEPTH: usize = 8192;
+/// The most records in one transaction.
+const MAX_BATCH: usize = 512;
+
+/// One change to the calls table.
+#[derive(Debug)]
+enum Op {
+    /// A call about to be sent, with every slot taken: recorded as an `in_flight` row.
+    Begin {
+        row: CallRow,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// How a call ended; its slot (if it had one) is cleared and `hold` (its place in the
+    /// in-flight registry) let go once this is committed.
+    Finish {
+        request_id: RequestId,
+        end: End,
+        slot: Option<u32>,
+        hold: Option<InFlightGuard>,
+    },
+    /// Answered once every op sent before it is committed.
+    Flush { reply: oneshot::Sender<()> },
+    /// Forget settled calls older than this (Unix ms).
+    Collect { before_ms: u64 },
+}
+
+/// How a recorded call ended.
+#[derive(Debug)]
+pub enum End {
+    /// The app was told `outcome_unknown` (the row is made if missing).
+    Unknown(CallRow),
+    /// The owner answered the call itself, or it was never sent: nothing to keep (a row an
+    /// earlier attempt left stays, to be settled).
+    Over,
+    /// The owner's definite answer to a settle query about a remembered call.
+    Settled(CallState),
+}
+
+/// Where a call in flight is recorded: hand it back to [`CallLog::finish`].
+#[derive(Debug)]
+pub struct Recorded {
+    slot: Option<u32>,
+}
+
+/// The handle the write path records through.
+#[derive(Debug)]
+pub struct CallLog {
+    queue: mpsc::Sender<Op>,
+    slots: Arc<SlotFile>,
+}
+
+/// Why a call could not be recorded: it must then not be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("the call log is full or stopped")]
+    Unavailable,
+    #[error("the call log could not be written: {0}")]
+    Store(String),
+}
+
+impl CallLog {
+    /// Opens the log: calls a crash left in flight (in slots, or `in_flight` rows) become
+    /// `unknown` rows, to be settled with their owners; then the thread starts.
+    pub fn start(db_path: &Path, slots_path: &Path) -> Result<Self, StoreError> {
+        let mut conn = store::open(db_path)?;
+        // Rows need to be in the WAL, not on the platter: a killed process keeps them; a power
+        // cut is for the settle path's "ask every owner" (see `settlement.rs`).
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let (slots, cut_short) = SlotFile::open(slots_path)
+            .map_err(|err| StoreError::Corrupt(format!("the call log's slot file: {err}")))?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for row in &cut_short {
+            calls::mark_unknown(&tx, row)?;
+        }
+        let recovered = calls::recover_in_flight(&tx)? + cut_short.len();
+        tx.commit()?;
+        slots
+            .clear_all()
+            .map_err(|err| StoreError::Corrupt(format!("the call log's slot file: {err}")))?;
+        if recovered > 0 {
+            info!(
+                recovered,
+                "writes a crash cut short are now outcome_unknown, to be settled with their owners"
+            );
+        }
+        let slots = Arc::new(slots);
+        let (queue, receiver) = mpsc::channel(QUEUE_DEPTH);
+        let thread_slots = slots.clone();
+        std::thread::Builder::new()
+            .name("ferry-call-log".into())
+            .spawn(move || run(conn, &thread_slots, receiver))
+            .map_err(|err| StoreError::Corrupt(format!("cannot start the call log: {err}")))?;
+        Ok(Self { queue, slots })
+    }
+
+    /// Records `row` as in flight; returns once it is where a crash cannot lose it to a
+    /// killed process (a slot, or a committed row).
+    pub async fn begin(&self, row: &CallRow) -> Result<Recorded, LogError> {
+        match self.slots.take(row) {
+            Ok(Some(slot)) => return Ok(Recorded { slot: Some(slot) }),
+            Ok(None) => {}
+            Err(err) => warn!(%err, "the call log's slot file refused a write; using a row"),
+        }
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Op::Begin {
+                row: row.clone(),
+                reply,
+            })
+            .await
+            .map_err(|_| LogError::Unavailable)?;
+        answer
+            .await
+            .map_err(|_| LogError::Unavailable)?
+            .map_err(LogError::Store)?;
+        Ok(Recorded { slot: None })
+    }
+
+    /// Records how a call ended; `hold` (its place in the in-flight registry) is let go once
+    /// that is recorded. A call that ended with nothing to keep is cleared at once.
+    pub async fn finish(
+        &self,
+        request_id: RequestId,
+        recorded: Recorded,
+        end: End,
+        hold: Option<InFlightGuard>,
+    ) {
+        if let (End::Over, Some(slot)) = (&end, recorded.slot) {
+            if let Err(err) = self.slots.clear(slot) {
+                warn!(%err, "a slot of the call log could not be cleared; it is settled after the next start");
+            }
+            return;
+        }
+        self.send(Op::Finish {
+            request_id,
+            end,
+            slot: recorded.slot,
+            hold,
+        })
+        .await;
+    }
+
+    /// Records an `outcome_unknown` answered for a call that held no slot (a local write that
+    /// timed out in the owner's queue).
+    pub async fn unknown(&self, row: CallRow) {
+        let request_id = row.request_id;
+        self.send(Op::Finish {
+            request_id,
+            end: End::Unknown(row),
+            slot: None,
+            hold: None,
+        })
+        .await;
+    }
+
+    /// Records the owner's answer to a settle query about a remembered call.
+    pub async fn settled(&self, request_id: RequestId, state: CallState) {
+        self.send(Op::Finish {
+            request_id,
+            end: End::Settled(state),
+            slot: None,
+            hold: None,
+        })
+        .await;
+    }
+
+    /// Forgets settled calls older than `before_ms`.
+    pub async fn collect(&self, before_ms: u64) {
+        self.send(Op::Collect { before_ms }).await;
+    }
+
+    /// Waits until everything recorded so far is committed.
+    pub async fn flush(&self) {
+        let (reply, done) = oneshot::channel();
+        self.send(Op::Flush { reply }).await;
+        let _ = done.await;
+    }
+
+    async fn send(&self, op: Op) {
+        if self.queue.send(op).await.is_err() {
+            error!("the call log has stopped; a call's outcome was not recorded");
+        }
+    }
+}
+
+fn run(mut conn: Connection, slots: &SlotFile, mut queue: mpsc::Receiver<Op>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = queue.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        let results = apply(&mut conn, &batch);
+        for (op, result) in batch.drain(..).zip(results) {
+            match op {
+                Op::Begin { reply, .. } => {
+                    let _ = reply.send(result.map_err(|err| err.to_string()));
+                }
+                Op::Flush { reply } => {
+                    let _ = reply.send(());
+                }
+                // After the commit: the row holds the call now, so its slot can go, and the
+                // call can leave the registry (dropping `hold`).
+                Op::Finish { slot, hold, .. } => match result {
+                    Ok(()) => {
+                        if let Some(slot) = slot {
+                            if let Err(err) = slots.clear(slot) {
+                                warn!(%err, "a slot of the call log could not be cleared");
+                            }
+                        }
+                        drop(hold);
+                    }
+                    // The slot still holds the call: the next start settles it.
+                    Err(err) => error!(%err, "a call's outcome could not be recorded"),
+                },
+                Op::Collect { .. } => {
+                    if let Err(err) = result {
+                        error!(%err, "settled calls could not be collected");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Applies a batch in one transaction; each op's own result (all fail if the commit fails).
+fn apply(conn: &mut Connection, batch: &[Op]) -> Vec<Result<(), StoreError>> {
+    let now_ms = store::unix_ms();
+    let attempt = (|| {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut results = Vec::with_capacity(batch.len());
+        for op in batch {
+            results.push(match op {
+                Op::Begin { row, .. } => calls::begin(&tx, row).map(|_| ()),
+                Op::Finish {
+                    request_id, end, ..
+                } => match end {
+                    End::Unknown(row) => calls::mark_unknown(&tx, row),
+                    End::Over => calls::over(&tx, *request_id),
+                    End::Settled(state) => calls::settle(&tx, *request_id, state, now_ms),
+                },
+                Op::Flush { .. } => Ok(()),
+                Op::Collect { before_ms } => calls::collect(&tx, *before_ms, 100_000).map(|_| ()),
+            });
+        }
+        tx.commit()?;
+        Ok::<_, StoreError>(results)
+    })();
+    match attempt {
+        Ok(results) => results,
+        Err(err) => batch
+            .iter()
+            .map(|_| {
+                Err(StoreError::Corrupt(format!(
+                    "the batch did not commit: {err}"
+                )))
+            })
+            .collect(),
+    }
+}
