@@ -3,41 +3,44 @@
 //! A tour, from the outside in:
 //! - [`cli`]: the command line; thin, built on the kit (`ferry-kit`, the app library), with
 //!   [`read_around`] plugged in so reads go around a stopped gateway.
-//! - [`daemon`]: `ferry serve`: builds the [`gateway::Gateway`], listens, stops in order.
-//! - [`api`]: the local HTTP API on loopback.
-//! - [`gateway`]: the running gateway's state and the operations behind the API; writes run on
-//!   tasks of their own ([`tasks`]) and are recorded in the [`call_log`] before they leave, so
-//!   [`settlement`] can answer for any of them after any crash.
-//! - [`service`]: what the gateway does with requests from peers.
-//! - [`owner`]: the executor that carries out writes, and the verbs themselves.
-//! - [`store`] and [`reader`]: SQLite (WAL, synchronous=FULL): vaults, records, trust, journal.
-//! - [`discovery`], [`monitor`], [`tailnet`]: what mDNS tells, the route prober, this machine's
-//!   tailnet addresses.
-//! - [`reads`], [`replication`]: the read path (cache, owner, replicas, stale fallback) and
-//!   replicas' sync jobs.
-//! - [`peers`]: the trust book the TLS server consults, and who owns which vault.
-//! - [`home`], [`config`], [`names`], [`metrics`]: the state directory, settings, validation of
-//!   names, and counters.
+//! - [`daemon`]: `ferry serve`: builds the [`gateway::Gateway`], serves the local [`api`], runs
+//!   mDNS, stops in order.
+//! - [`gateway`]: the composition root over an [`env`] (clock, blocking work, side probe); it
+//!   builds the components, each owning its state:
+//!   [`vaults`] (the vaults held here), [`network`] (peers, routes, directory, discovery, the
+//!   prober), [`owner`] (door, tickets, the executor: the store's one writer), [`reads`] (the
+//!   read path and its cache), [`writes`] (the write path: writes run on tasks of their own,
+//!   [`tasks`], recorded in the [`call_log`] before they leave), [`settlement`] (settling by
+//!   request id, after any crash), [`replication`] (replicas' sync, progress on the
+//!   [`sync_board`]), [`admin`] (trust, vaults, rotation), and the [`lifecycle`] they share.
+//!   Their decisions are `ferry-core`'s; these drive them.
+//! - [`store`] and [`reader`]: SQLite (WAL, synchronous=FULL): vaults, records, trust, journal,
+//!   calls, with a schema version.
+//! - [`home`], [`config`], [`names`], [`metrics`], [`tailnet`]: the state directory, settings,
+//!   validation of names, counters, this machine's tailnet addresses.
 
+pub mod admin;
 pub mod api;
 pub mod call_log;
 pub mod cli;
 pub mod config;
 pub mod daemon;
-pub mod discovery;
+pub mod env;
 pub mod gateway;
 pub mod home;
+pub mod lifecycle;
 pub mod metrics;
-pub mod monitor;
 pub mod names;
+pub mod network;
 pub mod owner;
-pub mod peers;
 pub mod read_around;
 pub mod reader;
 pub mod reads;
 pub mod replication;
-pub mod service;
 pub mod settlement;
 pub mod store;
+pub mod sync_board;
 pub mod tailnet;
 pub mod tasks;
+pub mod vaults;
+pub mod writes;

@@ -30,11 +30,11 @@ use tokio::task::JoinSet;
 use tracing::debug;
 
 use crate::config::Config;
-use crate::gateway::hello_of;
 use crate::home::{Home, HomeError};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role};
 use crate::store::StoreError;
+use crate::vaults::hello_of;
 use ferry_kit::{AroundRead, Kit, ReadAround, ReadRecord};
 
 /// How long a read around the local gateway may take in all (SPEC 5's default read timeout).

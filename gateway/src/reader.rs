@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use ferry_peer::wire::{ReadAnswer, ReadVerb};
 use rusqlite::Connection;
 
+use crate::env::Blocking;
 use crate::store::{self, records, vaults, StoreError};
 
 /// Pages are capped so one answer stays well inside a frame.
@@ -25,25 +26,35 @@ const CONNECTIONS: usize = 4;
 pub struct Reader {
     conns: Arc<Vec<Mutex<Connection>>>,
     next: Arc<AtomicUsize>,
+    blocking: Blocking,
 }
 
 impl Reader {
-    pub fn open(db_path: &Path) -> Result<Self, StoreError> {
+    pub fn open(db_path: &Path, blocking: Blocking) -> Result<Self, StoreError> {
         let conns = (0..CONNECTIONS)
             .map(|_| store::open(db_path).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             conns: Arc::new(conns),
             next: Arc::new(AtomicUsize::new(0)),
+            blocking,
         })
     }
 
-    /// Runs `f` with a reading connection, off the async threads.
+    /// Runs `f` with a reading connection, off the async threads (inline with
+    /// [`Blocking::Inline`]).
     pub async fn run<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
+        if self.blocking == Blocking::Inline {
+            let start = self.next.fetch_add(1, Ordering::Relaxed);
+            let conn = self.conns[start % self.conns.len()]
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            return f(&conn);
+        }
         let conns = self.conns.clone();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         tokio::task::spawn_blocking(move || {

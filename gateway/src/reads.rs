@@ -1,29 +1,30 @@
-//! The read path of one record (SPEC 9): the order of sources, the cache, hedging, and
-//! monotonic reads per app.
-//!
-//! Order: the local copy (owned here, or a replica fresh enough) → a fresh cache entry → the
-//! owner over its best route, sending the cached revision (an unchanged record costs no body)
-//! → if the owner is slow past an attempt timeout derived from the route's RTT, the peers that
-//! replicate the vault are asked too, while the owner may still answer → a local replica that is
-//! not fresh → a stale cache entry → `503 unavailable`. Any answer older than one this gateway
-//! already gave the same app is passed over (monotonic reads).
+//! The read path (SPEC 9): the cache, monotonic reads per app, and the driver of
+//! `ferry_core::read::RecordRead`, which decides the order of sources, when to hedge to the
+//! replicas, and the stale fallbacks. This module only does the IO each step asks for (the local
+//! copy, the owner, the replicas) and says which source's answer an app may be given.
 
 use std::borrow::Cow;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use ferry_cache::{Admission, CachedRecord};
-use ferry_peer::call::Target;
-use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb, WireRecord};
+use ferry_cache::{Admission, CachedRecord, MonotonicReads, RecordCache};
+use ferry_core::clock::Clock;
+use ferry_core::read::{
+    hedge_delay, CacheView, LocalReplica, ReadEvent, ReadSource as Fate, ReadStart, ReadStep,
+    RecordRead as Plan,
+};
+use ferry_peer::call::{ReadError, Target};
+use ferry_peer::outcome::{RefusalCode, WriteOutcome};
+use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb, WireRecord, WriteAnswer, WriteVerb};
 use ferry_ticket::NodeId;
 
-use crate::gateway::{Gateway, LocalRefusal, Place, ReadFailure};
-use crate::store::{self, vaults::Role};
-
-/// The least time the owner gets before the replicas are asked too.
-const HEDGE_FLOOR: Duration = Duration::from_millis(50);
-/// The hedge waits this many smoothed RTTs of the owner's best route.
-const HEDGE_RTTS: u32 = 8;
+use crate::metrics::Metrics;
+use crate::network::{Network, Place};
+use crate::store::vaults::Role;
+use crate::sync_board::SyncBoard;
+use crate::vaults::Vaults;
 
 /// Where a read's answer came from (`X-Ferry-Source`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +63,45 @@ pub enum RecordRead {
     NotFound { source: Source },
 }
 
+/// A call refused here, before anything was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalRefusal {
+    pub code: RefusalCode,
+    pub detail: String,
+}
+
+impl LocalRefusal {
+    pub fn unknown_vault(vault: &str) -> Self {
+        Self {
+            code: RefusalCode::UnknownVault,
+            detail: format!("no trusted gateway owns a vault named {vault:?}; create it with `ferry vault create {vault}` on its owner, or trust the owner"),
+        }
+    }
+}
+
+/// Why a read has no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadFailure {
+    Refused(LocalRefusal),
+    Unavailable { detail: String },
+}
+
+/// Where a listing's answer came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListSource {
+    Local,
+    Owner,
+}
+
+impl ListSource {
+    pub fn header(&self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Owner => "owner",
+        }
+    }
+}
+
 /// One source's answer before monotonic admission.
 enum Answer {
     Record { revision: u64, value: Arc<[u8]> },
@@ -69,8 +109,105 @@ enum Answer {
     NotFound { vault_revision: u64 },
 }
 
-impl Gateway {
-    /// Reads one record for `app`, trying sources in SPEC 9's order.
+/// What the read path is set with.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadSettings {
+    pub cache_fresh_ms: u64,
+    pub replica_fresh_ms: u64,
+    pub cache_max_bytes: usize,
+    pub cache_max_entries: usize,
+}
+
+/// The read path and its memory.
+#[derive(Debug)]
+pub struct Reads {
+    network: Arc<Network>,
+    vaults: Arc<Vaults>,
+    board: Arc<SyncBoard>,
+    cache: Mutex<RecordCache>,
+    monotonic: Mutex<MonotonicReads>,
+    settings: ReadSettings,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+}
+
+type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl Reads {
+    pub fn new(
+        network: Arc<Network>,
+        vaults: Arc<Vaults>,
+        board: Arc<SyncBoard>,
+        settings: ReadSettings,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            metrics,
+            network,
+            vaults,
+            board,
+            cache: Mutex::new(RecordCache::new(
+                settings.cache_max_bytes,
+                settings.cache_max_entries,
+            )),
+            monotonic: Mutex::new(MonotonicReads::default()),
+            settings,
+            clock,
+        }
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, RecordCache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn monotonic(&self) -> std::sync::MutexGuard<'_, MonotonicReads> {
+        self.monotonic.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this gateway's replica of `vault` caught up with its owner recently enough to
+    /// answer reads first.
+    pub fn replica_is_fresh(&self, vault: &str) -> bool {
+        self.board
+            .caught_up_ago(vault, self.clock.now())
+            .is_some_and(|ago| ago.as_millis() < u128::from(self.settings.replica_fresh_ms))
+    }
+
+    /// Keeps the cache true to a write through this gateway: the written value (or the
+    /// deletion) at its new revision once done; anything else may have changed the record, so
+    /// the entry is marked stale.
+    pub fn write_through(&self, app: &str, vault: &str, verb: &WriteVerb, outcome: &WriteOutcome) {
+        let key = verb.key();
+        match outcome {
+            WriteOutcome::Answered(WriteAnswer::Done { revision }) => {
+                let value = match verb {
+                    WriteVerb::Put { value, .. } => Some(Arc::<[u8]>::from(value.as_slice())),
+                    WriteVerb::Delete { .. } => None,
+                };
+                self.cache()
+                    .insert(vault, key, *revision, value, self.clock.unix_ms());
+                // The app that wrote it has seen this revision.
+                self.monotonic()
+                    .admit_from_owner(app, vault, key, *revision);
+            }
+            WriteOutcome::NotSent { .. } | WriteOutcome::NotCarriedOut { .. } => {}
+            _ => {
+                self.cache().invalidate(vault, key);
+            }
+        }
+    }
+
+    /// Forgets what the cache holds of `key` (replication applied a change to it).
+    pub fn invalidate(&self, vault: &str, key: &str) {
+        self.cache().invalidate(vault, key);
+    }
+
+    /// Forgets what the cache holds of `vault` (it has a better source now: a local replica).
+    pub fn invalidate_vault(&self, vault: &str) {
+        self.cache().invalidate_vault(vault);
+    }
+
+    /// Reads one record for `app`, in the order `ferry_core::read` decides.
     pub async fn read_record(
         self: &Arc<Self>,
         app: &str,
@@ -78,7 +215,13 @@ impl Gateway {
         key: &str,
         deadline: Instant,
     ) -> Result<RecordRead, ReadFailure> {
-        match self.place_of(vault, deadline).await? {
+        let place = self
+            .network
+            .place_of(vault, deadline)
+            .await
+            .ok_or_else(|| ReadFailure::Refused(LocalRefusal::unknown_vault(vault)))?;
+        match place {
+            // Owned here: the local copy is the truth.
             Place::Local(row) if row.role == Role::Owner => {
                 let read = self.read_here(vault, key).await?;
                 Ok(self
@@ -87,32 +230,204 @@ impl Gateway {
                         source: Source::Local,
                     }))
             }
-            Place::Local(row) => {
-                if self.replica_is_fresh(vault) {
-                    let read = self.read_here(vault, key).await?;
-                    if let Some(answer) =
-                        self.admit(app, vault, key, read, Source::Local, false, false)
-                    {
-                        return Ok(answer);
-                    }
+            Place::Local(row) => match self.network.target(&row.owner) {
+                Some(owner) => {
+                    let local = LocalReplica {
+                        fresh: self.replica_is_fresh(vault),
+                    };
+                    self.read_planned(app, vault, key, &owner, Some(local), deadline)
+                        .await
                 }
-                let remote = match self.target(&row.owner) {
-                    Some(target) => self.read_remote(app, vault, key, &target, deadline).await,
-                    None => Err(ReadFailure::Unavailable {
-                        detail: "this gateway does not trust the vault's owner".into(),
-                    }),
-                };
-                match remote {
-                    Ok(answer) => Ok(answer),
-                    // The owner is out of reach: the local replica, marked stale.
-                    Err(failure) => {
-                        let read = self.read_here(vault, key).await?;
-                        self.admit(app, vault, key, read, Source::Local, true, false)
-                            .ok_or(failure)
+                // The owner is not trusted any more: the replica is all there is, stale.
+                None => {
+                    let read = self.read_here(vault, key).await?;
+                    self.admit(app, vault, key, read, Source::Local, true, false)
+                        .ok_or(ReadFailure::Unavailable {
+                            detail: "this gateway does not trust the vault's owner".into(),
+                        })
+                }
+            },
+            Place::Remote(owner) => {
+                self.read_planned(app, vault, key, &owner, None, deadline)
+                    .await
+            }
+        }
+    }
+
+    /// Drives one `ferry_core::read::RecordRead`: performs its steps, reports each source's fate.
+    async fn read_planned(
+        self: &Arc<Self>,
+        app: &str,
+        vault: &str,
+        key: &str,
+        owner: &Target,
+        local: Option<LocalReplica>,
+        deadline: Instant,
+    ) -> Result<RecordRead, ReadFailure> {
+        let cached = self.cache().get_any(vault, key);
+        let hedge = self
+            .network
+            .directory()
+            .has_replica_besides(vault, &[owner.node, self.network.me()])
+            .then(|| hedge_delay(self.network.routes().best_rtt(owner.node)));
+        let start = ReadStart {
+            local_replica: local,
+            cache: cached.as_ref().map(|c| CacheView {
+                revision: c.revision,
+                has_value: c.value.is_some(),
+                stale: c.stale,
+                fetched_at_ms: c.fetched_at_ms,
+            }),
+            cache_fresh_ms: self.settings.cache_fresh_ms,
+            hedge,
+        };
+        let (mut plan, mut steps) = Plan::start(start, self.clock.now(), self.clock.unix_ms());
+        let mut owner_read: Option<Pending<Result<Option<RecordRead>, ReadFailure>>> = None;
+        let mut replicas_read: Option<Pending<Option<RecordRead>>> = None;
+        let mut wake: Option<Instant> = None;
+        let mut answer: Option<RecordRead> = None;
+        let mut failure = ReadFailure::Unavailable {
+            detail: "no source answered".into(),
+        };
+        loop {
+            let mut events = Vec::new();
+            for step in steps.drain(..) {
+                match step {
+                    ReadStep::OfferLocal { stale } => {
+                        let read = match self.read_here(vault, key).await {
+                            Ok(read) => {
+                                self.admit(app, vault, key, read, Source::Local, stale, false)
+                            }
+                            Err(_) => None,
+                        };
+                        events.push(self.offered(Fate::Local, read, &mut answer));
                     }
+                    ReadStep::OfferCache { stale } => {
+                        let read = cached
+                            .as_ref()
+                            .filter(|c| !stale || c.value.is_some())
+                            .and_then(|entry| {
+                                self.admit(
+                                    app,
+                                    vault,
+                                    key,
+                                    cached_answer(entry),
+                                    Source::Cache,
+                                    stale,
+                                    false,
+                                )
+                            });
+                        if read.is_some() && !stale {
+                            // A fresh cache entry answered without asking anyone.
+                            self.metrics.cache_hit();
+                        }
+                        events.push(self.offered(Fate::Cache, read, &mut answer));
+                    }
+                    ReadStep::AskOwner { known_revision } => {
+                        let reads = self.clone();
+                        let (owner, app, vault, key) = (
+                            owner.clone(),
+                            app.to_string(),
+                            vault.to_string(),
+                            key.to_string(),
+                        );
+                        owner_read = Some(Box::pin(async move {
+                            reads
+                                .ask_owner_for(&owner, &app, &vault, &key, known_revision, deadline)
+                                .await
+                        }));
+                    }
+                    ReadStep::AskReplicas => {
+                        let reads = self.clone();
+                        let (app, vault, key, owner) = (
+                            app.to_string(),
+                            vault.to_string(),
+                            key.to_string(),
+                            owner.node,
+                        );
+                        replicas_read = Some(Box::pin(async move {
+                            reads
+                                .read_from_replicas(&app, &vault, &key, owner, deadline)
+                                .await
+                        }));
+                    }
+                    ReadStep::WakeAt(at) => wake = Some(at),
+                    ReadStep::Answer => {
+                        return answer.ok_or(ReadFailure::Unavailable {
+                            detail: "the read ended without an answer".into(),
+                        })
+                    }
+                    ReadStep::Fail => return Err(failure),
                 }
             }
-            Place::Remote(target) => self.read_remote(app, vault, key, &target, deadline).await,
+            let now = self.clock.now();
+            if !events.is_empty() {
+                for event in events {
+                    steps.extend(plan.on(event, now));
+                }
+                continue;
+            }
+            // Nothing pending and nothing to wait for: the plan is stuck, which it must never
+            // be; fail rather than hang.
+            if owner_read.is_none() && replicas_read.is_none() && wake.is_none() {
+                return Err(failure);
+            }
+            let event = tokio::select! {
+                result = next(&mut owner_read) => {
+                    owner_read = None;
+                    match result {
+                        Ok(Some(read)) => {
+                            answer = Some(read);
+                            ReadEvent::Admitted(Fate::Owner)
+                        }
+                        Ok(None) => {
+                            failure = ReadFailure::Unavailable {
+                                detail: "the owner's answer is older than one already given".into(),
+                            };
+                            ReadEvent::Passed(Fate::Owner)
+                        }
+                        Err(err @ ReadFailure::Refused(_)) => {
+                            failure = err;
+                            ReadEvent::OwnerRefused
+                        }
+                        Err(err) => {
+                            failure = err;
+                            ReadEvent::OwnerFailed
+                        }
+                    }
+                }
+                result = next(&mut replicas_read) => {
+                    replicas_read = None;
+                    match result {
+                        Some(read) => {
+                            answer = Some(read);
+                            ReadEvent::Admitted(Fate::Replicas)
+                        }
+                        None => ReadEvent::Passed(Fate::Replicas),
+                    }
+                }
+                () = wake_at(wake) => {
+                    wake = None;
+                    ReadEvent::Woke
+                }
+            };
+            steps.extend(plan.on(event, self.clock.now()));
+        }
+    }
+
+    /// Reports an offered source's fate, keeping its answer if the app may have it.
+    fn offered(
+        &self,
+        fate: Fate,
+        read: Option<RecordRead>,
+        answer: &mut Option<RecordRead>,
+    ) -> ReadEvent {
+        match read {
+            Some(read) => {
+                *answer = Some(read);
+                ReadEvent::Admitted(fate)
+            }
+            None => ReadEvent::Passed(fate),
         }
     }
 
@@ -122,7 +437,7 @@ impl Gateway {
             known_revision: None,
         };
         let answer = self
-            .reader
+            .vaults
             .read_verb(vault.to_string(), verb)
             .await
             .map_err(|err| ReadFailure::Unavailable {
@@ -143,7 +458,7 @@ impl Gateway {
     }
 
     /// Admits an answer under monotonic reads; `None` if it is older than one `app` already
-    /// saw (the caller moves on to the next source).
+    /// saw (the plan moves on to the next source).
     #[allow(clippy::too_many_arguments)]
     fn admit(
         &self,
@@ -181,109 +496,8 @@ impl Gateway {
         })
     }
 
-    /// Cache, then the owner (conditional), hedged against the replicas, then the stale cache.
-    async fn read_remote(
-        self: &Arc<Self>,
-        app: &str,
-        vault: &str,
-        key: &str,
-        owner: &Target,
-        deadline: Instant,
-    ) -> Result<RecordRead, ReadFailure> {
-        let now_ms = store::unix_ms();
-        let cached = self.cache().get_any(vault, key);
-        if let Some(entry) = &cached {
-            let fresh_for = self.config.cache_fresh_ms;
-            if !entry.stale && now_ms.saturating_sub(entry.fetched_at_ms) < fresh_for {
-                if let Some(answer) = self.admit(
-                    app,
-                    vault,
-                    key,
-                    cached_answer(entry),
-                    Source::Cache,
-                    false,
-                    false,
-                ) {
-                    self.metrics.cache_hit();
-                    return Ok(answer);
-                }
-            }
-        }
-        let known = cached
-            .as_ref()
-            .filter(|e| e.value.is_some())
-            .map(|e| e.revision);
-        let owner_read = self.ask_owner_for(owner, app, vault, key, known, deadline);
-        tokio::pin!(owner_read);
-        // The owner first; if it is slow (or fails), the replicas too, while it may still answer.
-        // With no replica to turn to, no hedge timer either.
-        let mut replica_tried = false;
-        let owner_result = if self
-            .directory
-            .has_replica_besides(vault, &[owner.node, self.node_id()])
-        {
-            let hedge = hedge_delay(self, owner.node);
-            tokio::select! {
-                result = &mut owner_read => Some(result),
-                () = tokio::time::sleep(hedge) => None,
-            }
-        } else {
-            Some((&mut owner_read).await)
-        };
-        let owner_result = match owner_result {
-            Some(result) => result,
-            None => {
-                replica_tried = true;
-                let replicas = self.read_from_replicas(app, vault, key, owner.node, deadline);
-                tokio::pin!(replicas);
-                tokio::select! {
-                    result = &mut owner_read => match result {
-                        Ok(answer) => Ok(answer),
-                        Err(failure) => match replicas.await {
-                            Some(answer) => return Ok(answer),
-                            None => Err(failure),
-                        },
-                    },
-                    answer = &mut replicas => match answer {
-                        Some(answer) => return Ok(answer),
-                        None => owner_read.await,
-                    },
-                }
-            }
-        };
-        let failure = match owner_result {
-            Ok(answer) => return Ok(answer),
-            Err(failure) => failure,
-        };
-        if let ReadFailure::Refused(_) = failure {
-            return Err(failure);
-        }
-        if !replica_tried {
-            if let Some(answer) = self
-                .read_from_replicas(app, vault, key, owner.node, deadline)
-                .await
-            {
-                return Ok(answer);
-            }
-        }
-        // Last resort: what the cache holds, marked stale.
-        if let Some(entry) = cached.filter(|e| e.value.is_some()) {
-            if let Some(answer) = self.admit(
-                app,
-                vault,
-                key,
-                cached_answer(&entry),
-                Source::Cache,
-                true,
-                false,
-            ) {
-                return Ok(answer);
-            }
-        }
-        Err(failure)
-    }
-
-    /// One conditional read from the owner, through the pool and its route fallbacks.
+    /// One conditional read from the owner, through the pool and its route fallbacks. `Ok(None)`:
+    /// it answered something older than what the app already saw.
     async fn ask_owner_for(
         self: &Arc<Self>,
         owner: &Target,
@@ -292,7 +506,7 @@ impl Gateway {
         key: &str,
         known: Option<u64>,
         deadline: Instant,
-    ) -> Result<RecordRead, ReadFailure> {
+    ) -> Result<Option<RecordRead>, ReadFailure> {
         let request = ReadRequest {
             app: app.to_string(),
             vault: vault.to_string(),
@@ -300,16 +514,17 @@ impl Gateway {
                 key: key.to_string(),
                 known_revision: known,
             },
-            deadline_ms: remaining_ms(deadline),
+            deadline_ms: self.remaining_ms(deadline),
         };
         let answer = self
-            .caller
+            .network
+            .caller()
             .read(owner, request, deadline)
             .await
             .map_err(|err| ReadFailure::Unavailable {
                 detail: err.to_string(),
             })?;
-        let now_ms = store::unix_ms();
+        let now_ms = self.clock.unix_ms();
         let answer = match answer {
             ReadAnswer::Record { record, .. } => {
                 let WireRecord {
@@ -358,10 +573,7 @@ impl Gateway {
             // The cache lost the body between asking and answering: ask once more, plainly.
             return Box::pin(self.ask_owner_for(owner, app, vault, key, None, deadline)).await;
         }
-        self.admit(app, vault, key, answer, Source::Owner, false, true)
-            .ok_or_else(|| ReadFailure::Unavailable {
-                detail: "the owner's answer is older than one already given".into(),
-            })
+        Ok(self.admit(app, vault, key, answer, Source::Owner, false, true))
     }
 
     /// Asks the peers that replicate `vault` (not the owner), one after another; the first
@@ -375,10 +587,11 @@ impl Gateway {
         deadline: Instant,
     ) -> Option<RecordRead> {
         for peer in self
-            .directory
-            .replicas_besides(vault, &[owner, self.node_id()])
+            .network
+            .directory()
+            .replicas_besides(vault, &[owner, self.network.me()])
         {
-            let Some(target) = self.target(&peer) else {
+            let Some(target) = self.network.target(&peer) else {
                 continue;
             };
             let request = ReadRequest {
@@ -388,9 +601,9 @@ impl Gateway {
                     key: key.to_string(),
                     known_revision: None,
                 },
-                deadline_ms: remaining_ms(deadline),
+                deadline_ms: self.remaining_ms(deadline),
             };
-            let answer = match self.caller.read(&target, request, deadline).await {
+            let answer = match self.network.caller().read(&target, request, deadline).await {
                 Ok(ReadAnswer::Record { record, .. }) => Answer::Record {
                     revision: record.revision,
                     value: record.value.into(),
@@ -405,6 +618,74 @@ impl Gateway {
         }
         None
     }
+
+    /// A listing (or another read verb) for a local app: from this gateway's copy if it has
+    /// one, else from the owner. Reads of one record take the fuller path of `read_record`.
+    pub async fn read(
+        self: &Arc<Self>,
+        app: String,
+        vault: String,
+        verb: ReadVerb,
+        deadline: Instant,
+    ) -> Result<(ReadAnswer, ListSource), ReadFailure> {
+        match self.network.place_of(&vault, deadline).await {
+            None => Err(ReadFailure::Refused(LocalRefusal::unknown_vault(&vault))),
+            Some(Place::Local(_)) => {
+                let answer = self
+                    .vaults
+                    .read_verb(vault, verb)
+                    .await
+                    .map_err(|err| ReadFailure::Unavailable {
+                        detail: err.to_string(),
+                    })?
+                    .ok_or_else(|| ReadFailure::Unavailable {
+                        detail: "the vault vanished while being read".into(),
+                    })?;
+                Ok((answer, ListSource::Local))
+            }
+            Some(Place::Remote(target)) => {
+                let request = ReadRequest {
+                    app,
+                    vault,
+                    verb,
+                    deadline_ms: self.remaining_ms(deadline),
+                };
+                match self.network.caller().read(&target, request, deadline).await {
+                    Ok(answer) => Ok((answer, ListSource::Owner)),
+                    Err(
+                        err @ (ReadError::NoRoute { .. }
+                        | ReadError::Unavailable { .. }
+                        | ReadError::GoingAway { .. }),
+                    ) => Err(ReadFailure::Unavailable {
+                        detail: err.to_string(),
+                    }),
+                }
+            }
+        }
+    }
+
+    fn remaining_ms(&self, deadline: Instant) -> u32 {
+        deadline
+            .saturating_duration_since(self.clock.now())
+            .as_millis()
+            .min(u128::from(u32::MAX)) as u32
+    }
+}
+
+/// The pending source's answer; never, when there is none (a `select!` arm that cannot win).
+async fn next<T>(slot: &mut Option<Pending<T>>) -> T {
+    match slot {
+        Some(pending) => pending.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `at`, or never.
+async fn wake_at(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn cached_answer(entry: &CachedRecord) -> Answer {
@@ -417,21 +698,4 @@ fn cached_answer(entry: &CachedRecord) -> Answer {
             vault_revision: entry.revision,
         },
     }
-}
-
-/// How long the owner gets before replicas are asked too: a few RTTs of its best route, with
-/// a floor.
-fn hedge_delay(gateway: &Gateway, owner: NodeId) -> Duration {
-    gateway
-        .routes
-        .best_rtt(owner)
-        .map(|rtt| (rtt * HEDGE_RTTS).max(HEDGE_FLOOR))
-        .unwrap_or(HEDGE_FLOOR)
-}
-
-fn remaining_ms(deadline: Instant) -> u32 {
-    deadline
-        .saturating_duration_since(Instant::now())
-        .as_millis()
-        .min(u128::from(u32::MAX)) as u32
 }

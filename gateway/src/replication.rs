@@ -3,20 +3,24 @@
 //! each page and moves its cursor in one SQLite transaction, so after any crash it resumes
 //! exactly where it stopped. Deletes arrive as tombstones and are applied as such.
 //!
-//! The [`SyncBoard`] keeps each replica's progress: its cursor, the owner's revision, when it
-//! last pulled (the heartbeat) and last caught up, for `ferry vault list` and for deciding
-//! whether the local replica is fresh enough to answer reads first.
+//! The `SyncBoard` (`sync_board.rs`) keeps each replica's progress: its cursor, the owner's
+//! revision, when it last pulled (the heartbeat) and last caught up, for `ferry vault list` and
+//! for deciding whether the local replica is fresh enough to answer reads first.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
+use ferry_core::clock::Clock;
 use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb};
 use ferry_ticket::NodeId;
 use tracing::{debug, info};
 
-use crate::gateway::Gateway;
-use crate::store::{self, vaults};
+use crate::lifecycle::Lifecycle;
+use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
+use crate::reads::Reads;
+use crate::store::vaults::{Role, VaultRow};
+use crate::sync_board::SyncBoard;
+use crate::vaults::Vaults;
 
 /// Changes pulled per page (also bounded by bytes on the owner).
 const PAGE: u32 = 1000;
@@ -29,55 +33,59 @@ const PAGE_DEADLINE: Duration = Duration::from_secs(10);
 /// The app name replication reads as.
 const APP: &str = "ferry-replication";
 
-/// One replica's progress.
-#[derive(Debug, Clone, Default)]
-pub struct SyncStatus {
-    /// The owner's revision this replica has applied everything up to.
-    pub cursor: u64,
-    /// The owner's revision at the last pull.
-    pub owner_revision: u64,
-    /// When the last pull answered (the sync job's heartbeat).
-    pub last_pull: Option<Instant>,
-    /// When the replica was last fully caught up.
-    pub caught_up_at: Option<Instant>,
-    /// Changes applied since this gateway started.
-    pub applied: u64,
-    pub last_error: Option<String>,
+/// Replicas and their sync jobs.
+#[derive(Debug)]
+pub struct Replication {
+    network: Arc<Network>,
+    vaults: Arc<Vaults>,
+    reads: Arc<Reads>,
+    board: Arc<SyncBoard>,
+    lifecycle: Arc<Lifecycle>,
+    clock: Arc<dyn Clock>,
 }
 
-/// Every replica's progress.
-#[derive(Debug, Default)]
-pub struct SyncBoard(Mutex<HashMap<String, SyncStatus>>);
-
-impl SyncBoard {
-    fn edit(&self, vault: &str, change: impl FnOnce(&mut SyncStatus)) {
-        let mut board = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        change(board.entry(vault.to_string()).or_default());
+impl Replication {
+    pub fn new(
+        network: Arc<Network>,
+        vaults: Arc<Vaults>,
+        reads: Arc<Reads>,
+        board: Arc<SyncBoard>,
+        lifecycle: Arc<Lifecycle>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            network,
+            vaults,
+            reads,
+            board,
+            lifecycle,
+            clock,
+        }
     }
 
-    pub fn get(&self, vault: &str) -> Option<SyncStatus> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(vault)
-            .cloned()
+    /// Every replica's progress.
+    pub fn board(&self) -> &Arc<SyncBoard> {
+        &self.board
     }
 
-    /// How long ago the replica was last caught up; `None` if never (since start).
-    pub fn caught_up_ago(&self, vault: &str) -> Option<Duration> {
-        self.get(vault)?.caught_up_at.map(|at| at.elapsed())
+    /// Starts the sync job of every replica this gateway holds (at start).
+    pub fn start_all(self: &Arc<Self>) {
+        for replica in self.vaults.rows() {
+            if replica.role == Role::Replica {
+                self.start_sync(replica.name, replica.owner);
+            }
+        }
     }
-}
 
-impl Gateway {
     /// `ferry vault follow`: starts replicating `vault` from the trusted peer `owner_label`.
     pub async fn follow(
         self: &Arc<Self>,
         vault: String,
         owner_label: String,
-    ) -> Result<vaults::VaultRow, String> {
+    ) -> Result<VaultRow, String> {
         let owner = self
-            .peers
+            .network
+            .book()
             .all()
             .into_iter()
             .find(|p| p.label == owner_label)
@@ -87,37 +95,32 @@ impl Gateway {
                     "no peer is trusted under the label {owner_label:?}; `ferry peers` lists them"
                 )
             })?;
-        let name = vault.clone();
         let row = self
-            .reader
-            .run(move |conn| vaults::create_replica(conn, &name, owner, store::unix_ms()))
+            .vaults
+            .create_replica(vault.clone(), owner)
             .await
             .map_err(|err| err.to_string())?;
-        self.remember_local_vault(row.clone());
         // Whatever the cache held for this vault now has a better source.
-        self.cache().invalidate_vault(&vault);
+        self.reads.invalidate_vault(&vault);
         self.start_sync(vault, owner);
-        self.hello_all(Duration::from_secs(2)).await;
+        self.network.hello_all(DIRECTORY_REFRESH_BOUND).await;
         Ok(row)
     }
 
     /// Starts the sync job of a replicated vault (at start, for every replica; on follow).
     pub fn start_sync(self: &Arc<Self>, vault: String, owner: NodeId) {
-        let gateway = self.clone();
-        self.spawn_background(async move { gateway.sync_forever(vault, owner).await });
+        let replication = self.clone();
+        self.lifecycle
+            .spawn(async move { replication.sync_forever(vault, owner).await });
     }
 
     async fn sync_forever(self: Arc<Self>, vault: String, owner: NodeId) {
-        let mut cursor = self
-            .local_vault_rows()
-            .into_iter()
-            .find(|v| v.name == vault)
-            .map_or(0, |v| v.revision);
-        self.sync.edit(&vault, |s| s.cursor = cursor);
-        let mut stopping = self.stopping();
+        let mut cursor = self.vaults.get(&vault).map_or(0, |v| v.revision);
+        self.board.edit(&vault, |s| s.cursor = cursor);
+        let mut stopping = self.lifecycle.stopping();
         info!(%vault, cursor, "replica sync started");
         loop {
-            if self.is_stopping() {
+            if self.lifecycle.is_stopping() {
                 return;
             }
             let wait = match self.pull_once(&vault, owner, cursor).await {
@@ -130,7 +133,7 @@ impl Gateway {
                 }
                 Err(err) => {
                     debug!(%vault, %err, "replica pull failed");
-                    self.sync.edit(&vault, |s| s.last_error = Some(err));
+                    self.board.edit(&vault, |s| s.last_error = Some(err));
                     RETRY_AFTER
                 }
             };
@@ -148,8 +151,11 @@ impl Gateway {
         owner: NodeId,
         cursor: u64,
     ) -> Result<(u64, bool), String> {
-        let target = self.target(&owner).ok_or("the owner is not trusted")?;
-        let deadline = Instant::now() + PAGE_DEADLINE;
+        let target = self
+            .network
+            .target(&owner)
+            .ok_or("the owner is not trusted")?;
+        let deadline = self.clock.now() + PAGE_DEADLINE;
         let request = ReadRequest {
             app: APP.into(),
             vault: vault.to_string(),
@@ -160,7 +166,7 @@ impl Gateway {
             deadline_ms: PAGE_DEADLINE.as_millis() as u32,
         };
         let (changes, more, owner_revision) =
-            match self.caller.read(&target, request, deadline).await {
+            match self.network.caller().read(&target, request, deadline).await {
                 Ok(ReadAnswer::Changes {
                     changes,
                     more,
@@ -176,18 +182,16 @@ impl Gateway {
         let count = changes.len() as u64;
         if !changes.is_empty() {
             let keys: Vec<String> = changes.iter().map(|c| c.key.clone()).collect();
-            let name = vault.to_string();
-            self.reader
-                .run(move |conn| vaults::apply_changes(conn, &name, &changes, next))
+            self.vaults
+                .apply_changes(vault.to_string(), changes, next)
                 .await
                 .map_err(|err| err.to_string())?;
-            let mut cache = self.cache();
             for key in keys {
-                cache.invalidate(vault, &key);
+                self.reads.invalidate(vault, &key);
             }
         }
-        let now = Instant::now();
-        self.sync.edit(vault, |s| {
+        let now = self.clock.now();
+        self.board.edit(vault, |s| {
             s.cursor = next;
             s.owner_revision = owner_revision;
             s.last_pull = Some(now);

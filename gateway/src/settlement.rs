@@ -16,18 +16,24 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use ferry_core::clock::Clock;
 use ferry_peer::outcome::{NotCarriedOutReason, RefusalCode, WriteOutcome};
 use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
-use tracing::debug;
+use tracing::{debug, Instrument};
 
-use crate::gateway::{Gateway, Place};
+use crate::call_log::CallLog;
+use crate::lifecycle::Lifecycle;
+use crate::metrics::Metrics;
+use crate::network::{Network, Place};
+use crate::owner::Owner;
 use crate::store::calls::{self, CallRow, RowState};
 use crate::store::{journal, vaults::Role, StoreError};
+use crate::vaults::Vaults;
 
 /// How often remembered `outcome_unknown` calls are asked about while their owner is away.
 const SETTLE_INTERVAL: Duration = Duration::from_secs(1);
@@ -136,7 +142,49 @@ pub fn definite_state(outcome: &WriteOutcome) -> Option<CallState> {
     }
 }
 
-impl Gateway {
+/// Settling, as a component.
+#[derive(Debug)]
+pub struct Settlement {
+    network: Arc<Network>,
+    owner: Arc<Owner>,
+    vaults: Arc<Vaults>,
+    call_log: Arc<CallLog>,
+    in_flight: Arc<InFlight>,
+    wake: Arc<Notify>,
+    lifecycle: Arc<Lifecycle>,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+}
+
+/// What [`Settlement::new`] needs.
+#[derive(Debug)]
+pub struct SettlementParts {
+    pub network: Arc<Network>,
+    pub owner: Arc<Owner>,
+    pub vaults: Arc<Vaults>,
+    pub call_log: Arc<CallLog>,
+    pub in_flight: Arc<InFlight>,
+    pub wake: Arc<Notify>,
+    pub lifecycle: Arc<Lifecycle>,
+    pub metrics: Arc<Metrics>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Settlement {
+    pub fn new(parts: SettlementParts) -> Self {
+        Self {
+            network: parts.network,
+            owner: parts.owner,
+            vaults: parts.vaults,
+            call_log: parts.call_log,
+            in_flight: parts.in_flight,
+            wake: parts.wake,
+            lifecycle: parts.lifecycle,
+            metrics: parts.metrics,
+            clock: parts.clock,
+        }
+    }
+
     /// `GET /v1/calls/{id}`: what became of a write (see the module doc for where the answer
     /// comes from). With `wait`, waits while it is still running.
     pub async fn settle(
@@ -145,7 +193,19 @@ impl Gateway {
         vault: Option<String>,
         wait: Duration,
     ) -> Result<(CallState, String), SettleError> {
-        let give_up = Instant::now() + wait;
+        let span = tracing::debug_span!("settle", request_id = %request_id);
+        self.settle_inner(request_id, vault, wait)
+            .instrument(span)
+            .await
+    }
+
+    async fn settle_inner(
+        self: &Arc<Self>,
+        request_id: RequestId,
+        vault: Option<String>,
+        wait: Duration,
+    ) -> Result<(CallState, String), SettleError> {
+        let give_up = self.clock.now() + wait;
         if let Some(call) = self.in_flight.get(request_id) {
             let mut outcome = call.outcome.clone();
             // `None`: still on its way; `Some(None)`: ended without an outcome (never sent).
@@ -182,7 +242,8 @@ impl Gateway {
             self.call_log.flush().await;
         }
         let remembered = self
-            .reader
+            .vaults
+            .reader()
             .run(move |conn| calls::get(conn, request_id))
             .await
             .map_err(unavailable)?;
@@ -198,7 +259,7 @@ impl Gateway {
         let owner = match owner {
             Some(owner) => owner,
             None => match self.own_journal(request_id).await? {
-                Some(state) => return Ok((state, self.label.clone())),
+                Some(state) => return Ok((state, self.network.label().to_string())),
                 None => match vault {
                     Some(vault) => match self.owner_of_vault(&vault).await {
                         Some(owner) => owner,
@@ -208,7 +269,7 @@ impl Gateway {
                 },
             },
         };
-        let label = self.label_of(owner);
+        let label = self.network.label_of(&owner);
         loop {
             let state = self.ask_owner(owner, request_id, SETTLE_ASK_BOUND).await?;
             if let CallState::Forgotten { retention_ms } = state {
@@ -218,26 +279,19 @@ impl Gateway {
                 self.keep_settled(request_id, state.clone()).await;
                 return Ok((state, label));
             }
-            if Instant::now() + SETTLE_POLL > give_up {
+            if self.clock.now() + SETTLE_POLL > give_up {
                 return Ok((state, label));
             }
             tokio::time::sleep(SETTLE_POLL).await;
         }
     }
 
-    fn label_of(&self, node: NodeId) -> String {
-        if node == self.node_id() {
-            self.label.clone()
-        } else {
-            self.peers.label_of(&node).unwrap_or_else(|| node.short())
-        }
-    }
-
     /// A local app's write to a vault owned here is in this gateway's own journal.
     async fn own_journal(&self, request_id: RequestId) -> Result<Option<CallState>, SettleError> {
-        let me = self.node_id();
+        let me = self.network.me();
         let entry = self
-            .reader
+            .vaults
+            .reader()
             .run(move |conn| journal::lookup(conn, me, request_id))
             .await
             .map_err(unavailable)?;
@@ -246,9 +300,9 @@ impl Gateway {
 
     /// The node that owns `vault`, as far as this gateway can tell now.
     async fn owner_of_vault(self: &Arc<Self>, vault: &str) -> Option<NodeId> {
-        let deadline = Instant::now() + SETTLE_ASK_BOUND;
-        match self.place_of(vault, deadline).await.ok()? {
-            Place::Local(row) if row.role == Role::Owner => Some(self.node_id()),
+        let deadline = self.clock.now() + SETTLE_ASK_BOUND;
+        match self.network.place_of(vault, deadline).await? {
+            Place::Local(row) if row.role == Role::Owner => Some(self.network.me()),
             Place::Local(row) => Some(row.owner),
             Place::Remote(target) => Some(target.node),
         }
@@ -260,24 +314,28 @@ impl Gateway {
         self: &Arc<Self>,
         request_id: RequestId,
     ) -> Result<(CallState, String), SettleError> {
-        let mut owners: Vec<NodeId> = self.peers.all().iter().map(|p| p.node_id).collect();
-        let owns_vaults = self
-            .local_vault_rows()
+        let mut owners: Vec<NodeId> = self
+            .network
+            .book()
+            .all()
             .iter()
-            .any(|v| v.role == Role::Owner);
-        if owners.is_empty() && !owns_vaults {
+            .map(|p| p.node_id)
+            .collect();
+        if owners.is_empty() && !self.vaults.owns_any() {
             return Err(SettleError::UnknownCall {
                 detail: format!(
                     "this gateway sent no write with request id {request_id}: it trusts no peer and owns no vault"
                 ),
             });
         }
-        owners.push(self.node_id());
+        owners.push(self.network.me());
         let mut asks = JoinSet::new();
         for owner in owners {
-            let gateway = self.clone();
+            let settlement = self.clone();
             asks.spawn(async move {
-                let answer = gateway.ask_owner(owner, request_id, SETTLE_ASK_BOUND).await;
+                let answer = settlement
+                    .ask_owner(owner, request_id, SETTLE_ASK_BOUND)
+                    .await;
                 (owner, answer)
             });
         }
@@ -293,8 +351,8 @@ impl Gateway {
                     reason: NotCarriedOutReason::NeverArrived,
                 }) => {}
                 Ok(CallState::Forgotten { retention_ms }) => forgotten_ms = Some(retention_ms),
-                Ok(state) => found = Some((state, self.label_of(owner))),
-                Err(err) => unreachable.push(format!("{} ({err})", self.label_of(owner))),
+                Ok(state) => found = Some((state, self.network.label_of(&owner))),
+                Err(err) => unreachable.push(format!("{} ({err})", self.network.label_of(&owner))),
             }
         }
         if let Some(found) = found {
@@ -327,9 +385,10 @@ impl Gateway {
         request_id: RequestId,
         bound: Duration,
     ) -> Result<CallState, SettleError> {
-        if owner == self.node_id() {
+        if owner == self.network.me() {
             return self
-                .executor
+                .owner
+                .executor()
                 .status(owner, request_id)
                 .await
                 .map_err(|err| SettleError::Unavailable {
@@ -337,12 +396,14 @@ impl Gateway {
                 });
         }
         let target = self
+            .network
             .target(&owner)
             .ok_or_else(|| SettleError::Unavailable {
                 detail: "the owner of that call is no longer trusted".into(),
             })?;
-        self.caller
-            .call_status(&target, request_id, Instant::now() + bound, false)
+        self.network
+            .caller()
+            .call_status(&target, request_id, self.clock.now() + bound, false)
             .await
             .map_err(|err| SettleError::Unavailable {
                 detail: err.to_string(),
@@ -358,7 +419,8 @@ impl Gateway {
     /// The calls `GET /v1/calls` lists (only the unknown ones, or every one that was unknown
     /// or is in flight).
     pub async fn remembered_calls(&self, only_unknown: bool) -> Result<Vec<CallRow>, StoreError> {
-        self.reader
+        self.vaults
+            .reader()
             .run(move |conn| calls::listed(conn, only_unknown))
             .await
     }
@@ -366,11 +428,16 @@ impl Gateway {
     /// SPEC 6 rule 10: settles remembered `outcome_unknown` calls in the background, asking
     /// (never re-sending) until each owner answers. Runs until the gateway stops.
     pub async fn settle_in_background(self: Arc<Self>) {
-        let mut stopping = self.stopping();
+        let mut stopping = self.lifecycle.stopping();
         loop {
-            let unknown = self.reader.run(calls::unknown).await.unwrap_or_default();
+            let unknown = self
+                .vaults
+                .reader()
+                .run(calls::unknown)
+                .await
+                .unwrap_or_default();
             for call in unknown {
-                if self.is_stopping() {
+                if self.lifecycle.is_stopping() {
                     return;
                 }
                 match self
@@ -386,7 +453,7 @@ impl Gateway {
             }
             tokio::select! {
                 _ = tokio::time::sleep(SETTLE_INTERVAL) => {}
-                _ = self.settle_wake.notified() => {}
+                _ = self.wake.notified() => {}
                 _ = stopping.wait_for(|stopping| *stopping) => return,
             }
         }

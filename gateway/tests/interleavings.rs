@@ -26,6 +26,7 @@ use ferry_gateway::owner::verbs::{self, Admission, Execution, WriteLimits};
 use ferry_gateway::store::{self, journal, records, vaults};
 use ferry_peer::call::WriteCall;
 use ferry_peer::outcome::{NotSentReason, Refusal, RefusalCode, UnknownReason, WriteOutcome};
+use ferry_peer::routes::RouteKind;
 use ferry_peer::wire::{CallState, Priority, RequestId, WriteAnswer, WriteVerb};
 use ferry_peer::write_machine::{Event, Step, WriteMachine};
 use ferry_ticket::{NodeId, NodeKey};
@@ -549,7 +550,12 @@ impl Sim {
             Phase::NotArrived => {
                 let write = &mut self.writes[w];
                 write.deadline = self.now + write.timeout;
-                let (machine, step) = WriteMachine::start(write.deadline, self.now);
+                // A LAN route and a tailnet one: every send races them, as the gateway's does.
+                let (machine, step) = WriteMachine::start(
+                    write.deadline,
+                    self.now,
+                    &[RouteKind::Lan, RouteKind::Tailnet],
+                );
                 write.machine = Some(machine);
                 let line = format!(
                     "w{w} arrives: {}, timeout {}ms",
@@ -571,8 +577,8 @@ impl Sim {
                 };
                 self.feed(w, event);
             }
-            Phase::Ready(Step::Send { route }) => self.send(w, route),
-            Phase::Ready(Step::Settle) => self.settle(w),
+            Phase::Ready(Step::Send { route, .. }) => self.send(w, route),
+            Phase::Ready(Step::Settle { .. }) => self.settle(w),
             other => self.fail(format!("w{w} driven in phase {other:?}")),
         }
     }
@@ -634,7 +640,6 @@ impl Sim {
                 let event = Event::NotSent {
                     reason: reasons[self.rng.below(reasons.len())],
                     detail: "failed before the first byte".into(),
-                    may_fail_over: self.rng.one_in(2),
                 };
                 self.feed(w, event);
             }

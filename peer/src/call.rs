@@ -16,10 +16,15 @@ use ferry_ticket::{NodeId, Ticket};
 use quinn::Connection;
 use tracing::{debug, Instrument};
 
+use ferry_core::liveness::{self, PooledView, SIDE_PROBE_AFTER, SIDE_PROBE_WAIT, SILENCE_CHECK};
+use ferry_core::read::{attempts, Attempt};
+use ferry_core::write::Race;
+
+use crate::clock;
 use crate::health::Failure;
 use crate::outcome::{NotSentReason, Refusal, RefusalCode, UnknownReason, WriteOutcome};
 use crate::pool::Pool;
-use crate::probe;
+use crate::probe::{PortProbe, UdpProbe};
 use crate::route_table::RouteTable;
 use crate::routes::Route;
 use crate::transport::{self, DialError, PeerEndpoint, ReadFrameError};
@@ -30,27 +35,8 @@ use crate::wire::{
 };
 use crate::write_machine::{Event, Step, WriteMachine};
 
-/// Timers of the caller's paths (SPEC 6 and 9).
-#[derive(Debug, Clone, Copy)]
-pub struct CallTuning {
-    /// The most a connection attempt may take (never more than what is left of the deadline).
-    pub connect_timeout: Duration,
-    /// A pooled connection carries a write only if the peer was heard this recently.
-    pub write_liveness: Duration,
-    /// A pooled connection is tried for a read only if the peer was heard this recently
-    /// (six keep-alive intervals: past that the route counts as silent).
-    pub read_liveness: Duration,
-}
-
-impl Default for CallTuning {
-    fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(2),
-            write_liveness: Duration::from_secs(1),
-            read_liveness: Duration::from_millis(1_800),
-        }
-    }
-}
+/// Timers of the caller's paths (SPEC 6 and 9), from `ferry-core`.
+pub use ferry_core::liveness::CallTuning;
 
 /// A peer as the caller sees it: who it must be, what to call it, and how to reach it.
 #[derive(Debug, Clone)]
@@ -63,26 +49,6 @@ pub struct Target {
     /// after the usable ones, since a peer that just came back is down until re-probed.
     pub down_routes: Vec<Route>,
 }
-
-/// An exchange gives up on a connection that heard nothing for this long: six keep-alive
-/// intervals (SPEC 8's silence rule, applied to the connection in hand).
-const SILENT_AFTER: Duration = Duration::from_millis(1_800);
-const SILENCE_CHECK: Duration = Duration::from_millis(100);
-
-/// How long a write's connect runs alone before the failover route's connect is raced.
-const RACE_DELAY: Duration = Duration::from_millis(100);
-
-/// A dial still unanswered after this long gets a side probe of the port.
-const SIDE_PROBE_AFTER: Duration = Duration::from_millis(30);
-/// How long the side probe waits for an ICMP answer.
-const SIDE_PROBE_WAIT: Duration = Duration::from_millis(200);
-
-/// The least time a read on a pooled connection gets before a fresh connection is tried:
-/// enough for a loaded owner on a LAN, far less than a deadline.
-const POOLED_ATTEMPT_FLOOR: Duration = Duration::from_millis(500);
-
-/// Pause between settle asks after the first (the first is at once).
-const SETTLE_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A write as the app asked for it, before a ticket and the time left are attached.
 #[derive(Debug, Clone)]
@@ -102,7 +68,7 @@ impl WriteCall {
             vault: self.vault.clone(),
             verb: self.verb.clone(),
             deadline_ms: deadline
-                .saturating_duration_since(Instant::now())
+                .saturating_duration_since(clock::now())
                 .as_millis()
                 .min(u128::from(u32::MAX)) as u32,
             priority: self.priority,
@@ -157,6 +123,7 @@ pub struct Caller {
     pool: Arc<Pool>,
     tuning: CallTuning,
     routes: Arc<RouteTable>,
+    probe: Arc<dyn PortProbe>,
 }
 
 impl Caller {
@@ -166,11 +133,23 @@ impl Caller {
         tuning: CallTuning,
         routes: Arc<RouteTable>,
     ) -> Self {
+        Self::with_probe(endpoint, pool, tuning, routes, Arc::new(UdpProbe))
+    }
+
+    /// A caller whose side probe is `probe` (a simulation has no ICMP).
+    pub fn with_probe(
+        endpoint: PeerEndpoint,
+        pool: Arc<Pool>,
+        tuning: CallTuning,
+        routes: Arc<RouteTable>,
+        probe: Arc<dyn PortProbe>,
+    ) -> Self {
         Self {
             endpoint,
             pool,
             tuning,
             routes,
+            probe,
         }
     }
 
@@ -188,7 +167,7 @@ impl Caller {
         interval: Duration,
         timeout: Duration,
     ) -> Result<Duration, Option<Failure>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = clock::now() + timeout;
         let frame = transport::encode(&RequestFrame {
             body: Request::Heartbeat(Heartbeat {
                 interval_ms: interval.as_millis().min(u128::from(u32::MAX)) as u32,
@@ -210,9 +189,9 @@ impl Caller {
                 }
             },
         };
-        let started = Instant::now();
+        let started = clock::now();
         match exchange(&conn, &frame, deadline).await {
-            Exchange::Answered(Response::Heartbeat(_)) => Ok(started.elapsed()),
+            Exchange::Answered(Response::Heartbeat(_)) => Ok(clock::since(started)),
             Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
                 Err(Some(Failure::GoingAway))
             }
@@ -220,7 +199,7 @@ impl Caller {
                 "answered a heartbeat with {other:?}"
             )))),
             Exchange::NotSent { .. } | Exchange::Lost { .. } => {
-                if probe::port_refuses(route.addr, SIDE_PROBE_WAIT).await {
+                if self.probe.refuses(route.addr, SIDE_PROBE_WAIT).await {
                     Err(Some(Failure::PortClosed))
                 } else {
                     Err(None)
@@ -263,9 +242,9 @@ impl Caller {
         tickets: &T,
         deadline: Instant,
     ) -> WriteOutcome {
-        let (mut machine, mut step) = WriteMachine::start(deadline, Instant::now());
+        let kinds: Vec<_> = target.routes.iter().map(|r| r.kind).collect();
+        let (mut machine, mut step) = WriteMachine::start(deadline, clock::now(), &kinds);
         let mut ticket = None;
-        let mut settles = 0u32;
         loop {
             let event = match step {
                 Step::Finish(outcome) => return outcome,
@@ -281,18 +260,15 @@ impl Caller {
                         Err(detail) => Event::TicketUnavailable { detail },
                     }
                 }
-                Step::Send { route } => match (target.routes.get(route), ticket.clone()) {
+                Step::Send { route, race } => match (target.routes.get(route), ticket.clone()) {
                     (Some(chosen), Some(ticket)) => {
-                        // A local link may fail over to the next route: its connect is raced
-                        // against this one's, so the failover costs no second connect timeout.
-                        let alternate = target
-                            .routes
-                            .get(route + 1)
-                            .filter(|_| chosen.kind.fails_over());
+                        let race = race.and_then(|race| {
+                            target.routes.get(race.route).map(|route| (route, race))
+                        });
                         self.send_write(
                             target,
                             chosen,
-                            alternate,
+                            race,
                             call.request(ticket, deadline),
                             deadline,
                         )
@@ -308,20 +284,16 @@ impl Caller {
                                 target.label
                             )
                         },
-                        may_fail_over: false,
                     },
                     (_, None) => Event::TicketUnavailable {
                         detail: "no ticket in hand".into(),
                     },
                 },
-                Step::Settle => {
-                    // Rule 7: ask at once; later asks back off a little, inside the deadline.
-                    if settles > 0 {
-                        let pause =
-                            SETTLE_BACKOFF.min(deadline.saturating_duration_since(Instant::now()));
-                        tokio::time::sleep(pause).await;
+                Step::Settle { after } => {
+                    // Rule 7: the machine says when (at once, then paced inside the deadline).
+                    if !after.is_zero() {
+                        tokio::time::sleep(after).await;
                     }
-                    settles += 1;
                     match self
                         .call_status(target, call.request_id, deadline, true)
                         .await
@@ -333,17 +305,17 @@ impl Caller {
                     }
                 }
             };
-            step = machine.on(event, Instant::now());
+            step = machine.on(event, clock::now());
         }
     }
 
-    /// One send: a connection fit for a write (on `route`, or on `alternate` if that connects
-    /// first), a new stream, one frame.
+    /// One send: a connection fit for a write (on `route`, or on the race's route if that
+    /// connects first), a new stream, one frame.
     async fn send_write(
         &self,
         target: &Target,
         route: &Route,
-        alternate: Option<&Route>,
+        race: Option<(&Route, Race)>,
         request: WriteRequest,
         deadline: Instant,
     ) -> Event {
@@ -356,24 +328,17 @@ impl Caller {
                 return Event::NotSent {
                     reason: NotSentReason::ConnectFailed,
                     detail: err.to_string(),
-                    may_fail_over: false,
                 }
             }
         };
-        // Racing the alternate spends the one failover SPEC 6 rule 4 allows.
-        let may_fail_over = false;
         let (conn, route) = match self
-            .connection_for_write(target, route, alternate, deadline)
+            .connection_for_write(target, route, race, deadline)
             .await
         {
             Ok(chosen) => chosen,
             Err((reason, detail)) => {
                 debug!(peer = %target.label, %detail, "write not sent");
-                return Event::NotSent {
-                    reason,
-                    detail,
-                    may_fail_over,
-                };
+                return Event::NotSent { reason, detail };
             }
         };
         let route = &route;
@@ -381,13 +346,12 @@ impl Caller {
             .instrument(tracing::debug_span!("send", route = %route))
             .await;
         if let Exchange::Answered(_) = exchanged {
-            self.routes.carried(target.node, route.addr, Instant::now());
+            self.routes.carried(target.node, route.addr, clock::now());
         }
         match exchanged {
             Exchange::NotSent { detail } => Event::NotSent {
                 reason: NotSentReason::ConnectFailed,
                 detail,
-                may_fail_over,
             },
             Exchange::Answered(Response::Write(answer)) => Event::Answered(answer),
             // The owner turned the stream away while stopping: it certifies nothing ran.
@@ -408,27 +372,28 @@ impl Caller {
         }
     }
 
-    /// A connection for a write on `route`, raced against `alternate` (started a moment later
-    /// and bounded to end with the first's connect timeout). Nothing is sent until one wins,
-    /// so racing connects cannot send a write twice. Every route that fails is marked down.
+    /// A connection for a write on `route`, raced against the race's route (started `after`
+    /// the first and bounded to end with the first's connect timeout), as the write machine
+    /// decided. Nothing is sent until one wins, so racing connects cannot send a write twice.
+    /// Every route that fails is marked down.
     async fn connection_for_write(
         &self,
         target: &Target,
         route: &Route,
-        alternate: Option<&Route>,
+        race: Option<(&Route, Race)>,
         deadline: Instant,
     ) -> Result<(Connection, Route), (NotSentReason, String)> {
-        let Some(alternate) = alternate else {
+        let Some((alternate, race)) = race else {
             return match self.write_connection(target.node, route, deadline).await {
                 Ok(conn) => Ok((conn, *route)),
                 Err(failure) => Err(self.route_failed(target, route, failure)),
             };
         };
-        let started = Instant::now();
+        let started = clock::now();
         let alternate_deadline = deadline.min(started + self.tuning.connect_timeout);
         let first = self.write_connection(target.node, route, deadline);
         let second = async {
-            tokio::time::sleep(RACE_DELAY).await;
+            tokio::time::sleep(race.after).await;
             self.write_connection(target.node, alternate, alternate_deadline)
                 .await
         };
@@ -471,7 +436,7 @@ impl Caller {
         };
         if let Some(why) = why {
             self.routes
-                .failed(target.node, route.addr, Instant::now(), why);
+                .failed(target.node, route.addr, clock::now(), why);
         }
         (reason, detail)
     }
@@ -484,11 +449,13 @@ impl Caller {
         deadline: Instant,
     ) -> Result<Connection, (NotSentReason, String)> {
         if let Some(pooled) = self.pool.get(peer, route.addr) {
-            // Exactly, here: a write must not spend its one failover on a connection that
-            // closed a moment ago.
-            if pooled.heard_ago <= self.tuning.write_liveness
-                && pooled.conn.close_reason().is_none()
-            {
+            // Asked of the connection itself, exactly, here: a write must not go on a
+            // connection that closed a moment ago.
+            let view = PooledView {
+                closed: pooled.conn.close_reason().is_some(),
+                ..pooled.view()
+            };
+            if liveness::fit_for_write(&view, &self.tuning) {
                 return Ok(pooled.conn);
             }
             debug!(route = %route, heard_ago_ms = pooled.heard_ago.as_millis() as u64, "pooled connection not proven alive; dialing fresh for a write");
@@ -502,19 +469,17 @@ impl Caller {
         addr: SocketAddr,
         deadline: Instant,
     ) -> Result<Connection, (NotSentReason, String)> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let Some(timeout) = liveness::connect_timeout(deadline, clock::now(), &self.tuning) else {
             return Err((
                 NotSentReason::DeadlineSpent,
                 "the deadline passed before a connection was made".into(),
             ));
-        }
-        let timeout = left.min(self.tuning.connect_timeout);
+        };
         // quinn ignores ICMP, so a connect to a stopped gateway would wait out the whole
         // timeout. A side probe after a short grace tells "port closed" in a millisecond.
         let port_closed = async {
             tokio::time::sleep(SIDE_PROBE_AFTER.min(timeout)).await;
-            if probe::port_refuses(addr, timeout).await {
+            if self.probe.refuses(addr, timeout).await {
                 return;
             }
             std::future::pending::<()>().await;
@@ -640,25 +605,22 @@ impl Caller {
             live => live,
         };
         for route in usable.iter().chain(&down) {
-            // A pooled connection first, if its peer was heard lately; if it turns out dead, one
-            // fresh connection (SPEC 9).
-            let pooled = if fresh_only {
-                None
-            } else {
-                self.pool
-                    .get(target.node, route.addr)
-                    .filter(|p| p.heard_ago <= self.tuning.read_liveness)
-            };
-            let attempts = pooled.map(Ok).into_iter().chain(std::iter::once(Err(())));
-            for attempt in attempts {
-                let (conn, attempt_deadline) = match attempt {
-                    // A pooled connection gets a short attempt of its own: if it is dead, the
-                    // fresh one still has the rest of the deadline.
-                    Ok(pooled) => {
-                        let bound = (pooled.rtt * 4).max(POOLED_ATTEMPT_FLOOR);
-                        (pooled.conn, deadline.min(Instant::now() + bound))
-                    }
-                    Err(()) => match self.dial(target.node, route.addr, deadline).await {
+            // The plan is `ferry_core::read::attempts`: a pooled connection first, if its peer
+            // was heard lately, with a short attempt; if it turns out dead, one fresh one.
+            let pooled = self.pool.get(target.node, route.addr);
+            let plan = attempts(
+                pooled.as_ref().map(|p| p.view()).as_ref(),
+                fresh_only,
+                clock::now(),
+                deadline,
+                &self.tuning,
+            );
+            for attempt in plan {
+                let (conn, attempt_deadline) = match (attempt, &pooled) {
+                    (Attempt::Pooled { until }, Some(pooled)) => (pooled.conn.clone(), until),
+                    (Attempt::Pooled { .. }, None) => continue,
+                    (Attempt::Fresh, _) => match self.dial(target.node, route.addr, deadline).await
+                    {
                         Ok(conn) => (conn, deadline),
                         Err((reason, detail)) => {
                             let why = if reason == NotSentReason::PortClosed {
@@ -667,7 +629,7 @@ impl Caller {
                                 Failure::Failed(detail.clone())
                             };
                             self.routes
-                                .failed(target.node, route.addr, Instant::now(), why);
+                                .failed(target.node, route.addr, clock::now(), why);
                             last_error = Some(detail);
                             break;
                         }
@@ -678,7 +640,7 @@ impl Caller {
                         self.routes.failed(
                             target.node,
                             route.addr,
-                            Instant::now(),
+                            clock::now(),
                             Failure::GoingAway,
                         );
                         return Err(ReadError::GoingAway {
@@ -686,14 +648,14 @@ impl Caller {
                         });
                     }
                     Exchange::Answered(response) => {
-                        self.routes.carried(target.node, route.addr, Instant::now());
+                        self.routes.carried(target.node, route.addr, clock::now());
                         return Ok(response);
                     }
                     Exchange::NotSent { detail } | Exchange::Lost { detail, .. } => {
                         last_error = Some(detail);
                     }
                 }
-                if Instant::now() >= deadline {
+                if clock::now() >= deadline {
                     break;
                 }
             }
@@ -792,23 +754,24 @@ async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchang
     }
 }
 
-/// Resolves once the connection has received nothing for [`SILENT_AFTER`]. Keep-alives come
-/// from quinn's driver every 300 ms whatever the peer's application is doing, so silence means
-/// the path or the peer is gone, not that the owner is busy.
+/// Resolves once the connection has been silent long enough to be dead to a call
+/// (`ferry_core::liveness::gone_silent`). Keep-alives come from quinn's driver whatever the
+/// peer's application is doing, so silence means the path or the peer is gone, not that the
+/// owner is busy.
 async fn gone_silent(conn: &Connection) {
     // Nothing to check before the first interval: most exchanges end well within it, and a
     // stats snapshot takes the connection's lock.
     tokio::time::sleep(SILENCE_CHECK).await;
     let mut last = conn.stats().udp_rx.datagrams;
-    let mut quiet_since = Instant::now();
+    let mut quiet_since = clock::now();
     let mut ticker = tokio::time::interval(SILENCE_CHECK);
     loop {
         ticker.tick().await;
-        let now = conn.stats().udp_rx.datagrams;
-        if now != last {
-            last = now;
-            quiet_since = Instant::now();
-        } else if quiet_since.elapsed() >= SILENT_AFTER {
+        let count = conn.stats().udp_rx.datagrams;
+        if count != last {
+            last = count;
+            quiet_since = clock::now();
+        } else if liveness::gone_silent(quiet_since, clock::now()) {
             return;
         }
     }

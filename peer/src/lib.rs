@@ -1,7 +1,8 @@
 //! Everything that crosses between gateways.
 //!
 //! - [`codec`]: the only module that knows bincode; length-capped, limit-decoded frames.
-//! - [`wire`]: the request and response types and the protocol version.
+//! - [`wire`], [`outcome`], [`routes`], [`health`], [`route_table`], [`write_machine`]: the
+//!   types and decisions, from `ferry-core` (no IO), re-exported.
 //! - [`tls`]: mutual TLS 1.3 with raw ed25519 public keys, pinned on both sides.
 //! - [`transport`]: the QUIC endpoint, dialing under a connect timeout, frame IO on streams.
 //! - [`outcome`]: what became of a call, as types (answered, not carried out, not sent, unknown).
@@ -18,19 +19,19 @@
 //! - [`door`]: the serving side: one request per stream, decoded under limits, then the service.
 
 pub mod call;
+pub mod clock;
 pub mod codec;
 pub mod discovery;
 pub mod door;
-pub mod health;
 pub mod mdns;
-pub mod outcome;
 pub mod pool;
 pub mod probe;
-pub mod route_table;
-pub mod routes;
 pub mod tls;
 pub mod transport;
-pub mod wire;
-pub mod write_machine;
+
+// The decisions and the types they speak live in `ferry-core` (no IO); they are re-exported
+// here under their old names so the drivers read as before.
+pub use ferry_core::write as write_machine;
+pub use ferry_core::{health, outcome, route_table, routes, wire};
 
 pub use ferry_ticket::{NodeId, NodeKey};

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use ferry_ticket::NodeId;
 use tokio::task::JoinSet;
 
+use ferry_core::liveness::PooledView;
+
+use crate::clock;
 use crate::health::Failure;
 use crate::route_table::RouteTable;
 use crate::transport::{CLOSE_GOING_AWAY, CLOSE_UNTRUSTED};
@@ -54,6 +57,17 @@ pub struct PooledConnection {
     pub rtt: Duration,
 }
 
+impl PooledConnection {
+    /// What the decisions need to know of it (`ferry_core::liveness`).
+    pub fn view(&self) -> PooledView {
+        PooledView {
+            heard_ago: self.heard_ago,
+            rtt: self.rtt,
+            closed: false,
+        }
+    }
+}
+
 /// The connection pool. Dropping it stops every watcher.
 #[derive(Debug)]
 pub struct Pool {
@@ -67,7 +81,7 @@ impl Pool {
     /// A pool that tells `routes` when a peer closes a connection saying it is going away.
     pub fn new(routes: Arc<RouteTable>) -> Self {
         Self {
-            epoch: Instant::now(),
+            epoch: clock::now(),
             conns: Mutex::new(HashMap::new()),
             watchers: Mutex::new(JoinSet::new()),
             routes,
@@ -75,7 +89,7 @@ impl Pool {
     }
 
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        clock::since(self.epoch).as_millis() as u64
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(NodeId, SocketAddr), Pooled>> {
@@ -184,7 +198,7 @@ async fn watch(
                         _ => None,
                     };
                     if let Some(why) = why {
-                        routes.failed(peer, addr, Instant::now(), why);
+                        routes.failed(peer, addr, clock::now(), why);
                     }
                 }
                 return;
@@ -195,7 +209,7 @@ async fn watch(
                 let count = stats.udp_rx.datagrams;
                 if count != last_count {
                     last_count = count;
-                    seen.heard_at_ms.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    seen.heard_at_ms.store(clock::since(epoch).as_millis() as u64, Ordering::Relaxed);
                 }
             }
         }

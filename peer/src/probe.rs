@@ -3,8 +3,53 @@
 //! A connected UDP socket sees the host's ICMP "port unreachable" as `ConnectionRefused`
 //! within a millisecond, so one datagram tells the two apart.
 
+use std::future::Future;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
 use std::time::Duration;
+
+/// The side probe as a seam: the real one sends a datagram and listens for ICMP; a simulated
+/// network, which has no ICMP, uses [`NoProbe`].
+pub trait PortProbe: Send + Sync + std::fmt::Debug {
+    /// Whether the port at `addr` refuses datagrams, within `wait`.
+    fn refuses(
+        &self,
+        addr: SocketAddr,
+        wait: Duration,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'static>>;
+}
+
+/// The real probe ([`port_refuses`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UdpProbe;
+
+impl PortProbe for UdpProbe {
+    fn refuses(
+        &self,
+        addr: SocketAddr,
+        wait: Duration,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'static>> {
+        Box::pin(port_refuses(addr, wait))
+    }
+}
+
+/// A probe that never learns anything (a network without ICMP): silence decides, as it would
+/// for a host that is off.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProbe;
+
+impl PortProbe for NoProbe {
+    fn refuses(
+        &self,
+        _addr: SocketAddr,
+        wait: Duration,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'static>> {
+        Box::pin(async move {
+            tokio::time::sleep(wait).await;
+            false
+        })
+    }
+}
 
 /// Whether the port at `addr` refuses datagrams (nothing listens there). `false` also when the
 /// answer does not come within `wait`: a cut cable and a live gateway both stay silent.

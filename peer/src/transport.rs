@@ -40,9 +40,9 @@ pub struct TransportTuning {
 impl Default for TransportTuning {
     fn default() -> Self {
         Self {
-            keep_alive: Duration::from_millis(300),
+            keep_alive: ferry_core::liveness::KEEP_ALIVE,
             // Far below quinn's 30 s: a dead LAN peer must be noticed in seconds.
-            idle_timeout: Duration::from_secs(5),
+            idle_timeout: ferry_core::liveness::IDLE_TIMEOUT,
         }
     }
 }
@@ -96,6 +96,20 @@ fn endpoint_config(key: &NodeKey) -> quinn::EndpointConfig {
     quinn::EndpointConfig::new(Arc::new(reset_key))
 }
 
+/// The server side's settings: raw-key TLS asking `trusted`, Ferry's timers, and a bound on
+/// handshakes a stranger can start (cheap to refuse, but not free).
+fn server_config(
+    key: &NodeKey,
+    trusted: Arc<dyn TrustedKeys>,
+    tuning: &TransportTuning,
+) -> Result<quinn::ServerConfig, BindError> {
+    let crypto = tls::server_crypto(key, trusted)?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(tuning.config());
+    server.max_incoming(256);
+    Ok(server)
+}
+
 /// A Ferry peer endpoint.
 #[derive(Debug, Clone)]
 pub struct PeerEndpoint {
@@ -112,11 +126,7 @@ impl PeerEndpoint {
         trusted: Arc<dyn TrustedKeys>,
         tuning: TransportTuning,
     ) -> Result<Self, BindError> {
-        let crypto = tls::server_crypto(&key, trusted)?;
-        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        server.transport_config(tuning.config());
-        // Connections are cheap to refuse but not free: bound the handshakes a stranger can start.
-        server.max_incoming(256);
+        let server = server_config(&key, trusted, &tuning)?;
         let socket =
             std::net::UdpSocket::bind(addr).map_err(|source| BindError::Socket { addr, source })?;
         let runtime = quinn::default_runtime().ok_or_else(|| BindError::Socket {
@@ -125,6 +135,34 @@ impl PeerEndpoint {
         })?;
         let endpoint = quinn::Endpoint::new(endpoint_config(&key), Some(server), socket, runtime)
             .map_err(|source| BindError::Socket { addr, source })?;
+        Ok(Self {
+            endpoint,
+            key,
+            tuning,
+        })
+    }
+
+    /// An endpoint over a socket and runtime of the caller's (quinn's own seams): a simulated
+    /// network passes a socket over its datagrams and a runtime on its virtual clock.
+    pub fn with_socket(
+        socket: Arc<dyn quinn::AsyncUdpSocket>,
+        runtime: Arc<dyn quinn::Runtime>,
+        key: NodeKey,
+        trusted: Arc<dyn TrustedKeys>,
+        tuning: TransportTuning,
+    ) -> Result<Self, BindError> {
+        let server = server_config(&key, trusted, &tuning)?;
+        let addr = socket.local_addr().map_err(|source| BindError::Socket {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })?;
+        let endpoint = quinn::Endpoint::new_with_abstract_socket(
+            endpoint_config(&key),
+            Some(server),
+            socket,
+            runtime,
+        )
+        .map_err(|source| BindError::Socket { addr, source })?;
         Ok(Self {
             endpoint,
             key,

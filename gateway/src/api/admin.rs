@@ -30,16 +30,16 @@ fn store_error(err: StoreError) -> ApiError {
 }
 
 pub async fn status(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
-    let api = gateway.api_addr.get().map(|a| a.to_string());
+    let api = gateway.api_addr().map(|a| a.to_string());
     Json(json!({
         "node_id": gateway.node_id().to_string(),
         "short_id": gateway.node_id().short(),
-        "label": gateway.label,
+        "label": gateway.label(),
         "api": api,
-        "addresses": [gateway.quic_addr.to_string()],
-        "uptime_s": gateway.started.elapsed().as_secs(),
-        "peers": gateway.peers.all().len(),
-        "home": gateway.home.root().display().to_string(),
+        "addresses": [gateway.quic_addr().to_string()],
+        "uptime_s": gateway.uptime().as_secs(),
+        "peers": gateway.network().book().all().len(),
+        "home": gateway.home().root().display().to_string(),
         "version": env!("CARGO_PKG_VERSION"),
     }))
 }
@@ -55,9 +55,9 @@ fn peer_json(peer: &crate::store::trust::TrustedPeer) -> Value {
 
 /// Trusted peers, then gateways seen on the LAN that are not trusted (never used).
 pub async fn peers(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
-    let trusted = gateway.peers.all();
+    let trusted = gateway.network().book().all();
     let mut rows: Vec<Value> = trusted.iter().map(peer_json).collect();
-    for seen in gateway.seen.all() {
+    for seen in gateway.network().seen().all() {
         if trusted.iter().any(|p| p.node_id == seen.announcement.node) {
             continue;
         }
@@ -75,10 +75,11 @@ pub async fn peers(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
 
 /// Every route to every trusted peer with its health (SPEC 8, `ferry routes`).
 pub async fn routes(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
-    let now = std::time::Instant::now();
+    let network = gateway.network();
+    let now = gateway.clock().now();
     let mut rows = Vec::new();
-    for peer in gateway.peers.all() {
-        for view in gateway.routes.view(peer.node_id, now) {
+    for peer in network.book().all() {
+        for view in network.routes().view(peer.node_id, now) {
             rows.push(json!({
                 "peer": peer.label,
                 "kind": view.route.kind.as_str(),
@@ -95,7 +96,7 @@ pub async fn routes(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
                 "last_heard_ms_ago": view
                     .last_heard_ago
                     .into_iter()
-                    .chain(gateway.caller.pool().get(peer.node_id, view.route.addr).map(|p| p.heard_ago))
+                    .chain(network.caller().pool().get(peer.node_id, view.route.addr).map(|p| p.heard_ago))
                     .min()
                     .map(|ago| ago.as_millis() as u64),
                 "last_error": view.last_error,
@@ -108,30 +109,26 @@ pub async fn routes(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
 
 pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, ApiError> {
     let local = gateway
-        .reader
+        .vaults()
+        .reader()
         .run(vaults::list)
         .await
         .map_err(ApiError::internal)?;
-    let me = gateway.node_id();
-    let label_of = |node: &NodeId| {
-        if *node == me {
-            gateway.label.clone()
-        } else {
-            gateway.peers.label_of(node).unwrap_or_else(|| node.short())
-        }
-    };
+    let network = gateway.network();
+    let label_of = |node: &NodeId| network.label_of(node);
+    let now = gateway.clock().now();
     let mut rows: Vec<Value> = local
         .iter()
         .map(|v| {
             if v.role == crate::store::vaults::Role::Replica {
                 // A replica's lag: revisions behind the owner's last known revision, and
                 // seconds since it was last caught up (0 while caught up).
-                let sync = gateway.sync.get(&v.name).unwrap_or_default();
+                let sync = gateway.replication().board().get(&v.name).unwrap_or_default();
                 let lag_revisions = sync.owner_revision.saturating_sub(v.revision.max(sync.cursor));
                 let lag_s = match (lag_revisions, sync.caught_up_at) {
                     (0, Some(_)) => 0.0,
-                    (_, Some(at)) => at.elapsed().as_secs_f64(),
-                    (_, None) => gateway.started.elapsed().as_secs_f64(),
+                    (_, Some(at)) => now.saturating_duration_since(at).as_secs_f64(),
+                    (_, None) => gateway.uptime().as_secs_f64(),
                 };
                 json!({
                     "name": v.name,
@@ -143,7 +140,7 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, 
                     "sync": {
                         "owner_revision": sync.owner_revision,
                         "applied": sync.applied,
-                        "last_pull_ms_ago": sync.last_pull.map(|at| at.elapsed().as_millis() as u64),
+                        "last_pull_ms_ago": sync.last_pull.map(|at| now.saturating_duration_since(at).as_millis() as u64),
                         "last_error": sync.last_error,
                     },
                 })
@@ -159,7 +156,7 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, 
             }
         })
         .collect();
-    for (name, owner) in gateway.directory.remote_vaults() {
+    for (name, owner) in network.directory().remote_vaults() {
         if local.iter().any(|v| v.name == name) {
             continue;
         }
@@ -167,8 +164,8 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, 
             "name": name,
             "owner": label_of(&owner),
             "role": "remote",
-            "replicas": gateway
-                .directory
+            "replicas": network
+                .directory()
                 .replicas_of(&name)
                 .iter()
                 .map(&label_of)
@@ -182,7 +179,7 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, 
 }
 
 pub async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
-    let mut response = gateway.metrics.render().into_response();
+    let mut response = gateway.metrics().render().into_response();
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -204,6 +201,7 @@ pub async fn trust(
 ) -> Result<Json<Value>, ApiError> {
     let (node, routes) = parse_trust_request(&body)?;
     let peer = gateway
+        .admin()
         .trust(body.label, node, routes)
         .await
         .map_err(store_error)?;
@@ -236,6 +234,7 @@ pub async fn untrust(
     Json(body): Json<UntrustBody>,
 ) -> Result<Json<Value>, ApiError> {
     match gateway
+        .admin()
         .untrust(body.label.clone())
         .await
         .map_err(store_error)?
@@ -264,9 +263,13 @@ pub async fn create_vault(
     Json(body): Json<VaultBody>,
 ) -> Result<Json<Value>, ApiError> {
     names::check_vault(&body.name).map_err(ApiError::bad_request)?;
-    let row = gateway.create_vault(body.name).await.map_err(store_error)?;
+    let row = gateway
+        .admin()
+        .create_vault(body.name)
+        .await
+        .map_err(store_error)?;
     Ok(Json(
-        json!({"name": row.name, "owner": gateway.label, "role": "owner", "revision": row.revision}),
+        json!({"name": row.name, "owner": gateway.label(), "role": "owner", "revision": row.revision}),
     ))
 }
 
@@ -282,6 +285,7 @@ pub async fn follow_vault(
 ) -> Result<Json<Value>, ApiError> {
     names::check_vault(&body.name).map_err(ApiError::bad_request)?;
     let row = gateway
+        .admin()
         .follow(body.name, body.owner.clone())
         .await
         .map_err(|detail| ApiError::new(409, ErrorCode::Conflict, detail))?;
@@ -291,6 +295,6 @@ pub async fn follow_vault(
 }
 
 pub async fn stop(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
-    gateway.begin_stop();
+    gateway.lifecycle().begin_stop();
     Json(json!({"stopping": true}))
 }

@@ -17,7 +17,6 @@ use super::ApiError;
 use crate::gateway::Gateway;
 use crate::names;
 use crate::settlement::SettleError;
-use crate::store;
 use crate::store::calls::RowState;
 
 /// A settled state as the API shows it: `done` carries the first answer verbatim. `None` for
@@ -73,7 +72,7 @@ pub async fn settle(
 ) -> Result<Json<CallAnswer>, ApiError> {
     let request_id = RequestId::parse(&id)
         .map_err(|err| ApiError::bad_request(format!("{id:?} is not a request id: {err}")))?;
-    check_request_id_age(request_id, gateway.config.journal_retention())?;
+    check_request_id_age(request_id, gateway.config().journal_retention())?;
     let wait = match query.wait.as_deref() {
         None | Some("0") => Duration::ZERO,
         Some(raw) => parse_timeout(raw).ok_or_else(|| {
@@ -86,7 +85,11 @@ pub async fn settle(
         names::check_vault(vault).map_err(ApiError::bad_request)?;
     }
     let id = request_id.to_string();
-    match gateway.settle(request_id, query.vault, wait).await {
+    match gateway
+        .settlement()
+        .settle(request_id, query.vault, wait)
+        .await
+    {
         Ok((state, owner)) => match call_answer(request_id, &state, &owner) {
             Some(answer) => Ok(Json(answer)),
             None => Err(ApiError::new(
@@ -130,6 +133,7 @@ pub async fn list(
         }
     };
     let rows = gateway
+        .settlement()
         .remembered_calls(only_unknown)
         .await
         .map_err(ApiError::internal)?;
@@ -162,15 +166,16 @@ pub async fn list(
 }
 
 pub async fn tickets(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
-    let now = store::unix_ms();
+    let now = gateway.clock().unix_ms();
     Json(Value::Array(
         gateway
+            .writes()
             .held_tickets()
             .iter()
             .map(|ticket| {
                 let claims = &ticket.claims;
                 json!({
-                    "owner": gateway.peers.label_of(&claims.owner).unwrap_or_else(|| claims.owner.short()),
+                    "owner": gateway.network().label_of(&claims.owner),
                     "app": claims.app,
                     "vault": claims.vault,
                     "verbs": claims.verbs.to_string(),
@@ -183,6 +188,10 @@ pub async fn tickets(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
 }
 
 pub async fn rotate(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, ApiError> {
-    let epoch = gateway.rotate_tickets().await.map_err(ApiError::internal)?;
+    let epoch = gateway
+        .admin()
+        .rotate_tickets()
+        .await
+        .map_err(ApiError::internal)?;
     Ok(Json(json!({"epoch": epoch})))
 }

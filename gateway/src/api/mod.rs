@@ -29,7 +29,7 @@ pub use headers::parse_timeout;
 
 /// Serves the API on `listener` until the gateway stops.
 pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) {
-    let mut stopping = gateway.stopping();
+    let mut stopping = gateway.lifecycle().stopping();
     let app = router(gateway);
     let shutdown = async move {
         let _ = stopping.wait_for(|stopping| *stopping).await;
@@ -89,7 +89,8 @@ async fn guard(State(gateway): State<Arc<Gateway>>, request: Request, next: Next
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "));
-    if !presented.is_some_and(|token| constant_time_eq(token.as_bytes(), gateway.token.as_bytes()))
+    if !presented
+        .is_some_and(|token| constant_time_eq(token.as_bytes(), gateway.token().as_bytes()))
     {
         return ApiError::unauthorized().into_response();
     }

@@ -16,10 +16,11 @@ use serde::Deserialize;
 use super::error::refusal_code;
 use super::headers;
 use super::ApiError;
-use crate::gateway::{Gateway, LocalRefusal, ReadFailure};
+use crate::gateway::Gateway;
 use crate::metrics::{ReadSource as MetricSource, WriteKind};
 use crate::names;
 use crate::reader::MAX_PAGE;
+use crate::reads::{LocalRefusal, ReadFailure};
 use crate::reads::{RecordRead, Source};
 
 fn check_vault_and_key(vault: &str, key: &str) -> Result<(), ApiError> {
@@ -74,15 +75,19 @@ pub async fn get_record(
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let headers = request.headers();
-    let started = Instant::now();
+    let started = gateway.clock().now();
     let app = headers::app(headers)?;
     check_vault_and_key(&vault, &key)?;
     let deadline = started + headers::timeout(headers)?;
-    let read = match gateway.read_record(&app, &vault, &key, deadline).await {
+    let read = match gateway
+        .reads()
+        .read_record(&app, &vault, &key, deadline)
+        .await
+    {
         Ok(read) => read,
         Err(failure) => {
             gateway
-                .metrics
+                .metrics()
                 .read(MetricSource::Unavailable, started.elapsed());
             return Err(read_failure(failure));
         }
@@ -91,7 +96,7 @@ pub async fn get_record(
         RecordRead::Found(found) => &found.source,
         RecordRead::NotFound { source } => source,
     };
-    gateway.metrics.read(
+    gateway.metrics().read(
         match source {
             Source::Local => MetricSource::Local,
             Source::Cache => MetricSource::Cache,
@@ -144,7 +149,7 @@ pub async fn list_records(
     Query(query): Query<ListQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let started = Instant::now();
+    let started = gateway.clock().now();
     let app = headers::app(&headers)?;
     names::check_vault(&vault).map_err(ApiError::bad_request)?;
     let deadline = started + headers::timeout(&headers)?;
@@ -154,6 +159,7 @@ pub async fn list_records(
         limit: query.limit.unwrap_or(MAX_PAGE).clamp(1, MAX_PAGE),
     };
     let (answer, source) = gateway
+        .reads()
         .read(app, vault, verb, deadline)
         .await
         .map_err(read_failure)?;
@@ -200,14 +206,14 @@ pub async fn put_record(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let started = Instant::now();
+    let started = gateway.clock().now();
     let prepared = async {
         let app = headers::app(&headers)?;
-        let request_id = headers::request_id(&headers, gateway.config.journal_retention())?;
+        let request_id = headers::request_id(&headers, gateway.config().journal_retention())?;
         let timeout = headers::timeout(&headers)?;
         let if_revision = headers::if_match(&headers)?;
         check_vault_and_key(&vault, &key)?;
-        let value = read_value(body, gateway.config.max_value_bytes).await?;
+        let value = read_value(body, gateway.config().max_value_bytes).await?;
         Ok::<_, ApiError>((
             app,
             request_id,
@@ -228,10 +234,10 @@ pub async fn delete_record(
     Path((vault, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let started = Instant::now();
+    let started = gateway.clock().now();
     let prepared = (|| {
         let app = headers::app(&headers)?;
-        let request_id = headers::request_id(&headers, gateway.config.journal_retention())?;
+        let request_id = headers::request_id(&headers, gateway.config().journal_retention())?;
         let timeout = headers::timeout(&headers)?;
         let if_revision = headers::if_match(&headers)?;
         check_vault_and_key(&vault, &key)?;
@@ -267,10 +273,10 @@ async fn write(
         Ok(prepared) => prepared,
         Err(error) => {
             gateway
-                .metrics
+                .metrics()
                 .write(WriteKind::BadRequest, started.elapsed());
             // Echo the app's request id when it gave a valid one.
-            let error = match headers::request_id(headers, gateway.config.journal_retention()) {
+            let error = match headers::request_id(headers, gateway.config().journal_retention()) {
                 Ok(id) if headers.contains_key("x-ferry-request-id") => error.request_id(id),
                 _ => error,
             };
@@ -280,7 +286,9 @@ async fn write(
     let deadline = started + timeout;
     // On a task of its own: if the app's client goes away, this handler is dropped but the
     // write reaches its outcome and the call log records it for settling.
-    let task = gateway.spawn_write(app, vault.clone(), verb, request_id, deadline);
+    let task = gateway
+        .writes()
+        .spawn_write(app, vault.clone(), verb, request_id, deadline);
     let (kind, mut response) = match task.await {
         Err(refusal_or_panic) => {
             // The task panicked: whether it sent anything is not known.
@@ -305,7 +313,7 @@ async fn write(
         ),
         Ok(Ok((outcome, owner))) => answer(outcome, request_id, &vault, owner),
     };
-    gateway.metrics.write(kind, started.elapsed());
+    gateway.metrics().write(kind, started.elapsed());
     if let Ok(value) = HeaderValue::from_str(&request_id.to_string()) {
         response.headers_mut().insert("x-ferry-request-id", value);
     }

@@ -24,6 +24,9 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
 
+use ferry_core::clock::Clock;
+
+use crate::env::Blocking;
 use crate::settlement::InFlightGuard;
 use crate::store::calls::{self, CallRow};
 use crate::store::{self, StoreError};
@@ -93,7 +96,12 @@ pub enum LogError {
 impl CallLog {
     /// Opens the log: calls a crash left in flight (in slots, or `in_flight` rows) become
     /// `unknown` rows, to be settled with their owners; then the thread starts.
-    pub fn start(db_path: &Path, slots_path: &Path) -> Result<Self, StoreError> {
+    pub fn start(
+        db_path: &Path,
+        slots_path: &Path,
+        blocking: Blocking,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
         let mut conn = store::open(db_path)?;
         // Rows need to be in the WAL, not on the platter: a killed process keeps them; a power
         // cut is for the settle path's "ask every owner" (see `settlement.rs`).
@@ -117,11 +125,24 @@ impl CallLog {
         }
         let slots = Arc::new(slots);
         let (queue, receiver) = mpsc::channel(QUEUE_DEPTH);
-        let thread_slots = slots.clone();
-        std::thread::Builder::new()
-            .name("ferry-call-log".into())
-            .spawn(move || run(conn, &thread_slots, receiver))
-            .map_err(|err| StoreError::Corrupt(format!("cannot start the call log: {err}")))?;
+        let writer = Writer {
+            conn,
+            slots: slots.clone(),
+            clock,
+        };
+        match blocking {
+            Blocking::Threads => {
+                std::thread::Builder::new()
+                    .name("ferry-call-log".into())
+                    .spawn(move || writer.run_thread(receiver))
+                    .map_err(|err| {
+                        StoreError::Corrupt(format!("cannot start the call log: {err}"))
+                    })?;
+            }
+            Blocking::Inline => {
+                tokio::spawn(writer.run_task(receiver));
+            }
+        }
         Ok(Self { queue, slots })
     }
 
@@ -215,17 +236,34 @@ impl CallLog {
     }
 }
 
-fn run(mut conn: Connection, slots: &SlotFile, mut queue: mpsc::Receiver<Op>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.blocking_recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(op) => batch.push(op),
-                Err(_) => break,
-            }
+/// The log's writer: its connection, the slot file, the clock.
+struct Writer {
+    conn: Connection,
+    slots: Arc<SlotFile>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Writer {
+    fn run_thread(mut self, mut queue: mpsc::Receiver<Op>) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        while let Some(first) = queue.blocking_recv() {
+            batch.push(first);
+            fill(&mut batch, &mut queue);
+            self.take(&mut batch);
         }
-        let results = apply(&mut conn, &batch);
+    }
+
+    async fn run_task(mut self, mut queue: mpsc::Receiver<Op>) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        while let Some(first) = queue.recv().await {
+            batch.push(first);
+            fill(&mut batch, &mut queue);
+            self.take(&mut batch);
+        }
+    }
+
+    fn take(&mut self, batch: &mut Vec<Op>) {
+        let results = apply(&mut self.conn, batch, self.clock.unix_ms());
         for (op, result) in batch.drain(..).zip(results) {
             match op {
                 Op::Begin { reply, .. } => {
@@ -239,7 +277,7 @@ fn run(mut conn: Connection, slots: &SlotFile, mut queue: mpsc::Receiver<Op>) {
                 Op::Finish { slot, hold, .. } => match result {
                     Ok(()) => {
                         if let Some(slot) = slot {
-                            if let Err(err) = slots.clear(slot) {
+                            if let Err(err) = self.slots.clear(slot) {
                                 warn!(%err, "a slot of the call log could not be cleared");
                             }
                         }
@@ -258,9 +296,18 @@ fn run(mut conn: Connection, slots: &SlotFile, mut queue: mpsc::Receiver<Op>) {
     }
 }
 
+/// Takes what is waiting, up to a batch.
+fn fill(batch: &mut Vec<Op>, queue: &mut mpsc::Receiver<Op>) {
+    while batch.len() < MAX_BATCH {
+        match queue.try_recv() {
+            Ok(op) => batch.push(op),
+            Err(_) => break,
+        }
+    }
+}
+
 /// Applies a batch in one transaction; each op's own result (all fail if the commit fails).
-fn apply(conn: &mut Connection, batch: &[Op]) -> Vec<Result<(), StoreError>> {
-    let now_ms = store::unix_ms();
+fn apply(conn: &mut Connection, batch: &[Op], now_ms: u64) -> Vec<Result<(), StoreError>> {
     let attempt = (|| {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut results = Vec::with_capacity(batch.len());

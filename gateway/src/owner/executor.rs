@@ -20,7 +20,11 @@
 //! this queue.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use ferry_core::admission::{self, BusyReason, QUEUE_FULL_RETRY};
+use ferry_core::clock::Clock;
 
 use ferry_peer::call::WriteCall;
 use ferry_peer::outcome::{NotCarriedOutReason, Refusal, RefusalCode};
@@ -32,6 +36,7 @@ use tracing::{debug, error, info};
 
 use super::fault;
 use super::verbs::{self, Admission, Execution, WriteLimits};
+use crate::env::Blocking;
 use crate::store::{self, journal, StoreError};
 
 /// How many jobs may wait for the executor.
@@ -59,6 +64,19 @@ enum Job {
         before_ms: u64,
         reply: oneshot::Sender<Result<usize, String>>,
     },
+    /// Any other change to the database (trust, vault creation, a replica's page, the ticket
+    /// epoch), in a transaction of its own: the executor is the store's one writer.
+    Apply(Apply),
+}
+
+/// A change to run on the writing connection, in its own transaction; it answers its own
+/// caller once that transaction committed (or failed).
+struct Apply(Box<dyn FnOnce(&mut Connection) + Send>);
+
+impl std::fmt::Debug for Apply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Apply")
+    }
 }
 
 /// The handle apps' and peers' writes go through.
@@ -78,13 +96,19 @@ pub enum SubmitError {
 }
 
 impl Executor {
-    /// Opens the writing connection, settles what a crash left running, starts the thread.
-    pub fn start(db_path: &Path, mut limits: WriteLimits) -> Result<Self, StoreError> {
+    /// Opens the writing connection, settles what a crash left running, starts the thread (a
+    /// task with [`Blocking::Inline`]).
+    pub fn start(
+        db_path: &Path,
+        mut limits: WriteLimits,
+        blocking: Blocking,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
         let conn = store::open(db_path)?;
         limits.collected_before_ms = limits
             .collected_before_ms
             .max(store::meta::journal_collected_before(&conn)?);
-        let interrupted = journal::recover_interrupted(&conn, store::unix_ms())?;
+        let interrupted = journal::recover_interrupted(&conn, clock.unix_ms())?;
         if interrupted > 0 {
             info!(
                 interrupted,
@@ -93,16 +117,31 @@ impl Executor {
         }
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (done_tx, done_rx) = oneshot::channel();
-        let spawned = std::thread::Builder::new()
-            .name("ferry-owner".into())
-            .spawn(move || {
-                run(conn, rx, limits);
-                let _ = done_tx.send(());
-            });
-        if let Err(err) = spawned {
-            return Err(StoreError::Corrupt(format!(
-                "cannot start the owner thread: {err}"
-            )));
+        let work = Work {
+            conn,
+            limits,
+            clock,
+        };
+        match blocking {
+            Blocking::Threads => {
+                let spawned = std::thread::Builder::new()
+                    .name("ferry-owner".into())
+                    .spawn(move || {
+                        run_thread(work, rx);
+                        let _ = done_tx.send(());
+                    });
+                if let Err(err) = spawned {
+                    return Err(StoreError::Corrupt(format!(
+                        "cannot start the owner thread: {err}"
+                    )));
+                }
+            }
+            Blocking::Inline => {
+                tokio::spawn(async move {
+                    run_task(work, rx).await;
+                    let _ = done_tx.send(());
+                });
+            }
         }
         Ok(Self {
             queue: std::sync::Mutex::new(Some(tx)),
@@ -138,7 +177,9 @@ impl Executor {
             reply,
         }) {
             Ok(()) => {}
-            Err(SubmitError::Full) => return Ok(busy("the owner's write queue is full", 100)),
+            Err(SubmitError::Full) => {
+                return Ok(busy_answer(BusyReason::QueueFull, QUEUE_FULL_RETRY))
+            }
             Err(err) => return Err(err),
         }
         // The thread answers every job it takes; a dropped reply means it died mid-batch, in
@@ -175,6 +216,31 @@ impl Executor {
             .map_err(|_| SubmitError::Stopping.to_string())?
     }
 
+    /// Runs `change` on the writing connection in an `IMMEDIATE` transaction of its own,
+    /// between batches of writes, and returns what it returned (rolled back if it failed).
+    pub async fn apply<R, F>(&self, change: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = Apply(Box::new(move |conn: &mut Connection| {
+            let result = (|| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                // A failed change is rolled back when `tx` drops.
+                let value = change(&tx)?;
+                tx.commit()?;
+                Ok(value)
+            })();
+            let _ = reply.send(result);
+        }));
+        self.enqueue(Job::Apply(job))
+            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Corrupt(SubmitError::Stopping.to_string()))?
+    }
+
     /// Stops taking work and waits, at most `bound`, for the queued jobs to finish.
     /// Returns whether the queue drained in time.
     pub async fn drain(&self, bound: Duration) -> bool {
@@ -199,31 +265,74 @@ fn busy(detail: &str, retry_after_ms: u64) -> WriteAnswer {
     })
 }
 
-fn run(mut conn: Connection, mut queue: mpsc::Receiver<Job>, mut limits: WriteLimits) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.blocking_recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        // Collection runs alone, before the batch's writes and settle queries.
+/// The answer to a request the admission decision refused.
+fn busy_answer(why: BusyReason, retry_after: Duration) -> WriteAnswer {
+    busy(why.detail(), retry_after.as_millis() as u64)
+}
+
+/// The executor's side of the queue: its connection, its limits, its clock.
+struct Work {
+    conn: Connection,
+    limits: WriteLimits,
+    clock: Arc<dyn Clock>,
+}
+
+impl Work {
+    /// Runs one batch: collections and other changes first, each alone, then the writes and
+    /// settle queries.
+    fn take(&mut self, batch: &mut Vec<Job>) {
         let mut i = 0;
         while i < batch.len() {
-            if matches!(batch[i], Job::Collect { .. }) {
-                if let Job::Collect { before_ms, reply } = batch.remove(i) {
-                    let result = collect_journal(&mut conn, before_ms, &mut limits);
-                    let _ = reply.send(result.map_err(|err| err.to_string()));
-                }
-            } else {
-                i += 1;
+            match &batch[i] {
+                Job::Collect { .. } | Job::Apply(_) => match batch.remove(i) {
+                    Job::Collect { before_ms, reply } => {
+                        let result = collect_journal(&mut self.conn, before_ms, &mut self.limits);
+                        let _ = reply.send(result.map_err(|err| err.to_string()));
+                    }
+                    Job::Apply(Apply(change)) => change(&mut self.conn),
+                    _ => {}
+                },
+                _ => i += 1,
             }
         }
         if !batch.is_empty() {
-            run_batch(&mut conn, &mut batch, &limits);
+            run_batch(
+                &mut self.conn,
+                batch,
+                &self.limits,
+                self.clock.now(),
+                self.clock.unix_ms(),
+            );
         }
+    }
+}
+
+/// Takes what is waiting, up to a batch.
+fn fill(batch: &mut Vec<Job>, queue: &mut mpsc::Receiver<Job>) {
+    while batch.len() < MAX_BATCH {
+        match queue.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
+        }
+    }
+}
+
+fn run_thread(mut work: Work, mut queue: mpsc::Receiver<Job>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = queue.blocking_recv() {
+        batch.push(first);
+        fill(&mut batch, &mut queue);
+        work.take(&mut batch);
+    }
+    debug!("owner executor stopped");
+}
+
+async fn run_task(mut work: Work, mut queue: mpsc::Receiver<Job>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = queue.recv().await {
+        batch.push(first);
+        fill(&mut batch, &mut queue);
+        work.take(&mut batch);
     }
     debug!("owner executor stopped");
 }
@@ -267,9 +376,13 @@ enum Pending {
     StatusAfterRun,
 }
 
-fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, limits: &WriteLimits) {
-    let now = Instant::now();
-    let now_ms = store::unix_ms();
+fn run_batch(
+    conn: &mut Connection,
+    batch: &mut Vec<Job>,
+    limits: &WriteLimits,
+    now: Instant,
+    now_ms: u64,
+) {
     let pending = match admit_all(conn, batch, limits, now, now_ms) {
         Ok(pending) => pending,
         Err(err) => {
@@ -329,10 +442,11 @@ fn admit_all(
     for job in batch {
         pending.push(match job {
             // SPEC 7 rule 5: a request whose deadline passed before it starts is not carried out.
-            Job::Write { deadline, .. } if *deadline <= now => Pending::Answered(busy(
-                "the request's deadline passed before the owner could start it",
-                0,
-            )),
+            Job::Write { deadline, .. }
+                if admission::at_start(*deadline, now) != admission::Admission::Admit =>
+            {
+                Pending::Answered(busy_answer(BusyReason::DeadlinePassed, Duration::ZERO))
+            }
             Job::Write {
                 caller, request, ..
             } => match verbs::admit(&tx, *caller, request, limits, now_ms)? {
@@ -347,7 +461,9 @@ fn admit_all(
                 None | Some(journal::JournalEntry::Running { .. }) => Pending::StatusAfterRun,
                 Some(entry) => Pending::Status(Ok(entry.to_call_state())),
             },
-            Job::Collect { .. } => Pending::Status(Err("collection runs alone".into())),
+            Job::Collect { .. } | Job::Apply(_) => {
+                Pending::Status(Err("collections and changes run alone".into()))
+            }
         });
     }
     tx.commit()?;
@@ -460,7 +576,7 @@ fn answer_after_failed_commit(batch: &mut Vec<Job>, admitted: Vec<Pending>, fenc
             (Job::Status { reply, .. }, _) => {
                 let _ = reply.send(Err("the owner's store failed".into()));
             }
-            (Job::Collect { .. }, _) => {}
+            (Job::Collect { .. } | Job::Apply(_), _) => {}
         }
     }
 }
@@ -474,7 +590,7 @@ fn answer_all_failed(batch: &mut Vec<Job>) {
             Job::Status { reply, .. } => {
                 let _ = reply.send(Err("the owner's store failed".into()));
             }
-            Job::Collect { .. } => {}
+            Job::Collect { .. } | Job::Apply(_) => {}
         }
     }
 }
@@ -487,6 +603,10 @@ mod tests {
     use ferry_ticket::NodeKey;
 
     const DAY_MS: u64 = 86_400_000;
+
+    fn clock() -> Arc<dyn Clock> {
+        Arc::new(ferry_core::clock::SystemClock)
+    }
 
     fn limits() -> WriteLimits {
         WriteLimits {
@@ -532,7 +652,7 @@ mod tests {
             journal::record_answer(&conn, me, old, &WriteAnswer::Done { revision: 1 }, now)
                 .unwrap();
         }
-        let executor = Executor::start(&db, limits()).unwrap();
+        let executor = Executor::start(&db, limits(), Blocking::Threads, clock()).unwrap();
         assert_eq!(executor.collect(now - 7 * DAY_MS).await.unwrap(), 1);
         let deadline = Instant::now() + Duration::from_secs(5);
         let again = executor
@@ -555,7 +675,7 @@ mod tests {
             journal_retention: Duration::from_secs(9 * 86_400),
             ..limits()
         };
-        let executor = Executor::start(&db, longer).unwrap();
+        let executor = Executor::start(&db, longer, Blocking::Threads, clock()).unwrap();
         let again = executor
             .submit(me, put(old, "again"), deadline)
             .await
@@ -578,7 +698,7 @@ mod tests {
         let db = dir.path().join("ferry.db");
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
         vaults::create_owned(&store::open(&db).unwrap(), "v", me, 0).unwrap();
-        let executor = Executor::start(&db, limits()).unwrap();
+        let executor = Executor::start(&db, limits(), Blocking::Threads, clock()).unwrap();
         let future = id_at(store::unix_ms() + 10 * 60_000);
         let mut wrong_variant = RequestId::generate();
         wrong_variant.0[8] = (wrong_variant.0[8] & 0x3f) | 0xc0;

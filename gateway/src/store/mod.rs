@@ -199,6 +199,23 @@ fn restrict_mode(path: &Path) {
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
 }
 
+/// Runs `change` in a transaction: the caller's, if one is open on `conn` (the executor runs
+/// every change in one of its own), else a new `IMMEDIATE` one (the CLI with no gateway
+/// running), which takes the write lock up front so a concurrent writer makes it wait (busy
+/// timeout) instead of failing at its first write with a stale read snapshot.
+pub fn in_transaction<R>(
+    conn: &Connection,
+    change: impl FnOnce(&Connection) -> Result<R, StoreError>,
+) -> Result<R, StoreError> {
+    if !conn.is_autocommit() {
+        return change(conn);
+    }
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+    let value = change(&tx)?;
+    tx.commit()?;
+    Ok(value)
+}
+
 /// Milliseconds since the Unix epoch, for timestamps stored in the database.
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()

@@ -23,9 +23,17 @@ pub fn add(
     routes: &[Route],
     now_ms: u64,
 ) -> Result<TrustedPeer, StoreError> {
-    // Immediate: take the write lock up front, so a concurrent writer makes this wait (busy
-    // timeout) instead of failing at its first write with a stale read snapshot.
-    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+    super::in_transaction(conn, |tx| add_in(tx, label, node_id, routes, now_ms))?;
+    get(conn, label)?.ok_or_else(|| StoreError::Corrupt(format!("peer {label:?} vanished")))
+}
+
+fn add_in(
+    tx: &Connection,
+    label: &str,
+    node_id: NodeId,
+    routes: &[Route],
+    now_ms: u64,
+) -> Result<(), StoreError> {
     let by_label: Option<String> = tx
         .query_row("SELECT node_id FROM peers WHERE label = ?1", [label], |r| {
             r.get(0)
@@ -64,8 +72,7 @@ pub fn add(
             params![label, route.to_string()],
         )?;
     }
-    tx.commit()?;
-    get(conn, label)?.ok_or_else(|| StoreError::Corrupt(format!("peer {label:?} vanished")))
+    Ok(())
 }
 
 /// Forgets the peer called `label`; returns its node id if it was trusted.

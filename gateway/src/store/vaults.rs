@@ -107,24 +107,22 @@ pub fn apply_changes(
     changes: &[ferry_peer::wire::WireChange],
     cursor: u64,
 ) -> Result<(), StoreError> {
-    // Immediate: take the write lock up front, so a concurrent writer makes this wait (busy
-    // timeout) instead of failing at its first write with a stale read snapshot.
-    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
-    for change in changes {
-        super::records::set(
-            &tx,
-            name,
-            &change.key,
-            change.revision,
-            change.value.as_deref(),
+    super::in_transaction(conn, |tx| {
+        for change in changes {
+            super::records::set(
+                tx,
+                name,
+                &change.key,
+                change.revision,
+                change.value.as_deref(),
+            )?;
+        }
+        tx.execute(
+            "UPDATE vaults SET revision = ?2 WHERE name = ?1 AND role = 'replica' AND revision < ?2",
+            params![name, cursor as i64],
         )?;
-    }
-    tx.execute(
-        "UPDATE vaults SET revision = ?2 WHERE name = ?1 AND role = 'replica' AND revision < ?2",
-        params![name, cursor as i64],
-    )?;
-    tx.commit()?;
-    Ok(())
+        Ok(())
+    })
 }
 
 /// The vault's revision, if this gateway holds it (pages of a listing or of changes carry it;

@@ -20,7 +20,7 @@ use ferry_ticket::NodeId;
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use crate::gateway::Gateway;
+use super::Network;
 
 /// A gateway seen on the LAN.
 #[derive(Debug, Clone)]
@@ -115,20 +115,20 @@ fn lan_kind(ip: IpAddr, thunderbolt: &[String]) -> RouteKind {
     }
 }
 
-impl Gateway {
+impl Network {
     /// Adds the routes a trusted peer announced. Returns true if any is new.
     pub fn apply_seen(&self, node: NodeId) -> bool {
-        if self.peers.by_node(&node).is_none() {
+        if self.book.by_node(&node).is_none() {
             return false;
         }
         let Some(seen) = self.seen.get(&node) else {
             return false;
         };
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut added = false;
         for addr in &seen.lan {
             let route = Route {
-                kind: lan_kind(addr.ip(), &self.config.thunderbolt_interfaces),
+                kind: lan_kind(addr.ip(), &self.thunderbolt),
                 addr: *addr,
             };
             added |= self
@@ -156,7 +156,7 @@ impl Gateway {
                     addrs,
                 } => {
                     let node = announcement.node;
-                    if node == self.node_id() {
+                    if node == self.me {
                         continue;
                     }
                     let lan = addrs
@@ -165,25 +165,24 @@ impl Gateway {
                         .map(|ip| SocketAddr::new(ip, announcement.quic_port))
                         .collect();
                     debug!(peer = %node.short(), label = %announcement.label_hint, "seen on the LAN");
-                    let peers = self.peers.clone();
+                    let book = self.book.clone();
                     self.seen.record(
                         Seen {
                             announcement,
                             lan,
-                            at: Instant::now(),
+                            at: self.clock.now(),
                         },
-                        |node| peers.by_node(node).is_some(),
+                        |node| book.by_node(node).is_some(),
                     );
-                    self.routes.revive_peer(node, Instant::now());
+                    self.routes.revive_peer(node, self.clock.now());
                     if self.apply_seen(node) {
                         // A new way to a trusted peer: learn what it owns.
-                        let gateway = self.clone();
-                        gateway.hello_all(std::time::Duration::from_secs(2)).await;
+                        self.hello_all(super::DIRECTORY_REFRESH_BOUND).await;
                     }
                 }
                 DiscoveryEvent::Gone { node } => {
                     debug!(peer = %node.short(), "said goodbye on the LAN");
-                    heard_goodbye(&self.seen, &self.routes, node, Instant::now());
+                    heard_goodbye(&self.seen, &self.routes, node, self.clock.now());
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! when a route is down) are `ferry_peer::health`'s; this only does the IO.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferry_peer::health::Failure;
 use ferry_peer::routes::Route;
@@ -11,7 +11,9 @@ use ferry_ticket::NodeId;
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use crate::gateway::Gateway;
+use crate::lifecycle::Lifecycle;
+
+use super::Network;
 
 /// How often the prober looks for due heartbeats and silent routes.
 const TICK: Duration = Duration::from_millis(50);
@@ -24,22 +26,22 @@ const HEARTBEAT_TIMEOUT_FLOOR: Duration = Duration::from_millis(300);
 const HEARTBEAT_TIMEOUT_CAP: Duration = Duration::from_secs(1);
 
 /// Runs until the gateway stops.
-pub async fn watch_routes(gateway: Arc<Gateway>) {
-    let mut stopping = gateway.stopping();
+pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
+    let mut stopping = lifecycle.stopping();
     let mut ticker = tokio::time::interval(TICK);
     let mut beats = JoinSet::new();
     loop {
         tokio::select! {
             _ = ticker.tick() => {
-                let now = Instant::now();
-                for (node, route) in gateway.routes.check_silence(now) {
+                let now = network.clock.now();
+                for (node, route) in network.routes.check_silence(now) {
                     debug!(peer = %node.short(), %route, "route silent: down");
                 }
-                for (node, route, interval) in gateway.routes.due_probes(now) {
+                for (node, route, interval) in network.routes.due_probes(now) {
                     if beats.len() >= MAX_IN_FLIGHT {
                         break;
                     }
-                    beats.spawn(beat(gateway.clone(), node, route, interval));
+                    beats.spawn(beat(network.clone(), node, route, interval));
                 }
             }
             Some(_) = beats.join_next(), if !beats.is_empty() => {}
@@ -49,22 +51,22 @@ pub async fn watch_routes(gateway: Arc<Gateway>) {
     beats.abort_all();
 }
 
-async fn beat(gateway: Arc<Gateway>, node: NodeId, route: Route, interval: Duration) {
+async fn beat(network: Arc<Network>, node: NodeId, route: Route, interval: Duration) {
     let timeout = interval.clamp(HEARTBEAT_TIMEOUT_FLOOR, HEARTBEAT_TIMEOUT_CAP);
-    let result = gateway
+    let result = network
         .caller
         .heartbeat(node, &route, interval, timeout)
         .await;
-    let now = Instant::now();
-    gateway.routes.probe_finished(node, route.addr);
+    let now = network.clock.now();
+    network.routes.probe_finished(node, route.addr);
     match result {
-        Ok(rtt) => gateway.routes.heard(node, route.addr, now, Some(rtt)),
+        Ok(rtt) => network.routes.heard(node, route.addr, now, Some(rtt)),
         Err(Some(failure)) => {
             debug!(peer = %node.short(), %route, %failure, "route down");
             let port_closed = failure == Failure::PortClosed;
-            gateway.routes.failed(node, route.addr, now, failure);
+            network.routes.failed(node, route.addr, now, failure);
             if port_closed {
-                gateway.routes.probe_all_now(node, now);
+                network.routes.probe_all_now(node, now);
             }
         }
         // No answer this time is no verdict (a loaded machine can miss one): silence over six

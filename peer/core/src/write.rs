@@ -11,27 +11,43 @@
 //!   never by resending (rule 7); only what cannot be settled before the deadline is
 //!   `outcome_unknown`.
 //!
-//! The driver (`crate::call::Caller::write`) performs each [`Step`] and reports what happened
-//! as an [`Event`].
+//! The driver (`ferry_peer::call::Caller::write`) performs each [`Step`] and reports what
+//! happened as an [`Event`]. The machine also decides which routes a send may use: on a local
+//! link (thunderbolt, LAN) the next route's connect is *raced* a moment later, so rule 4's one
+//! failover costs no second connect timeout; nothing is sent until one connection wins, so a
+//! race cannot send twice. And it paces settle asks.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::outcome::{NotSentReason, Refusal, RefusalCode, UnknownReason, WriteOutcome};
+use crate::routes::RouteKind;
 use crate::wire::{CallState, WriteAnswer};
 
 /// How many times a settle may be asked after a break, inside the deadline. Settling is a read,
 /// so asking again is safe; the bound keeps a flapping owner from spinning the caller.
 pub const MAX_SETTLE_ASKS: u8 = 5;
+/// How long a write's connect on a local link runs alone before the next route's is raced.
+pub const RACE_DELAY: Duration = Duration::from_millis(100);
+/// The pause between settle asks after the first (the first is at once, SPEC 6 rule 7).
+pub const SETTLE_BACKOFF: Duration = Duration::from_millis(100);
+
+/// A second route whose connect is started `after` the first one's, spending the failover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Race {
+    pub route: usize,
+    pub after: Duration,
+}
 
 /// What the driver should do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     /// Get a ticket for the owner: from the cache, or (with `renew`) freshly from the owner.
     GetTicket { renew: bool },
-    /// Send the request once, on a new stream, over the route at this index (0 = best).
-    Send { route: usize },
-    /// Ask the owner what became of the request id, on a new connection.
-    Settle,
+    /// Send the request once, on a new stream, over the route at this index (0 = best), or over
+    /// `race`'s route if that one connects first. Nothing is sent until a connection wins.
+    Send { route: usize, race: Option<Race> },
+    /// Ask the owner what became of the request id, on a new connection, `after` a pause.
+    Settle { after: Duration },
     /// The call is over.
     Finish(WriteOutcome),
 }
@@ -43,12 +59,10 @@ pub enum Event {
     TicketUnavailable {
         detail: String,
     },
-    /// The send failed before the first byte reached QUIC. `may_fail_over`: the route was a
-    /// local link and another route exists.
+    /// The send failed before the first byte reached QUIC (on every route it was allowed).
     NotSent {
         reason: NotSentReason,
         detail: String,
-        may_fail_over: bool,
     },
     /// The owner answered on the stream.
     Answered(WriteAnswer),
@@ -67,7 +81,11 @@ pub enum Event {
 #[derive(Debug, Clone)]
 pub struct WriteMachine {
     deadline: Instant,
+    /// The kinds of the usable routes, best first.
+    routes: Vec<RouteKind>,
     route: usize,
+    /// Settle asks so far.
+    settles: u8,
     failovers_left: u8,
     renewals_left: u8,
     settles_left: u8,
@@ -79,11 +97,14 @@ pub struct WriteMachine {
 }
 
 impl WriteMachine {
-    /// Starts a write whose deadline is `deadline`; returns the machine and its first step.
-    pub fn start(deadline: Instant, now: Instant) -> (Self, Step) {
+    /// Starts a write whose deadline is `deadline`, over usable routes of `routes` kinds (best
+    /// first); returns the machine and its first step.
+    pub fn start(deadline: Instant, now: Instant, routes: &[RouteKind]) -> (Self, Step) {
         let mut machine = Self {
             deadline,
+            routes: routes.to_vec(),
             route: 0,
+            settles: 0,
             failovers_left: 1,
             renewals_left: 1,
             settles_left: MAX_SETTLE_ASKS,
@@ -121,6 +142,28 @@ impl WriteMachine {
         }
     }
 
+    /// A send on the current route; raced against the next one when the current one is a
+    /// local link and the failover is not spent.
+    fn send(&mut self) -> Step {
+        let next = self.route + 1;
+        let race = match self.routes.get(self.route) {
+            Some(kind)
+                if kind.fails_over() && next < self.routes.len() && self.failovers_left > 0 =>
+            {
+                self.failovers_left -= 1;
+                Some(Race {
+                    route: next,
+                    after: RACE_DELAY,
+                })
+            }
+            _ => None,
+        };
+        Step::Send {
+            route: self.route,
+            race,
+        }
+    }
+
     fn unknown(&mut self) -> Step {
         let (reason, detail) = self.lost.clone().unwrap_or((
             UnknownReason::ConnectionLost,
@@ -137,7 +180,7 @@ impl WriteMachine {
         }
         let time_left = now < self.deadline;
         match event {
-            Event::TicketReady if time_left => Step::Send { route: self.route },
+            Event::TicketReady if time_left => self.send(),
             Event::TicketReady => match self.door_refusal.take() {
                 Some(refusal) => self.finish(WriteOutcome::Answered(WriteAnswer::Refused(refusal))),
                 None => self.finish(WriteOutcome::not_sent(
@@ -153,18 +196,10 @@ impl WriteMachine {
                     detail,
                 )),
             },
-            Event::NotSent {
-                reason,
-                detail,
-                may_fail_over,
-            } => {
-                if may_fail_over && self.failovers_left > 0 && time_left {
-                    self.failovers_left -= 1;
-                    self.route += 1;
-                    Step::Send { route: self.route }
-                } else {
-                    self.finish(WriteOutcome::not_sent(reason, detail))
-                }
+            // Rule 4's one failover is the race: a send that failed on every route it was
+            // allowed is final.
+            Event::NotSent { reason, detail } => {
+                self.finish(WriteOutcome::not_sent(reason, detail))
             }
             Event::Answered(WriteAnswer::Refused(refusal))
                 if refusal.code == RefusalCode::TicketRefused && refusal.at_door =>
@@ -189,14 +224,35 @@ impl WriteMachine {
             Event::Settled(CallState::Running { .. } | CallState::Forgotten { .. })
             | Event::SettleFailed { .. } => self.settle_or_give_up(time_left),
         }
+        .paced(self, now)
     }
 
     fn settle_or_give_up(&mut self, may_ask: bool) -> Step {
         if may_ask && self.settles_left > 0 {
             self.settles_left -= 1;
-            Step::Settle
+            Step::Settle {
+                after: Duration::ZERO,
+            }
         } else {
             self.unknown()
+        }
+    }
+}
+
+impl Step {
+    /// Settle asks after the first wait [`SETTLE_BACKOFF`], never past the deadline.
+    fn paced(self, machine: &mut WriteMachine, now: Instant) -> Step {
+        match self {
+            Step::Settle { .. } => {
+                machine.settles += 1;
+                let after = if machine.settles == 1 {
+                    Duration::ZERO
+                } else {
+                    SETTLE_BACKOFF.min(machine.deadline.saturating_duration_since(now))
+                };
+                Step::Settle { after }
+            }
+            other => other,
         }
     }
 }
@@ -229,12 +285,10 @@ mod tests {
                 Event::NotSent {
                     reason: NotSentReason::ConnectFailed,
                     detail: "refused".into(),
-                    may_fail_over: true,
                 },
                 Event::NotSent {
                     reason: NotSentReason::ConnectTimedOut,
                     detail: "timeout".into(),
-                    may_fail_over: false,
                 },
                 Event::Answered(WriteAnswer::Done { revision: 7 }),
                 Event::Answered(WriteAnswer::Refused(Refusal::conflict(3))),
@@ -251,7 +305,7 @@ mod tests {
                     detail: "deadline".into(),
                 },
             ],
-            Step::Settle => vec![
+            Step::Settle { .. } => vec![
                 Event::Settled(CallState::Answered(WriteAnswer::Done { revision: 7 })),
                 Event::Settled(CallState::Running {
                     since_ms: 1,
@@ -296,7 +350,7 @@ mod tests {
                 Step::Finish(WriteOutcome::Unknown { .. }) => {
                     assert!(lost, "unknown without a loss: {trace:?}")
                 }
-                Step::Settle => assert!(lost, "settling without a loss: {trace:?}"),
+                Step::Settle { .. } => assert!(lost, "settling without a loss: {trace:?}"),
                 _ => {}
             }
             match event {
@@ -317,62 +371,149 @@ mod tests {
     }
 
     /// Drives every realistic sequence of events up to `depth` steps, with the deadline passing
-    /// before each possible step, and checks each trace.
+    /// before each possible step, over several sets of routes, and checks each trace.
     #[test]
     fn no_sequence_of_events_sends_a_request_twice_or_mislabels_an_outcome() {
         let start = Instant::now();
         let deadline = start + Duration::from_secs(10);
         let depth = 14;
         let mut traces = 0u64;
-        for expire_at in 0..=depth + 1 {
-            let (machine, first) = WriteMachine::start(deadline, start);
-            let mut stack = vec![(machine, vec![(first, None::<Event>)])];
-            while let Some((machine, trace)) = stack.pop() {
-                let last = trace
-                    .last()
-                    .map(|(step, _)| step.clone())
-                    .unwrap_or(Step::Settle);
-                if matches!(last, Step::Finish(_)) || trace.len() > depth {
-                    assert!(
-                        matches!(last, Step::Finish(_)),
-                        "no finish within {depth} steps: {trace:?}"
-                    );
-                    check_trace(&trace);
-                    traces += 1;
-                    continue;
-                }
-                let now = if trace.len() > expire_at {
-                    deadline
-                } else {
-                    start
-                };
-                for event in events_after(&last) {
-                    let mut next = machine.clone();
-                    let step = next.on(event.clone(), now);
-                    let mut longer = trace.clone();
-                    if let Some(answered) = longer.last_mut() {
-                        answered.1 = Some(event);
+        let route_sets: [&[RouteKind]; 4] = [
+            &[RouteKind::Lan, RouteKind::Tailnet],
+            &[RouteKind::Tailnet, RouteKind::Tailnet],
+            &[RouteKind::Lan],
+            &[],
+        ];
+        for routes in route_sets {
+            for expire_at in 0..=depth + 1 {
+                let (machine, first) = WriteMachine::start(deadline, start, routes);
+                let mut stack = vec![(machine, vec![(first, None::<Event>)])];
+                while let Some((machine, trace)) = stack.pop() {
+                    let last = trace
+                        .last()
+                        .map(|(step, _)| step.clone())
+                        .unwrap_or(Step::Settle {
+                            after: Duration::ZERO,
+                        });
+                    if matches!(last, Step::Finish(_)) || trace.len() > depth {
+                        assert!(
+                            matches!(last, Step::Finish(_)),
+                            "no finish within {depth} steps: {trace:?}"
+                        );
+                        check_trace(&trace);
+                        traces += 1;
+                        continue;
                     }
-                    longer.push((step, None));
-                    stack.push((next, longer));
+                    let now = if trace.len() > expire_at {
+                        deadline
+                    } else {
+                        start
+                    };
+                    for event in events_after(&last) {
+                        let mut next = machine.clone();
+                        let step = next.on(event.clone(), now);
+                        let mut longer = trace.clone();
+                        if let Some(answered) = longer.last_mut() {
+                            answered.1 = Some(event);
+                        }
+                        longer.push((step, None));
+                        stack.push((next, longer));
+                    }
                 }
             }
         }
-        // The whole space: every realistic trace runs to a Finish (4,724 of them today).
-        assert!(traces > 4_000, "explored only {traces} traces");
+        // The whole space: every realistic trace runs to a Finish (8,288 of them today, over
+        // the four sets of routes).
+        assert!(traces > 8_000, "explored only {traces} traces");
+    }
+
+    #[test]
+    fn a_local_link_races_the_next_route_and_a_tailnet_is_not_raced() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(5);
+        let (mut m, _) = WriteMachine::start(deadline, now, &[RouteKind::Lan, RouteKind::Tailnet]);
+        assert_eq!(
+            m.on(Event::TicketReady, now),
+            Step::Send {
+                route: 0,
+                race: Some(Race {
+                    route: 1,
+                    after: RACE_DELAY
+                })
+            }
+        );
+        let failed = || Event::NotSent {
+            reason: NotSentReason::ConnectFailed,
+            detail: "x".into(),
+        };
+        assert!(matches!(
+            m.on(failed(), now),
+            Step::Finish(WriteOutcome::NotSent { .. })
+        ));
+        // A tailnet route is not raced, and does not fail over (it is not a local link).
+        let (mut m, _) =
+            WriteMachine::start(deadline, now, &[RouteKind::Tailnet, RouteKind::Tailnet]);
+        assert_eq!(
+            m.on(Event::TicketReady, now),
+            Step::Send {
+                route: 0,
+                race: None
+            }
+        );
+        assert!(matches!(
+            m.on(failed(), now),
+            Step::Finish(WriteOutcome::NotSent { .. })
+        ));
+    }
+
+    #[test]
+    fn settle_asks_are_paced_after_the_first_and_never_past_the_deadline() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_millis(150);
+        let (mut m, _) = WriteMachine::start(deadline, now, &[RouteKind::Tailnet]);
+        m.on(Event::TicketReady, now);
+        let lost = Event::Lost {
+            reason: UnknownReason::ConnectionLost,
+            detail: "reset".into(),
+        };
+        assert_eq!(
+            m.on(lost, now),
+            Step::Settle {
+                after: Duration::ZERO
+            }
+        );
+        let failed = || Event::SettleFailed { detail: "x".into() };
+        assert_eq!(
+            m.on(failed(), now),
+            Step::Settle {
+                after: SETTLE_BACKOFF
+            }
+        );
+        let later = now + Duration::from_millis(120);
+        assert_eq!(
+            m.on(failed(), later),
+            Step::Settle {
+                after: Duration::from_millis(30)
+            }
+        );
     }
 
     #[test]
     fn a_door_refusal_renews_once_and_then_passes_the_401_back() {
         let now = Instant::now();
-        let (mut m, step) = WriteMachine::start(now + Duration::from_secs(5), now);
+        let (mut m, step) =
+            WriteMachine::start(now + Duration::from_secs(5), now, &[RouteKind::Tailnet]);
         assert_eq!(step, Step::GetTicket { renew: false });
-        assert_eq!(m.on(Event::TicketReady, now), Step::Send { route: 0 });
+        let send = Step::Send {
+            route: 0,
+            race: None,
+        };
+        assert_eq!(m.on(Event::TicketReady, now), send);
         assert_eq!(
             m.on(Event::Answered(door_refusal()), now),
             Step::GetTicket { renew: true }
         );
-        assert_eq!(m.on(Event::TicketReady, now), Step::Send { route: 0 });
+        assert_eq!(m.on(Event::TicketReady, now), send);
         let Step::Finish(WriteOutcome::Answered(WriteAnswer::Refused(r))) =
             m.on(Event::Answered(door_refusal()), now)
         else {
@@ -384,7 +525,8 @@ mod tests {
     #[test]
     fn a_failed_renewal_passes_back_the_doors_401_not_unavailable() {
         let now = Instant::now();
-        let (mut m, _) = WriteMachine::start(now + Duration::from_secs(5), now);
+        let (mut m, _) =
+            WriteMachine::start(now + Duration::from_secs(5), now, &[RouteKind::Tailnet]);
         m.on(Event::TicketReady, now);
         m.on(Event::Answered(door_refusal()), now);
         let step = m.on(
@@ -397,16 +539,19 @@ mod tests {
     }
 
     #[test]
-    fn one_failover_on_a_local_link_then_nothing_was_sent() {
+    fn a_race_spends_the_one_failover_so_a_failure_of_both_is_final() {
         let now = Instant::now();
-        let (mut m, _) = WriteMachine::start(now + Duration::from_secs(5), now);
-        m.on(Event::TicketReady, now);
+        let routes = [RouteKind::Lan, RouteKind::Lan, RouteKind::Tailnet];
+        let (mut m, _) = WriteMachine::start(now + Duration::from_secs(5), now, &routes);
+        // Raced against route 1: the failover is spent, so a failure of both is final.
+        assert!(matches!(
+            m.on(Event::TicketReady, now),
+            Step::Send { race: Some(_), .. }
+        ));
         let failed = || Event::NotSent {
             reason: NotSentReason::ConnectFailed,
             detail: "x".into(),
-            may_fail_over: true,
         };
-        assert_eq!(m.on(failed(), now), Step::Send { route: 1 });
         assert!(matches!(
             m.on(failed(), now),
             Step::Finish(WriteOutcome::NotSent { .. })
@@ -416,9 +561,10 @@ mod tests {
     #[test]
     fn a_break_after_the_send_is_settled_and_the_owners_truth_is_the_answer() {
         let now = Instant::now();
-        let (mut m, _) = WriteMachine::start(now + Duration::from_secs(5), now);
+        let (mut m, _) =
+            WriteMachine::start(now + Duration::from_secs(5), now, &[RouteKind::Tailnet]);
         m.on(Event::TicketReady, now);
-        assert_eq!(
+        assert!(matches!(
             m.on(
                 Event::Lost {
                     reason: UnknownReason::ConnectionLost,
@@ -426,12 +572,12 @@ mod tests {
                 },
                 now
             ),
-            Step::Settle
-        );
-        assert_eq!(
+            Step::Settle { .. }
+        ));
+        assert!(matches!(
             m.on(Event::SettleFailed { detail: "x".into() }, now),
-            Step::Settle
-        );
+            Step::Settle { .. }
+        ));
         let step = m.on(
             Event::Settled(CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived,
@@ -450,7 +596,7 @@ mod tests {
     fn a_timeout_after_the_send_is_outcome_unknown_without_settling() {
         let now = Instant::now();
         let deadline = now + Duration::from_secs(1);
-        let (mut m, _) = WriteMachine::start(deadline, now);
+        let (mut m, _) = WriteMachine::start(deadline, now, &[RouteKind::Tailnet]);
         m.on(Event::TicketReady, now);
         let step = m.on(
             Event::Lost {

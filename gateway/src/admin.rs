@@ -1,0 +1,99 @@
+//! Administration: the changes an admin makes through the CLI (trust, untrust, vault create and
+//! follow, ticket rotation), each a change to the store through its one writer followed by the
+//! components it concerns.
+
+use std::sync::Arc;
+
+use ferry_peer::routes::Route;
+use ferry_ticket::NodeId;
+
+use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
+use crate::owner::Owner;
+use crate::replication::Replication;
+use crate::store::trust::{self, TrustedPeer};
+use crate::store::vaults::VaultRow;
+use crate::store::StoreError;
+use crate::vaults::Vaults;
+use crate::writes::Writes;
+use ferry_core::clock::Clock;
+
+/// The admin's operations.
+#[derive(Debug)]
+pub struct Admin {
+    network: Arc<Network>,
+    vaults: Arc<Vaults>,
+    owner: Arc<Owner>,
+    writes: Arc<Writes>,
+    replication: Arc<Replication>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Admin {
+    pub fn new(
+        network: Arc<Network>,
+        vaults: Arc<Vaults>,
+        owner: Arc<Owner>,
+        writes: Arc<Writes>,
+        replication: Arc<Replication>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            network,
+            vaults,
+            owner,
+            writes,
+            replication,
+            clock,
+        }
+    }
+
+    /// `ferry trust`: adds the peer to the trust store and to the live book.
+    pub async fn trust(
+        &self,
+        label: String,
+        node_id: NodeId,
+        routes: Vec<Route>,
+    ) -> Result<TrustedPeer, StoreError> {
+        let now_ms = self.clock.unix_ms();
+        let peer = self
+            .owner
+            .executor()
+            .apply(move |conn| trust::add(conn, &label, node_id, &routes, now_ms))
+            .await?;
+        self.network.add_peer(&peer);
+        Ok(peer)
+    }
+
+    /// `ferry untrust`: forgets the peer, closes its connections, forgets what it owns and the
+    /// tickets it issued.
+    pub async fn untrust(&self, label: String) -> Result<Option<NodeId>, StoreError> {
+        let removing = label.clone();
+        let removed = self
+            .owner
+            .executor()
+            .apply(move |conn| trust::remove(conn, &removing))
+            .await?;
+        self.network.remove_peer(&label, removed);
+        if let Some(node) = removed {
+            self.writes.forget_tickets_of(&node);
+        }
+        Ok(removed)
+    }
+
+    /// `ferry vault create`: a new vault owned here; peers are told at once.
+    pub async fn create_vault(&self, name: String) -> Result<VaultRow, StoreError> {
+        let row = self.vaults.create_owned(name, self.network.me()).await?;
+        self.network.hello_all(DIRECTORY_REFRESH_BOUND).await;
+        Ok(row)
+    }
+
+    /// `ferry vault follow`: replicate a vault a trusted peer owns.
+    pub async fn follow(&self, vault: String, owner_label: String) -> Result<VaultRow, String> {
+        self.replication.follow(vault, owner_label).await
+    }
+
+    /// `ferry tickets rotate`.
+    pub async fn rotate_tickets(&self) -> Result<u64, StoreError> {
+        self.owner.rotate_tickets().await
+    }
+}

@@ -1,0 +1,42 @@
+//! The world a gateway runs in, as seams: where time comes from, how blocking work runs, and
+//! how a dead port is noticed. Production gets the system's; a simulation (`tests/sim`) gets a
+//! virtual clock, blocking work inline on its one thread (so a run replays), and no ICMP.
+//!
+//! Every IO edge of the gateway either sits behind one of these or is built by the daemon
+//! alone (the local API's socket, mDNS, signals), which a simulation does not use.
+
+use std::sync::Arc;
+
+use ferry_core::clock::Clock;
+use ferry_peer::clock::TokioClock;
+use ferry_peer::probe::{PortProbe, UdpProbe};
+
+/// How work that blocks (SQLite) runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocking {
+    /// On threads of its own: the owner's executor and the call log each on a thread, reads on
+    /// tokio's blocking pool. What production runs.
+    Threads,
+    /// On the calling task: every SQLite call runs where it is made. What a single-threaded
+    /// simulation runs, so nothing escapes its ordering.
+    Inline,
+}
+
+/// The seams of one gateway.
+#[derive(Debug, Clone)]
+pub struct Env {
+    pub clock: Arc<dyn Clock>,
+    pub blocking: Blocking,
+    pub probe: Arc<dyn PortProbe>,
+}
+
+impl Env {
+    /// The system's clock, threads, and the UDP side probe.
+    pub fn system() -> Self {
+        Self {
+            clock: Arc::new(TokioClock::system()),
+            blocking: Blocking::Threads,
+            probe: Arc::new(UdpProbe),
+        }
+    }
+}

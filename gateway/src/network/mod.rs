@@ -1,0 +1,249 @@
+//! Who this gateway can reach, and how: the trusted peers ([`book`]), which of them owns or
+//! replicates which vault (the directory, learned from hellos), every route to each with its
+//! health (the route table), the gateways seen on the LAN ([`discovery`]), the route prober
+//! ([`monitor`]), and the caller that carries calls to peers.
+//!
+//! A call starts by finding where its vault lives ([`Network::place_of`]): here, at a trusted
+//! peer that said it owns it, or nowhere known, in which case the peers are asked once more.
+
+pub mod book;
+pub mod discovery;
+pub mod monitor;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferry_core::clock::Clock;
+use ferry_peer::call::{Caller, Target};
+use ferry_peer::route_table::RouteTable;
+use ferry_peer::transport::CLOSE_UNTRUSTED;
+use ferry_ticket::NodeId;
+use tokio::task::JoinSet;
+use tracing::debug;
+
+use crate::store::trust::TrustedPeer;
+use crate::store::vaults::VaultRow;
+use crate::vaults::Vaults;
+use book::{Directory, PeerBook};
+use discovery::SeenPeers;
+
+/// How long asking the peers "who owns this vault?" may take at most.
+pub const DIRECTORY_REFRESH_BOUND: Duration = Duration::from_secs(2);
+
+/// Where a vault lives, from this gateway's point of view.
+#[derive(Debug, Clone)]
+pub enum Place {
+    /// This gateway owns or replicates it.
+    Local(VaultRow),
+    /// A trusted peer owns it.
+    Remote(Target),
+}
+
+/// The peers and the ways to them.
+#[derive(Debug)]
+pub struct Network {
+    me: NodeId,
+    label: String,
+    book: Arc<PeerBook>,
+    directory: Directory,
+    routes: Arc<RouteTable>,
+    seen: SeenPeers,
+    caller: Caller,
+    vaults: Arc<Vaults>,
+    /// Connections peers opened to us, so `untrust` can close them.
+    incoming: Mutex<Vec<(NodeId, quinn::Connection)>>,
+    thunderbolt: Vec<String>,
+    clock: Arc<dyn Clock>,
+}
+
+/// What [`Network::new`] needs.
+#[derive(Debug)]
+pub struct NetworkParts {
+    pub me: NodeId,
+    pub label: String,
+    pub book: Arc<PeerBook>,
+    pub caller: Caller,
+    pub vaults: Arc<Vaults>,
+    pub thunderbolt: Vec<String>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Network {
+    pub fn new(parts: NetworkParts) -> Self {
+        let routes = parts.caller.routes().clone();
+        let now = parts.clock.now();
+        for peer in parts.book.all() {
+            routes.set_configured(peer.node_id, &peer.routes, now);
+        }
+        Self {
+            me: parts.me,
+            label: parts.label,
+            book: parts.book,
+            directory: Directory::default(),
+            routes,
+            seen: SeenPeers::default(),
+            caller: parts.caller,
+            vaults: parts.vaults,
+            incoming: Mutex::new(Vec::new()),
+            thunderbolt: parts.thunderbolt,
+            clock: parts.clock,
+        }
+    }
+
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// This gateway's own label.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The trusted peers (the TLS server asks it at every handshake).
+    pub fn book(&self) -> &Arc<PeerBook> {
+        &self.book
+    }
+
+    /// Who owns and replicates which vault.
+    pub fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    /// Every route with its health.
+    pub fn routes(&self) -> &Arc<RouteTable> {
+        &self.routes
+    }
+
+    /// The gateways seen on the LAN.
+    pub fn seen(&self) -> &SeenPeers {
+        &self.seen
+    }
+
+    /// The caller that carries calls to peers.
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// `node`'s label: this gateway's own, a trusted peer's, or the short id.
+    pub fn label_of(&self, node: &NodeId) -> String {
+        if *node == self.me {
+            return self.label.clone();
+        }
+        self.book.label_of(node).unwrap_or_else(|| node.short())
+    }
+
+    /// A call target for a trusted peer: its usable routes, best first, and the down ones. A
+    /// peer whose every route is down gets no usable routes, so a write to it is refused at
+    /// once, nothing sent.
+    pub fn target(&self, node: &NodeId) -> Option<Target> {
+        let peer = self.book.by_node(node)?;
+        let (routes, down_routes) = self.routes.ranked(peer.node_id);
+        Some(Target {
+            node: peer.node_id,
+            label: peer.label,
+            routes,
+            down_routes,
+        })
+    }
+
+    /// Exchanges hellos with every trusted peer at once, within `bound`; learns who owns what.
+    /// Peers that do not answer are skipped: this is a refresh, not a requirement.
+    pub async fn hello_all(self: &Arc<Self>, bound: Duration) {
+        let hello = self.vaults.hello(&self.label);
+        let deadline = self.clock.now() + bound;
+        let mut asks = JoinSet::new();
+        for peer in self.book.all() {
+            let Some(target) = self.target(&peer.node_id) else {
+                continue;
+            };
+            let network = self.clone();
+            let hello = hello.clone();
+            asks.spawn(async move {
+                match network.caller.hello(&target, hello, deadline).await {
+                    Ok(theirs) => {
+                        network.directory.learn(target.node, &theirs.owned_vaults);
+                        network
+                            .directory
+                            .learn_replicas(target.node, &theirs.replicated_vaults);
+                    }
+                    Err(err) => debug!(peer = %target.label, %err, "hello not answered"),
+                }
+            });
+        }
+        while asks.join_next().await.is_some() {}
+    }
+
+    /// A trusted peer greeted this gateway: learn what it holds, and take its greeting as a
+    /// sign of life (its routes may have come back after a restart).
+    pub fn heard_hello(&self, from: NodeId, owned: &[String], replicated: &[String]) {
+        self.directory.learn(from, owned);
+        self.directory.learn_replicas(from, replicated);
+        self.routes.revive_peer(from, self.clock.now());
+    }
+
+    /// Where `vault` lives. Asks the peers once if nobody is known to own it; `None`: nobody
+    /// trusted owns it.
+    pub async fn place_of(self: &Arc<Self>, vault: &str, deadline: Instant) -> Option<Place> {
+        if let Some(row) = self.vaults.get(vault) {
+            return Some(Place::Local(row));
+        }
+        if let Some(target) = self.remote_owner(vault) {
+            return Some(Place::Remote(target));
+        }
+        let bound = deadline
+            .saturating_duration_since(self.clock.now())
+            .min(DIRECTORY_REFRESH_BOUND);
+        self.hello_all(bound).await;
+        self.remote_owner(vault).map(Place::Remote)
+    }
+
+    fn remote_owner(&self, vault: &str) -> Option<Target> {
+        let owner = self.directory.owner_of(vault)?;
+        self.target(&owner)
+    }
+
+    /// A peer newly trusted (already in the trust store): its routes, and any it announced on
+    /// the LAN before it was trusted.
+    pub fn add_peer(&self, peer: &TrustedPeer) {
+        self.book.upsert(peer.clone());
+        self.routes
+            .set_configured(peer.node_id, &peer.routes, self.clock.now());
+        self.apply_seen(peer.node_id);
+    }
+
+    /// A peer no longer trusted (already out of the trust store): forgotten, and every
+    /// connection to it closed now rather than at its next idle timeout.
+    pub fn remove_peer(&self, label: &str, node: Option<NodeId>) {
+        self.book.remove(label);
+        let Some(node) = node else {
+            return;
+        };
+        self.caller
+            .pool()
+            .drop_peer(node, CLOSE_UNTRUSTED, b"untrusted");
+        self.directory.forget(node);
+        self.routes.forget_peer(node);
+        for (peer, conn) in self
+            .incoming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            if *peer == node {
+                conn.close(quinn::VarInt::from_u32(CLOSE_UNTRUSTED), b"untrusted");
+            }
+        }
+    }
+
+    /// Remembers a connection a peer opened to us, so `untrust` can close it.
+    pub fn register_incoming(&self, peer: NodeId, conn: quinn::Connection) {
+        let mut incoming = self.incoming.lock().unwrap_or_else(|p| p.into_inner());
+        incoming.retain(|(_, c)| c.close_reason().is_none());
+        incoming.push((peer, conn));
+    }
+
+    /// The clock the network's decisions read.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+}

@@ -1,0 +1,178 @@
+//! What this gateway does with requests from peers: the `Service` of `ferry_peer::door`.
+//!
+//! Writes pass the door first (the ticket must be this owner's, held by the key on the TLS
+//! connection, cover the app, vault and verb, be unexpired and of the current epoch). A refusal
+//! there is `401 ticket_refused` with `at_door: true` and is not journaled: no verb ran, so the
+//! caller may renew its ticket and send the same request id once more.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_core::clock::Clock;
+use ferry_peer::call::WriteCall;
+use ferry_peer::door::Service;
+use ferry_peer::outcome::{Refusal, RefusalCode};
+use ferry_peer::tls::TrustedKeys;
+use ferry_peer::wire::{
+    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, TicketAnswer, TicketRequest,
+    WriteAnswer, WriteRequest,
+};
+use ferry_ticket::NodeId;
+use tracing::Instrument;
+
+use super::Owner;
+use crate::metrics::Metrics;
+use crate::network::Network;
+use crate::vaults::Vaults;
+
+/// The peer-facing face of a gateway.
+#[derive(Debug, Clone)]
+pub struct PeerService {
+    owner: Arc<Owner>,
+    network: Arc<Network>,
+    vaults: Arc<Vaults>,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+}
+
+fn untrusted() -> Refusal {
+    Refusal::new(
+        RefusalCode::Forbidden,
+        "this gateway no longer trusts your node; ask its admin to `ferry trust` it again",
+    )
+}
+
+fn stopping() -> Refusal {
+    Refusal {
+        retry_after_ms: Some(1000),
+        ..Refusal::new(
+            RefusalCode::Busy,
+            "the owner is stopping; not carried out, send it again later with the same request id",
+        )
+    }
+}
+
+impl PeerService {
+    pub fn new(
+        owner: Arc<Owner>,
+        network: Arc<Network>,
+        vaults: Arc<Vaults>,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            owner,
+            network,
+            vaults,
+            metrics,
+            clock,
+        }
+    }
+
+    fn trusted(&self, from: &NodeId) -> bool {
+        self.network.book().is_trusted(from)
+    }
+
+    /// A write from `from`: the door's checks (SPEC 7 rule 1), then the executor.
+    async fn write_checked(&self, from: NodeId, request: WriteRequest) -> WriteAnswer {
+        // The TLS handshake checked trust when the connection opened; an untrust since then
+        // must still stop this peer's writes on that connection.
+        if !self.trusted(&from) {
+            return WriteAnswer::Refused(untrusted());
+        }
+        if let Err(refusal) = self.owner.check_door(from, &request) {
+            self.metrics.door_refusal();
+            return WriteAnswer::Refused(refusal);
+        }
+        self.metrics.peer_write_served();
+        let deadline = self.clock.now() + Duration::from_millis(u64::from(request.deadline_ms));
+        let call = WriteCall {
+            request_id: request.request_id,
+            app: request.app,
+            vault: request.vault,
+            verb: request.verb,
+            priority: request.priority,
+        };
+        match self.owner.executor().submit(from, call, deadline).await {
+            Ok(answer) => answer,
+            Err(_) => WriteAnswer::Refused(stopping()),
+        }
+    }
+}
+
+impl Service for PeerService {
+    async fn hello(&self, from: NodeId, hello: Hello) -> Hello {
+        if self.trusted(&from) {
+            self.network
+                .heard_hello(from, &hello.owned_vaults, &hello.replicated_vaults);
+        }
+        self.vaults.hello(self.network.label())
+    }
+
+    async fn write(&self, from: NodeId, request: WriteRequest) -> WriteAnswer {
+        let span = tracing::debug_span!(
+            "owner_write",
+            request_id = %request.request_id,
+            app = %request.app,
+            peer = %self.network.label_of(&from)
+        );
+        span.in_scope(|| tracing::debug!(vault = %request.vault, "received at the door"));
+        let answer = self
+            .write_checked(from, request)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| tracing::debug!(?answer, "answered"));
+        answer
+    }
+
+    async fn read(&self, from: NodeId, request: ReadRequest) -> ReadAnswer {
+        if !self.trusted(&from) {
+            return ReadAnswer::Refused(untrusted());
+        }
+        self.metrics.peer_read_served();
+        let ReadRequest { vault, verb, .. } = request;
+        match self.vaults.read_verb(vault.clone(), verb).await {
+            Ok(Some(answer)) => answer,
+            Ok(None) => ReadAnswer::Refused(Refusal::new(
+                RefusalCode::UnknownVault,
+                format!("this gateway holds no vault named {vault:?}"),
+            )),
+            Err(err) => ReadAnswer::Refused(Refusal {
+                retry_after_ms: Some(1000),
+                ..Refusal::new(RefusalCode::Busy, format!("the store failed: {err}"))
+            }),
+        }
+    }
+
+    async fn issue_ticket(&self, from: NodeId, request: TicketRequest) -> TicketAnswer {
+        let Some(label) = self.network.book().label_of(&from) else {
+            return TicketAnswer::Refused(untrusted());
+        };
+        let answer = self.owner.issue_ticket(from, &label, request);
+        if let TicketAnswer::Issued(_) = answer {
+            self.metrics.ticket_issued();
+        }
+        answer
+    }
+
+    async fn call_status(&self, from: NodeId, request: CallStatusRequest) -> Option<CallState> {
+        // A peer untrusted since its connection opened gets no tombstones written for it.
+        if !self.trusted(&from) {
+            return None;
+        }
+        let span = tracing::debug_span!(
+            "owner_settle",
+            request_id = %request.request_id,
+            peer = %self.network.label_of(&from)
+        );
+        let state = self
+            .owner
+            .executor()
+            .status(from, request.request_id)
+            .instrument(span.clone())
+            .await
+            .ok();
+        span.in_scope(|| tracing::debug!(?state, "settle query answered"));
+        state
+    }
+}

@@ -1,0 +1,154 @@
+//! The vaults this gateway holds, owned or replicated: the list in memory (every call asks
+//! where its vault lives, so it is answered without a database read; the database is the
+//! truth and this mirrors it on every change), the reading connections for the local copy, and
+//! the changes to the vault list itself, made through the store's one writer (the executor).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use ferry_core::clock::Clock;
+use ferry_peer::wire::{Hello, ReadAnswer, ReadVerb, WireChange};
+use ferry_ticket::NodeId;
+
+use crate::owner::executor::Executor;
+use crate::reader::Reader;
+use crate::store::vaults::{self, Role, VaultRow};
+use crate::store::StoreError;
+
+/// The local vaults and their copy.
+#[derive(Debug)]
+pub struct Vaults {
+    rows: RwLock<HashMap<String, VaultRow>>,
+    reader: Reader,
+    writer: Arc<Executor>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Vaults {
+    /// The vaults `rows` (as the database holds them at start).
+    pub fn new(
+        rows: Vec<VaultRow>,
+        reader: Reader,
+        writer: Arc<Executor>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            rows: RwLock::new(rows.into_iter().map(|v| (v.name.clone(), v)).collect()),
+            reader,
+            writer,
+            clock,
+        }
+    }
+
+    /// The vault called `name`, if this gateway holds it.
+    pub fn get(&self, name: &str) -> Option<VaultRow> {
+        self.rows
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Every vault held here, by name.
+    pub fn rows(&self) -> Vec<VaultRow> {
+        let mut rows: Vec<VaultRow> = self
+            .rows
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        rows
+    }
+
+    /// Whether this gateway owns any vault.
+    pub fn owns_any(&self) -> bool {
+        self.rows
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|v| v.role == Role::Owner)
+    }
+
+    fn remember(&self, row: VaultRow) {
+        self.rows
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(row.name.clone(), row);
+    }
+
+    /// This gateway's account of itself for peers, called `label` (from memory).
+    pub fn hello(&self, label: &str) -> Hello {
+        hello_of(label.to_string(), &self.rows())
+    }
+
+    /// `ferry vault create`: a new vault owned by `owner` (this node).
+    pub async fn create_owned(&self, name: String, owner: NodeId) -> Result<VaultRow, StoreError> {
+        let now_ms = self.clock.unix_ms();
+        let row = self
+            .writer
+            .apply(move |conn| vaults::create_owned(conn, &name, owner, now_ms))
+            .await?;
+        self.remember(row.clone());
+        Ok(row)
+    }
+
+    /// `ferry vault follow`: a replica of `name`, owned by `owner`.
+    pub async fn create_replica(
+        &self,
+        name: String,
+        owner: NodeId,
+    ) -> Result<VaultRow, StoreError> {
+        let now_ms = self.clock.unix_ms();
+        let row = self
+            .writer
+            .apply(move |conn| vaults::create_replica(conn, &name, owner, now_ms))
+            .await?;
+        self.remember(row.clone());
+        Ok(row)
+    }
+
+    /// Applies a page of the owner's changes to a replica and moves its cursor to `next`, in
+    /// one transaction.
+    pub async fn apply_changes(
+        &self,
+        name: String,
+        changes: Vec<WireChange>,
+        next: u64,
+    ) -> Result<(), StoreError> {
+        self.writer
+            .apply(move |conn| vaults::apply_changes(conn, &name, &changes, next))
+            .await
+    }
+
+    /// Answers a read verb from the local copy of `vault` (`None`: no copy here).
+    pub async fn read_verb(
+        &self,
+        vault: String,
+        verb: ReadVerb,
+    ) -> Result<Option<ReadAnswer>, StoreError> {
+        self.reader.read_verb(vault, verb).await
+    }
+
+    /// The reading connections, for the other tables (the call log, the journal).
+    pub fn reader(&self) -> &Reader {
+        &self.reader
+    }
+}
+
+/// The hello of a node called `label` that keeps `vaults`.
+pub fn hello_of(label: String, vaults: &[VaultRow]) -> Hello {
+    let names = |role| {
+        vaults
+            .iter()
+            .filter(|v| v.role == role)
+            .map(|v| v.name.clone())
+            .collect()
+    };
+    Hello {
+        label_hint: label,
+        owned_vaults: names(Role::Owner),
+        replicated_vaults: names(Role::Replica),
+    }
+}

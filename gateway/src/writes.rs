@@ -1,0 +1,333 @@
+//! The write path of a local app (SPEC 6): where the write goes, the call log before the send,
+//! the caller (whose decisions are `ferry_core::write`'s), the tickets it presents, and the
+//! cache kept true to what it wrote.
+//!
+//! Every write runs on a task of its own ([`Writes::spawn_write`]): an app whose HTTP client
+//! gives up does not cut the write short; it reaches its outcome, which the call log records for
+//! settling.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ferry_core::clock::Clock;
+use ferry_peer::call::{Target, TicketSource, WriteCall};
+use ferry_peer::outcome::{NotSentReason, UnknownReason, WriteOutcome};
+use ferry_peer::wire::{Priority, RequestId, TicketAnswer, TicketRequest, WriteAnswer, WriteVerb};
+use ferry_ticket::{NodeId, Ticket, TicketCache, VerbSet};
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+use crate::call_log::{CallLog, End};
+use crate::lifecycle::Lifecycle;
+use crate::metrics::Metrics;
+use crate::network::{Network, Place};
+use crate::owner::Owner;
+use crate::reads::{LocalRefusal, Reads};
+use crate::settlement::InFlight;
+use crate::store::calls::{CallRow, RowState};
+use crate::store::vaults::Role;
+use crate::tasks::TaskCounter;
+
+/// What a write ended as, and the owner's label when it got that far.
+pub type Written = Result<(WriteOutcome, Option<String>), LocalRefusal>;
+
+/// The write path.
+#[derive(Debug)]
+pub struct Writes {
+    network: Arc<Network>,
+    owner: Arc<Owner>,
+    reads: Arc<Reads>,
+    call_log: Arc<CallLog>,
+    in_flight: Arc<InFlight>,
+    tasks: TaskCounter,
+    tickets: Mutex<TicketCache>,
+    /// Wakes the background settler when a call ends `outcome_unknown`.
+    settle_wake: Arc<Notify>,
+    lifecycle: Arc<Lifecycle>,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+}
+
+/// What [`Writes::new`] needs.
+#[derive(Debug)]
+pub struct WritesParts {
+    pub network: Arc<Network>,
+    pub owner: Arc<Owner>,
+    pub reads: Arc<Reads>,
+    pub call_log: Arc<CallLog>,
+    pub in_flight: Arc<InFlight>,
+    pub settle_wake: Arc<Notify>,
+    pub lifecycle: Arc<Lifecycle>,
+    pub metrics: Arc<Metrics>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Writes {
+    pub fn new(parts: WritesParts) -> Self {
+        Self {
+            network: parts.network,
+            owner: parts.owner,
+            reads: parts.reads,
+            call_log: parts.call_log,
+            in_flight: parts.in_flight,
+            tasks: TaskCounter::default(),
+            tickets: Mutex::new(TicketCache::default()),
+            settle_wake: parts.settle_wake,
+            lifecycle: parts.lifecycle,
+            metrics: parts.metrics,
+            clock: parts.clock,
+        }
+    }
+
+    /// The tasks carrying out writes (a stop waits for them).
+    pub fn tasks(&self) -> &TaskCounter {
+        &self.tasks
+    }
+
+    /// [`Writes::write`] on a task of its own, so the write reaches its outcome (and the call
+    /// log records it) even if whoever asked stops waiting.
+    pub fn spawn_write(
+        self: &Arc<Self>,
+        app: String,
+        vault: String,
+        verb: WriteVerb,
+        request_id: RequestId,
+        deadline: Instant,
+    ) -> tokio::task::JoinHandle<Written> {
+        let writes = self.clone();
+        // Boxed: a write's future is kilobytes of state, and spawning moves what it is given;
+        // a box moves as a pointer.
+        let write =
+            Box::pin(async move { writes.write(app, vault, verb, request_id, deadline).await });
+        self.tasks.spawn(write)
+    }
+
+    /// A write from a local app: carried out here if this gateway owns the vault, else sent to
+    /// the owner at most once.
+    pub async fn write(
+        self: &Arc<Self>,
+        app: String,
+        vault: String,
+        verb: WriteVerb,
+        request_id: RequestId,
+        deadline: Instant,
+    ) -> Written {
+        if self.lifecycle.is_stopping() {
+            return Ok((
+                WriteOutcome::not_sent(NotSentReason::Stopping, "this gateway is stopping"),
+                None,
+            ));
+        }
+        let Some(place) = self.network.place_of(&vault, deadline).await else {
+            return Err(LocalRefusal::unknown_vault(&vault));
+        };
+        let call = WriteCall {
+            request_id,
+            app,
+            vault,
+            verb,
+            priority: Priority::Interactive,
+        };
+        let target = match place {
+            Place::Local(row) if row.role == Role::Owner => {
+                let outcome = self.write_here(call.clone(), deadline).await;
+                self.reads
+                    .write_through(&call.app, &call.vault, &call.verb, &outcome);
+                return Ok((outcome, Some(self.network.label().to_string())));
+            }
+            Place::Local(row) => match self.network.target(&row.owner) {
+                Some(target) => target,
+                None => {
+                    return Ok((
+                        WriteOutcome::not_sent(
+                            NotSentReason::NoRoute,
+                            format!(
+                                "this gateway replicates {:?} but does not trust its owner",
+                                row.name
+                            ),
+                        ),
+                        None,
+                    ))
+                }
+            },
+            Place::Remote(target) => target,
+        };
+        self.write_remote(call, target, deadline).await
+    }
+
+    /// A write to a peer that owns the vault. The call log has it on disk before the first
+    /// byte leaves, so whatever happens to this process, the id can be settled later.
+    async fn write_remote(
+        self: &Arc<Self>,
+        call: WriteCall,
+        target: Target,
+        deadline: Instant,
+    ) -> Written {
+        let since_ms = self.clock.unix_ms();
+        let row = CallRow {
+            request_id: call.request_id,
+            owner: target.node,
+            owner_label: target.label.clone(),
+            vault: call.vault.clone(),
+            app: call.app.clone(),
+            state: RowState::InFlight,
+            since_ms,
+        };
+        let hold = self
+            .in_flight
+            .register(call.request_id, &target.label, since_ms);
+        let recorded = match self.call_log.begin(&row).await {
+            Ok(recorded) => recorded,
+            Err(err) => return Ok((
+                WriteOutcome::not_sent(
+                    NotSentReason::Stopping,
+                    format!(
+                        "the call could not be recorded for settling ({err}), so it was not sent"
+                    ),
+                ),
+                Some(target.label),
+            )),
+        };
+        // Boxed for the same reason as in `spawn_write`: this is most of the state.
+        let outcome = Box::pin(self.network.caller().write(
+            &target,
+            call.clone(),
+            &**self,
+            deadline,
+        ))
+        .await;
+        hold.publish(&outcome);
+        self.reads
+            .write_through(&call.app, &call.vault, &call.verb, &outcome);
+        // The owner's answer is in its journal; a write never sent leaves nothing: only an
+        // unknown outcome is kept here, to be settled.
+        let end = match &outcome {
+            WriteOutcome::Unknown { .. } => End::Unknown(row),
+            _ => End::Over,
+        };
+        let unknown = matches!(end, End::Unknown(_));
+        self.call_log
+            .finish(call.request_id, recorded, end, Some(hold))
+            .await;
+        if unknown {
+            self.settle_wake.notify_one();
+        }
+        Ok((outcome, Some(target.label)))
+    }
+
+    /// A write to a vault owned here: straight to the executor, bounded by the deadline.
+    async fn write_here(self: &Arc<Self>, call: WriteCall, deadline: Instant) -> WriteOutcome {
+        let me = self.network.me();
+        let span = tracing::debug_span!(
+            "write_here",
+            request_id = %call.request_id,
+            app = %call.app
+        );
+        let submitted = self.owner.executor().submit(me, call.clone(), deadline);
+        let answered = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), submitted)
+            .instrument(span)
+            .await;
+        match answered {
+            Ok(Ok(answer)) => match answer {
+                WriteAnswer::NotCarriedOut { reason } => WriteOutcome::NotCarriedOut { reason },
+                answer => WriteOutcome::Answered(answer),
+            },
+            Ok(Err(err)) => WriteOutcome::not_sent(NotSentReason::Stopping, err.to_string()),
+            // Queued and not answered in time: it may still run. Remember and settle it.
+            Err(_) => {
+                let row = CallRow {
+                    request_id: call.request_id,
+                    owner: me,
+                    owner_label: self.network.label().to_string(),
+                    vault: call.vault.clone(),
+                    app: call.app.clone(),
+                    state: RowState::Unknown,
+                    since_ms: self.clock.unix_ms(),
+                };
+                self.call_log.unknown(row).await;
+                self.settle_wake.notify_one();
+                WriteOutcome::Unknown {
+                    reason: UnknownReason::TimedOut,
+                    detail: "the owner (this gateway) did not answer before the deadline".into(),
+                }
+            }
+        }
+    }
+
+    /// The tickets this gateway holds, for `ferry tickets`.
+    pub fn held_tickets(&self) -> Vec<Ticket> {
+        self.tickets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .list()
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Forgets every ticket from `owner` (it is no longer trusted).
+    pub fn forget_tickets_of(&self, owner: &NodeId) {
+        self.tickets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .invalidate_owner(owner);
+    }
+}
+
+impl TicketSource for Writes {
+    /// A cached ticket while it is comfortably unexpired; else (or with `renew`) a fresh one
+    /// from the owner, checked to be the owner's and for this node before it is cached.
+    async fn ticket(
+        &self,
+        target: &Target,
+        app: &str,
+        vault: &str,
+        renew: bool,
+        deadline: Instant,
+    ) -> Result<Ticket, String> {
+        if renew {
+            self.tickets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .invalidate(&target.node, app, vault);
+            self.metrics.ticket_renewal();
+        } else if let Some(ticket) = self.tickets.lock().unwrap_or_else(|p| p.into_inner()).get(
+            &target.node,
+            app,
+            vault,
+            self.clock.unix_ms(),
+        ) {
+            return Ok(ticket.clone());
+        }
+        let request = TicketRequest {
+            app: app.to_string(),
+            vault: vault.to_string(),
+            verbs: VerbSet::all_writes(),
+        };
+        match self
+            .network
+            .caller()
+            .issue_ticket(target, request, deadline)
+            .await
+        {
+            Ok(TicketAnswer::Issued(ticket)) => {
+                if !ticket.is_signed_by(&target.node) || ticket.claims.holder != self.network.me() {
+                    return Err(format!(
+                        "{} sent a ticket that is not its own or not for this node",
+                        target.label
+                    ));
+                }
+                self.tickets
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(ticket.clone());
+                Ok(ticket)
+            }
+            Ok(TicketAnswer::Refused(refusal)) => Err(format!(
+                "{} refused to issue a ticket: {}",
+                target.label, refusal.detail
+            )),
+            Err(err) => Err(format!("no ticket could be had: {err}")),
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! Ferry's decisions, with no IO in them: what a write does next, where a read looks next, when
+//! a route is down and which one to take, what the owner admits. Every function here takes the
+//! time as an argument and returns what to do (and when to be woken); the drivers in
+//! `ferry-peer` and `ferry-gateway` do the IO and sleep until the instant asked for. This crate
+//! depends on neither tokio, quinn, rusqlite nor axum, so the compiler keeps it that way.
+//!
+//! quinn's split between `quinn-proto` (a state machine taking `now`) and `quinn` (a thin async
+//! driver) is the model.
+//!
+//! - [`write`]: one write, at most once (SPEC 6): ticket, send (with the failover race), the
+//!   one renewal, settle at once after a break, settle backoff, the outcome.
+//! - [`read`]: one record read (SPEC 9): cache, owner, hedge to replicas, stale fallback; and
+//!   the attempts of any call that is safe to repeat (pooled, then fresh).
+//! - [`liveness`]: when a connection counts as alive for a write, and as dead to a call.
+//! - [`health`], [`routes`], [`route_table`]: route health over time, ranking, the table.
+//! - [`admission`]: whether the owner starts a request.
+//! - [`clock`]: the clock seam.
+//! - [`wire`], [`outcome`]: the types the decisions speak (the codec is `ferry-peer`'s).
+
+pub mod admission;
+pub mod clock;
+pub mod health;
+pub mod liveness;
+pub mod outcome;
+pub mod read;
+pub mod route_table;
+pub mod routes;
+pub mod wire;
+pub mod write;
+
+pub use ferry_ticket::{NodeId, NodeKey};

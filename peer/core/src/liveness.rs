@@ -1,0 +1,119 @@
+//! When a connection counts as alive, and when as dead (SPEC 6 rule 5, SPEC 8).
+//!
+//! Keep-alives come from QUIC itself every [`KEEP_ALIVE`], whatever the peer's application is
+//! doing, so silence on a connection means the path or the peer is gone, not that the owner is
+//! busy.
+
+use std::time::{Duration, Instant};
+
+/// How often QUIC sends a keep-alive on an idle connection (both sides do).
+pub const KEEP_ALIVE: Duration = Duration::from_millis(300);
+/// How long a silent connection lives before QUIC declares it dead.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A call waiting on a connection gives it up after this much silence: six keep-alive
+/// intervals (SPEC 8's silence rule, applied to the connection in hand).
+pub const SILENT_AFTER: Duration = Duration::from_millis(1_800);
+/// How often a call waiting on a connection looks at its receive counter.
+pub const SILENCE_CHECK: Duration = Duration::from_millis(100);
+
+/// Timers of the caller's paths that an admin may set.
+#[derive(Debug, Clone, Copy)]
+pub struct CallTuning {
+    /// The most a connection attempt may take (never more than what is left of a deadline).
+    pub connect_timeout: Duration,
+    /// A pooled connection carries a write only if the peer was heard this recently.
+    pub write_liveness: Duration,
+    /// A pooled connection is tried for a read only if the peer was heard this recently.
+    pub read_liveness: Duration,
+}
+
+impl Default for CallTuning {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(2),
+            write_liveness: Duration::from_secs(1),
+            read_liveness: SILENT_AFTER,
+        }
+    }
+}
+
+/// A pooled connection as the decisions see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PooledView {
+    /// How long ago a packet from the peer arrived on it.
+    pub heard_ago: Duration,
+    /// Its smoothed RTT.
+    pub rtt: Duration,
+    /// It has closed (or is closing).
+    pub closed: bool,
+}
+
+/// Whether a pooled connection may carry a write (SPEC 6 rule 5): open, and proven alive by a
+/// packet within `write_liveness`. Exactly: a write must not go on a connection that merely has
+/// not failed yet.
+pub fn fit_for_write(pooled: &PooledView, tuning: &CallTuning) -> bool {
+    !pooled.closed && pooled.heard_ago <= tuning.write_liveness
+}
+
+/// Whether a pooled connection is worth trying for a read.
+pub fn fit_for_read(pooled: &PooledView, tuning: &CallTuning) -> bool {
+    !pooled.closed && pooled.heard_ago <= tuning.read_liveness
+}
+
+/// Whether a connection quiet since `quiet_since` is dead to the call waiting on it.
+pub fn gone_silent(quiet_since: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(quiet_since) >= SILENT_AFTER
+}
+
+/// How long a connect runs before a side probe of the port is sent: quinn ignores ICMP, so a
+/// connect to a stopped gateway would wait out the whole timeout; the probe tells "port closed"
+/// in a millisecond.
+pub const SIDE_PROBE_AFTER: Duration = Duration::from_millis(30);
+/// How long the side probe waits for an ICMP answer when asked after a silent heartbeat.
+pub const SIDE_PROBE_WAIT: Duration = Duration::from_millis(200);
+
+/// The timeout of one connect: the configured one, never past what is left of the deadline.
+/// `None` when nothing is left.
+pub fn connect_timeout(deadline: Instant, now: Instant, tuning: &CallTuning) -> Option<Duration> {
+    let left = deadline.saturating_duration_since(now);
+    (!left.is_zero()).then(|| left.min(tuning.connect_timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_needs_fresh_proof_and_a_read_takes_older() {
+        let tuning = CallTuning::default();
+        let view = |ms| PooledView {
+            heard_ago: Duration::from_millis(ms),
+            rtt: Duration::from_millis(1),
+            closed: false,
+        };
+        assert!(fit_for_write(&view(999), &tuning));
+        assert!(!fit_for_write(&view(1001), &tuning));
+        assert!(fit_for_read(&view(1500), &tuning));
+        assert!(!fit_for_read(&view(1900), &tuning));
+        let closed = PooledView {
+            closed: true,
+            ..view(0)
+        };
+        assert!(!fit_for_write(&closed, &tuning) && !fit_for_read(&closed, &tuning));
+    }
+
+    #[test]
+    fn a_connect_never_outlives_its_deadline() {
+        let now = Instant::now();
+        let tuning = CallTuning::default();
+        assert_eq!(
+            connect_timeout(now + Duration::from_millis(500), now, &tuning),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            connect_timeout(now + Duration::from_secs(9), now, &tuning),
+            Some(tuning.connect_timeout)
+        );
+        assert_eq!(connect_timeout(now, now, &tuning), None);
+    }
+}
