@@ -9,7 +9,7 @@ use ferry_ticket::NodeId;
 
 use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
 use crate::owner::Owner;
-use crate::replication::Replication;
+use crate::replication::{FollowError, Replication};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::VaultRow;
 use crate::store::StoreError;
@@ -88,7 +88,11 @@ impl Admin {
     }
 
     /// `ferry vault follow`: replicate a vault a trusted peer owns.
-    pub async fn follow(&self, vault: String, owner_label: String) -> Result<VaultRow, String> {
+    pub async fn follow(
+        &self,
+        vault: String,
+        owner_label: String,
+    ) -> Result<VaultRow, FollowError> {
         self.replication.follow(vault, owner_label).await
     }
 

@@ -9,8 +9,6 @@ use serde::Deserialize;
 
 /// The largest value the owner accepts unless the config says otherwise (SPEC 4).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 4 * 1024 * 1024;
-/// Keys are UTF-8 and at most this many bytes (SPEC 4).
-pub const MAX_KEY_BYTES: usize = 1024;
 
 /// Every setting, with its default. Unknown keys in `config.toml` are an error, so a typo never
 /// silently leaves a default in force.
@@ -151,9 +149,9 @@ impl Config {
             });
         }
         if let Some(label) = &self.label {
-            crate::names::check_label(label).map_err(|detail| ConfigError::Invalid {
+            crate::names::check_label(label).map_err(|err| ConfigError::Invalid {
                 key: "label",
-                detail,
+                detail: err.to_string(),
             })?;
         }
         Ok(())

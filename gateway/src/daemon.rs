@@ -25,7 +25,7 @@ use tracing::{info, warn};
 use crate::api;
 use crate::config::{Config, ConfigError};
 use crate::env::Env;
-use crate::gateway::{Gateway, Parts};
+use crate::gateway::{Gateway, GatewayStartError, Parts};
 use crate::home::{Home, HomeError};
 use crate::network::book::PeerBook;
 use crate::store::StoreError;
@@ -41,6 +41,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Bind(#[from] BindError),
+    #[error(transparent)]
+    Gateway(#[from] GatewayStartError),
     #[error("cannot listen for apps on {addr}: {source}; is another gateway running? (`ferry status`), or choose another address with --api")]
     Api {
         addr: std::net::SocketAddr,
@@ -202,6 +204,7 @@ async fn wait_for_stop(gateway: &Gateway) {
         }
     };
     tokio::select! {
+        biased;
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate => {}
         _ = stop_requested.wait_for(|stopping| *stopping) => {}

@@ -5,7 +5,8 @@
 //!
 //! - [`Vaults`]: the vaults held here and the local copy;
 //! - [`Network`]: peers, routes, the directory, the caller;
-//! - [`Owner`]: the door, tickets, the executor (the store's one writer);
+//! - [`Owner`]: tickets and the executor (the store's one writer), and over it, the network
+//!   and the vaults, the door that answers peers ([`PeerService`]);
 //! - [`Reads`]: the read path and its cache;
 //! - [`Writes`]: the write path, its tickets, its tasks;
 //! - [`Settlement`]: settling by request id, and in the background;
@@ -31,25 +32,26 @@ use ferry_peer::transport::PeerEndpoint;
 use ferry_ticket::{NodeId, NodeKey};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use crate::admin::Admin;
 use crate::call_log::CallLog;
 use crate::config::Config;
+use crate::door::PeerService;
 use crate::env::Env;
 use crate::home::Home;
+use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::network::book::PeerBook;
 use crate::network::{Network, NetworkParts, DIRECTORY_REFRESH_BOUND};
-use crate::owner::door::PeerService;
 use crate::owner::executor::Executor;
 use crate::owner::verbs::WriteLimits;
 use crate::owner::Owner;
 use crate::reader::Reader;
 use crate::reads::{ReadSettings, Reads};
 use crate::replication::Replication;
-use crate::settlement::{InFlight, Settlement, SettlementParts};
+use crate::settlement::{Settlement, SettlementParts};
 use crate::store::{self, meta, trust, StoreError};
 use crate::sync_board::SyncBoard;
 use crate::vaults::Vaults;
@@ -75,6 +77,16 @@ pub struct Parts {
     /// The peer endpoint, bound (on a real socket, or a simulated one), trusting `book`.
     pub endpoint: PeerEndpoint,
     pub book: Arc<PeerBook>,
+}
+
+/// Why a gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayStartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The peer endpoint has no local address (its socket is gone).
+    #[error("the peer endpoint has no address: {source}")]
+    Endpoint { source: std::io::Error },
 }
 
 /// The running gateway.
@@ -107,7 +119,7 @@ impl Gateway {
     /// Builds every component over `env`, and starts what every gateway runs in the
     /// background: serving peers, greeting them, settling, collecting journals, replica syncs,
     /// the route prober. Must run inside a tokio runtime.
-    pub fn start(parts: Parts, env: Env) -> Result<Arc<Self>, StoreError> {
+    pub fn start(parts: Parts, env: Env) -> Result<Arc<Self>, GatewayStartError> {
         let clock = env.clock.clone();
         let setup = store::open(&parts.db_path)?;
         parts.book.replace_all(trust::list(&setup)?);
@@ -132,9 +144,10 @@ impl Gateway {
             env.blocking,
             clock.clone(),
         )?);
-        let quic_addr = parts.endpoint.local_addr().map_err(|err| {
-            StoreError::Corrupt(format!("the peer endpoint has no address: {err}"))
-        })?;
+        let quic_addr = parts
+            .endpoint
+            .local_addr()
+            .map_err(|source| GatewayStartError::Endpoint { source })?;
         let routes = Arc::new(RouteTable::default());
         let caller = Caller::with_probe(
             parts.endpoint.clone(),
@@ -280,6 +293,13 @@ impl Gateway {
         ));
         loop {
             tokio::select! {
+                // Biased: a stop is seen even under a flood of connections, and a simulation's
+                // seed replays the same order.
+                biased;
+                _ = stopping.wait_for(|stopping| *stopping) => break,
+                // Finished connections are reaped before the next is taken, so a steady
+                // stream of new ones cannot pile up finished tasks.
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 incoming = endpoint.accept() => {
                     let Some(incoming) = incoming else { break };
                     let service = service.clone();
@@ -302,7 +322,17 @@ impl Gateway {
                             return;
                         };
                         network.register_incoming(peer, conn.clone());
-                        door::serve_connection(service, conn.clone(), peer, stopping, in_flight).await;
+                        // Every request served on this connection logs under the peer's label
+                        // and the address it came in by (SPEC 14), so one write can be followed
+                        // from the caller's `write` span into the owner's `owner_write`.
+                        let door_span = tracing::debug_span!(
+                            "door",
+                            peer = %network.label_of(&peer),
+                            route = %conn.remote_address()
+                        );
+                        door::serve_connection(service, conn.clone(), peer, stopping, in_flight)
+                            .instrument(door_span)
+                            .await;
                         // A peer that closed saying it is stopping takes its routes down at once.
                         if let Some(quinn::ConnectionError::ApplicationClosed(close)) = conn.close_reason() {
                             if close.error_code.into_inner() == u64::from(ferry_peer::transport::CLOSE_GOING_AWAY) {
@@ -311,8 +341,6 @@ impl Gateway {
                         }
                     });
                 }
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                _ = stopping.wait_for(|stopping| *stopping) => break,
             }
         }
         // Connections keep serving in-flight streams (new ones are answered "going away")
@@ -334,8 +362,9 @@ impl Gateway {
             }
             self.call_log.collect(before_ms).await;
             tokio::select! {
-                _ = tokio::time::sleep(COLLECT_EVERY) => {}
+                biased;
                 _ = stopping.wait_for(|stopping| *stopping) => return,
+                _ = tokio::time::sleep(COLLECT_EVERY) => {}
             }
         }
     }

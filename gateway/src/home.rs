@@ -37,8 +37,15 @@ pub enum HomeError {
     EmptyToken { path: PathBuf },
     #[error("no platform data directory is known here; pass --home DIR or set FERRY_HOME")]
     NoDefault,
-    #[error("the operating system gave no randomness: {0}")]
-    Random(String),
+    /// The node key could not be made: the operating system gave no randomness.
+    #[error(transparent)]
+    KeyGen {
+        #[from]
+        source: ferry_ticket::KeyGenError,
+    },
+    /// The local token could not be made: the operating system gave no randomness.
+    #[error("the operating system gave no randomness: {os}")]
+    Random { os: getrandom::Error },
 }
 
 /// A gateway's state directory.
@@ -108,7 +115,7 @@ impl Home {
         self.ensure()?;
         let path = self.key_path();
         if !path.exists() {
-            let key = NodeKey::generate().map_err(|err| HomeError::Random(err.to_string()))?;
+            let key = NodeKey::generate()?;
             write_secret(&path, &hex::encode(key.secret_bytes()))?;
         }
         // Read back even after making it: if another process raced us, what is on disk wins.
@@ -127,7 +134,7 @@ impl Home {
         let path = self.token_path();
         if !path.exists() {
             let mut bytes = [0u8; 32];
-            getrandom::fill(&mut bytes).map_err(|err| HomeError::Random(err.to_string()))?;
+            getrandom::fill(&mut bytes).map_err(|os| HomeError::Random { os })?;
             write_secret(&path, &hex::encode(bytes))?;
         }
         let token = self.read_token()?;

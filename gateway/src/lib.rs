@@ -5,10 +5,11 @@
 //!   [`read_around`] plugged in so reads go around a stopped gateway.
 //! - [`daemon`]: `ferry serve`: builds the [`gateway::Gateway`], serves the local [`api`], runs
 //!   mDNS, stops in order.
-//! - [`gateway`]: the composition root over an [`env`] (clock, blocking work, side probe); it
+//! - [`gateway`]: the composition root over an [`env`](mod@env) (clock, blocking work, side probe); it
 //!   builds the components, each owning its state:
 //!   [`vaults`] (the vaults held here), [`network`] (peers, routes, directory, discovery, the
-//!   prober), [`owner`] (door, tickets, the executor: the store's one writer), [`reads`] (the
+//!   prober), [`owner`] (tickets, the executor: the store's one writer), [`door`] (what peers'
+//!   requests are answered with, over the owner, the network and the vaults), [`reads`] (the
 //!   read path and its cache), [`writes`] (the write path: writes run on tasks of their own,
 //!   [`tasks`], recorded in the [`call_log`] before they leave), [`settlement`] (settling by
 //!   request id, after any crash), [`replication`] (replicas' sync, progress on the
@@ -25,9 +26,11 @@ pub mod call_log;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod door;
 pub mod env;
 pub mod gateway;
 pub mod home;
+pub mod in_flight;
 pub mod lifecycle;
 pub mod metrics;
 pub mod names;

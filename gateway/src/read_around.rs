@@ -18,7 +18,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry_peer::call::{CallTuning, Caller, Target};
+use ferry_peer::call::{CallTuning, Caller, ReadError, Target};
+use ferry_peer::outcome::Refusal;
 use ferry_peer::pool::Pool;
 use ferry_peer::route_table::RouteTable;
 use ferry_peer::tls::TrustedKeys;
@@ -35,7 +36,7 @@ use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role};
 use crate::store::StoreError;
 use crate::vaults::hello_of;
-use ferry_kit::{AroundRead, Kit, ReadAround, ReadRecord};
+use ferry_kit::{AroundError, AroundRead, Kit, ReadAround, ReadRecord};
 
 /// How long a read around the local gateway may take in all (SPEC 5's default read timeout).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -69,11 +70,29 @@ pub enum PeerReadError {
     #[error("{0}")]
     Bind(#[from] BindError),
     /// The blocking read of the home did not finish (the runtime is shutting down).
-    #[error("reading the home was cut short: {detail}")]
-    Interrupted { detail: String },
+    #[error("reading the home was cut short: {source}")]
+    Interrupted { source: tokio::task::JoinError },
     /// Peers were asked; none answered for the vault. `tried` says what each one did.
     #[error("{}", tried.join("; "))]
     NoAnswer { tried: Vec<String> },
+}
+
+/// Why one peer gave no usable answer to the read (the next one is asked).
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    /// The peer answered with a refusal: busy, the vault is no longer its, this node is no
+    /// longer trusted there.
+    #[error("{peer} refused the read ({}): {}", refusal.code.as_str(), refusal.detail)]
+    Refused { peer: String, refusal: Refusal },
+    /// The peer answered with something other than this record or its absence.
+    #[error("{peer} gave an answer that is not this record: {answer:?}")]
+    NotThisRecord {
+        peer: String,
+        answer: Box<ReadAnswer>,
+    },
+    /// The peer could not be reached or did not answer in time.
+    #[error(transparent)]
+    Unreachable { source: ReadError },
 }
 
 /// Reads around a stopped local gateway, for a [`Kit`].
@@ -95,16 +114,22 @@ impl ReadAround for PeerReadAround {
         vault: String,
         key: String,
         timeout: Duration,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<AroundRead, String>> + Send>>
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<AroundRead, AroundError>> + Send>>
     {
         let home = self.home.clone();
         Box::pin(async move {
             // The checks the local API would make, before anything is asked of a peer.
-            crate::names::check_vault(&vault).and_then(|()| crate::names::check_key(&key))?;
+            crate::names::check_vault(&vault)
+                .and_then(|()| crate::names::check_key(&key))
+                .map_err(|err| AroundError::Invalid {
+                    detail: err.to_string(),
+                })?;
             match get(&home, &app, &vault, &key, timeout).await {
                 Ok(PeerRead::Found(record)) => Ok(AroundRead::Found(record)),
                 Ok(PeerRead::NotFound { source }) => Ok(AroundRead::NotFound { source }),
-                Err(err) => Err(err.to_string()),
+                Err(err) => Err(AroundError::Unanswered {
+                    detail: err.to_string(),
+                }),
             }
         })
     }
@@ -202,9 +227,7 @@ pub async fn get(
     let loading = home.clone();
     let local = tokio::task::spawn_blocking(move || LocalState::load(&loading))
         .await
-        .map_err(|err| PeerReadError::Interrupted {
-            detail: err.to_string(),
-        })??
+        .map_err(|source| PeerReadError::Interrupted { source })??
         .ok_or(PeerReadError::NoPeers)?;
     let trusted = Arc::new(PeerKeys(local.peers.iter().map(|p| p.node_id).collect()));
     let endpoint = PeerEndpoint::bind(
@@ -310,7 +333,7 @@ impl Ask {
             match role_of(&theirs, &self.vault) {
                 Some(Role::Owner) => match self.read_from(&target, Role::Owner).await {
                     Ok(read) => return Ok(read),
-                    Err(why) => tried.push(why),
+                    Err(why) => tried.push(why.to_string()),
                 },
                 Some(Role::Replica) => replicas.push(target),
                 None => tried.push(format!(
@@ -324,14 +347,14 @@ impl Ask {
         for target in replicas {
             match self.read_from(&target, Role::Replica).await {
                 Ok(read) => return Ok(read),
-                Err(why) => tried.push(why),
+                Err(why) => tried.push(why.to_string()),
             }
         }
         Err(PeerReadError::NoAnswer { tried })
     }
 
     /// One get from `target`; `Err` says why it gave no usable answer.
-    async fn read_from(&self, target: &Target, role: Role) -> Result<PeerRead, String> {
+    async fn read_from(&self, target: &Target, role: Role) -> Result<PeerRead, Unusable> {
         let (source, stale) = source_of(&target.label, role);
         let left = self.deadline.saturating_duration_since(Instant::now());
         let request = ReadRequest {
@@ -356,17 +379,15 @@ impl Ask {
             Ok(ReadAnswer::NotFound { .. }) => Ok(PeerRead::NotFound { source }),
             // Refusals (busy, unknown_vault after a change, no longer trusted) move on to the
             // next source, as the gateway's own read would.
-            Ok(ReadAnswer::Refused(refusal)) => Err(format!(
-                "{} refused the read ({}): {}",
-                target.label,
-                refusal.code.as_str(),
-                refusal.detail
-            )),
-            Ok(other) => Err(format!(
-                "{} gave an answer that is not this record: {other:?}",
-                target.label
-            )),
-            Err(err) => Err(err.to_string()),
+            Ok(ReadAnswer::Refused(refusal)) => Err(Unusable::Refused {
+                peer: target.label.clone(),
+                refusal,
+            }),
+            Ok(other) => Err(Unusable::NotThisRecord {
+                peer: target.label.clone(),
+                answer: Box::new(other),
+            }),
+            Err(source) => Err(Unusable::Unreachable { source }),
         }
     }
 }

@@ -70,7 +70,7 @@ impl Reader {
             f(&conn)
         })
         .await
-        .map_err(|err| StoreError::Corrupt(format!("read task failed: {err}")))?
+        .map_err(|source| StoreError::ReadTask { source })?
     }
 
     /// Answers a read verb from this gateway's own copy of `vault` (`None`: no copy here). A
@@ -90,7 +90,7 @@ impl Reader {
         }
     }
 
-    /// Runs a short read (one record) inline if a connection is free at once, else as [`run`].
+    /// Runs a short read (one record) inline if a connection is free at once, else as [`Reader::run`].
     pub async fn run_quick<R, F>(&self, f: F) -> Result<R, StoreError>
     where
         R: Send + 'static,

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_core::clock::Clock;
+use ferry_peer::call::ReadError;
+use ferry_peer::outcome::Refusal;
 use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb};
 use ferry_ticket::NodeId;
 use tracing::{debug, info};
@@ -19,6 +21,7 @@ use crate::lifecycle::Lifecycle;
 use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
 use crate::reads::Reads;
 use crate::store::vaults::{Role, VaultRow};
+use crate::store::StoreError;
 use crate::sync_board::SyncBoard;
 use crate::vaults::Vaults;
 
@@ -32,6 +35,42 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const PAGE_DEADLINE: Duration = Duration::from_secs(10);
 /// The app name replication reads as.
 const APP: &str = "ferry-replication";
+
+/// Why `ferry vault follow` did not start a replica. Nothing was replicated.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// No trusted peer has this label: trust the owner first (`ferry trust`), or use the label
+    /// `ferry peers` shows for it.
+    #[error("no peer is trusted under the label {label:?}; `ferry peers` lists them")]
+    UnknownOwner { label: String },
+    /// The store refused the replica (a vault of that name is already here) or failed.
+    #[error(transparent)]
+    Store {
+        #[from]
+        source: StoreError,
+    },
+}
+
+/// Why one pull of a replica's changes failed. The replica is left as it was (its cursor did not
+/// move) and the sync job tries again after a pause; `ferry vault list` shows the last one.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// The owner is no longer trusted here (untrusted since the replica was made).
+    #[error("the owner is not trusted")]
+    OwnerNotTrusted { owner: NodeId },
+    /// The owner could not be reached, or did not answer in time.
+    #[error(transparent)]
+    Unreachable { source: ReadError },
+    /// The owner answered and refused the pull (it no longer owns the vault, say).
+    #[error("{}", refusal.detail)]
+    Refused { refusal: Refusal },
+    /// The owner answered with something other than a page of changes (a version mismatch?).
+    #[error("the owner answered a change pull with {answer:?}")]
+    UnexpectedAnswer { answer: Box<ReadAnswer> },
+    /// The page could not be applied to the local copy; it was rolled back.
+    #[error(transparent)]
+    Store { source: StoreError },
+}
 
 /// Replicas and their sync jobs.
 #[derive(Debug)]
@@ -82,7 +121,7 @@ impl Replication {
         self: &Arc<Self>,
         vault: String,
         owner_label: String,
-    ) -> Result<VaultRow, String> {
+    ) -> Result<VaultRow, FollowError> {
         let owner = self
             .network
             .book()
@@ -90,16 +129,8 @@ impl Replication {
             .into_iter()
             .find(|p| p.label == owner_label)
             .map(|p| p.node_id)
-            .ok_or_else(|| {
-                format!(
-                    "no peer is trusted under the label {owner_label:?}; `ferry peers` lists them"
-                )
-            })?;
-        let row = self
-            .vaults
-            .create_replica(vault.clone(), owner)
-            .await
-            .map_err(|err| err.to_string())?;
+            .ok_or(FollowError::UnknownOwner { label: owner_label })?;
+        let row = self.vaults.create_replica(vault.clone(), owner).await?;
         // Whatever the cache held for this vault now has a better source.
         self.reads.invalidate_vault(&vault);
         self.start_sync(vault, owner);
@@ -133,13 +164,17 @@ impl Replication {
                 }
                 Err(err) => {
                     debug!(%vault, %err, "replica pull failed");
-                    self.board.edit(&vault, |s| s.last_error = Some(err));
+                    self.board
+                        .edit(&vault, |s| s.last_error = Some(err.to_string()));
                     RETRY_AFTER
                 }
             };
             tokio::select! {
-                () = tokio::time::sleep(wait) => {}
+                // Biased, as every `select!` here: arms in written order, so a simulation's seed
+                // replays the same interleaving (tokio's default pick is random).
+                biased;
                 _ = stopping.wait_for(|stopping| *stopping) => return,
+                () = tokio::time::sleep(wait) => {}
             }
         }
     }
@@ -150,11 +185,11 @@ impl Replication {
         vault: &str,
         owner: NodeId,
         cursor: u64,
-    ) -> Result<(u64, bool), String> {
+    ) -> Result<(u64, bool), PullError> {
         let target = self
             .network
             .target(&owner)
-            .ok_or("the owner is not trusted")?;
+            .ok_or(PullError::OwnerNotTrusted { owner })?;
         let deadline = self.clock.now() + PAGE_DEADLINE;
         let request = ReadRequest {
             app: APP.into(),
@@ -172,11 +207,13 @@ impl Replication {
                     more,
                     vault_revision,
                 }) => (changes, more, vault_revision),
-                Ok(ReadAnswer::Refused(refusal)) => return Err(refusal.detail),
+                Ok(ReadAnswer::Refused(refusal)) => return Err(PullError::Refused { refusal }),
                 Ok(other) => {
-                    return Err(format!("the owner answered a change pull with {other:?}"))
+                    return Err(PullError::UnexpectedAnswer {
+                        answer: Box::new(other),
+                    })
                 }
-                Err(err) => return Err(err.to_string()),
+                Err(source) => return Err(PullError::Unreachable { source }),
             };
         let next = changes.last().map_or(cursor, |c| c.revision.max(cursor));
         let count = changes.len() as u64;
@@ -185,7 +222,7 @@ impl Replication {
             self.vaults
                 .apply_changes(vault.to_string(), changes, next)
                 .await
-                .map_err(|err| err.to_string())?;
+                .map_err(|source| PullError::Store { source })?;
             for key in keys {
                 self.reads.invalidate(vault, &key);
             }

@@ -14,7 +14,6 @@
 //!    cannot be asked, the answer is "unavailable, ask again": never `unknown_call` for an id
 //!    that may have reached an owner.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,11 +21,12 @@ use ferry_core::clock::Clock;
 use ferry_peer::outcome::{NotCarriedOutReason, RefusalCode, WriteOutcome};
 use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tracing::{debug, Instrument};
 
 use crate::call_log::CallLog;
+use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::network::{Network, Place};
@@ -54,75 +54,6 @@ pub enum SettleError {
     /// The id is older than the journals keep: nobody can say any more.
     #[error("{detail}")]
     Forgotten { detail: String },
-}
-
-/// The calls this process is carrying out now, by request id: what a settle query waits on
-/// instead of asking the owner (which would fence a write still on its way).
-#[derive(Debug, Default)]
-pub struct InFlight {
-    calls: std::sync::Mutex<HashMap<RequestId, InFlightCall>>,
-}
-
-#[derive(Debug, Clone)]
-struct InFlightCall {
-    since_ms: u64,
-    owner_label: String,
-    outcome: watch::Receiver<Option<WriteOutcome>>,
-}
-
-/// Held by the task carrying out one write; publishes its outcome, and takes the call off the
-/// registry when dropped.
-#[derive(Debug)]
-pub struct InFlightGuard {
-    registry: Arc<InFlight>,
-    request_id: RequestId,
-    outcome: watch::Sender<Option<WriteOutcome>>,
-}
-
-impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, InFlightCall>> {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Registers a call on its way to `owner_label`.
-    pub fn register(
-        self: &Arc<Self>,
-        request_id: RequestId,
-        owner_label: &str,
-        since_ms: u64,
-    ) -> InFlightGuard {
-        let (outcome, receiver) = watch::channel(None);
-        self.lock().insert(
-            request_id,
-            InFlightCall {
-                since_ms,
-                owner_label: owner_label.to_string(),
-                outcome: receiver,
-            },
-        );
-        InFlightGuard {
-            registry: self.clone(),
-            request_id,
-            outcome,
-        }
-    }
-
-    fn get(&self, request_id: RequestId) -> Option<InFlightCall> {
-        self.lock().get(&request_id).cloned()
-    }
-}
-
-impl InFlightGuard {
-    /// The call's outcome, for settle queries waiting on it.
-    pub fn publish(&self, outcome: &WriteOutcome) {
-        self.outcome.send_replace(Some(outcome.clone()));
-    }
-}
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.registry.lock().remove(&self.request_id);
-    }
 }
 
 /// The state a definite outcome settles to; `None` for outcomes that say nothing final
@@ -452,9 +383,10 @@ impl Settlement {
                 }
             }
             tokio::select! {
-                _ = tokio::time::sleep(SETTLE_INTERVAL) => {}
-                _ = self.wake.notified() => {}
+                biased;
                 _ = stopping.wait_for(|stopping| *stopping) => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(SETTLE_INTERVAL) => {}
             }
         }
     }

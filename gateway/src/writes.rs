@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ferry_core::clock::Clock;
-use ferry_peer::call::{Target, TicketSource, WriteCall};
+use ferry_peer::call::{Target, TicketError, TicketSource, WriteCall};
 use ferry_peer::outcome::{NotSentReason, UnknownReason, WriteOutcome};
 use ferry_peer::wire::{Priority, RequestId, TicketAnswer, TicketRequest, WriteAnswer, WriteVerb};
 use ferry_ticket::{NodeId, Ticket, TicketCache, VerbSet};
@@ -18,12 +18,12 @@ use tokio::sync::Notify;
 use tracing::Instrument;
 
 use crate::call_log::{CallLog, End};
+use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::network::{Network, Place};
 use crate::owner::Owner;
 use crate::reads::{LocalRefusal, Reads};
-use crate::settlement::InFlight;
 use crate::store::calls::{CallRow, RowState};
 use crate::store::vaults::Role;
 use crate::tasks::TaskCounter;
@@ -178,15 +178,17 @@ impl Writes {
             .register(call.request_id, &target.label, since_ms);
         let recorded = match self.call_log.begin(&row).await {
             Ok(recorded) => recorded,
-            Err(err) => return Ok((
-                WriteOutcome::not_sent(
-                    NotSentReason::Stopping,
-                    format!(
+            Err(err) => {
+                return Ok((
+                    WriteOutcome::not_sent(
+                        NotSentReason::Stopping,
+                        format!(
                         "the call could not be recorded for settling ({err}), so it was not sent"
                     ),
-                ),
-                Some(target.label),
-            )),
+                    ),
+                    Some(target.label),
+                ))
+            }
         };
         // Boxed for the same reason as in `spawn_write`: this is most of the state.
         let outcome = Box::pin(self.network.caller().write(
@@ -196,6 +198,7 @@ impl Writes {
             deadline,
         ))
         .await;
+        let outcome = self.resend_if_injected(&target, &call, outcome).await;
         hold.publish(&outcome);
         self.reads
             .write_through(&call.app, &call.vault, &call.verb, &outcome);
@@ -213,6 +216,33 @@ impl Writes {
             self.settle_wake.notify_one();
         }
         Ok((outcome, Some(target.label)))
+    }
+
+    /// The retry every RPC library is tempted by, and that Ferry exists to refuse: an unknown
+    /// outcome "fixed" by sending the write again under a new id. Only ever on when a test
+    /// injects [`ferry_core::bugs::Bug::ResendAfterSend`], to show the simulation catches it.
+    async fn resend_if_injected(
+        self: &Arc<Self>,
+        target: &Target,
+        call: &WriteCall,
+        outcome: WriteOutcome,
+    ) -> WriteOutcome {
+        if !matches!(outcome, WriteOutcome::Unknown { .. })
+            || !ferry_core::bugs::on(ferry_core::bugs::Bug::ResendAfterSend)
+        {
+            return outcome;
+        }
+        let again = WriteCall {
+            request_id: RequestId::at(self.clock.unix_ms()),
+            ..call.clone()
+        };
+        let deadline = self.clock.now() + std::time::Duration::from_secs(10);
+        Box::pin(
+            self.network
+                .caller()
+                .write(target, again, &**self, deadline),
+        )
+        .await
     }
 
     /// A write to a vault owned here: straight to the executor, bounded by the deadline.
@@ -284,7 +314,7 @@ impl TicketSource for Writes {
         vault: &str,
         renew: bool,
         deadline: Instant,
-    ) -> Result<Ticket, String> {
+    ) -> Result<Ticket, TicketError> {
         if renew {
             self.tickets
                 .lock()
@@ -312,10 +342,9 @@ impl TicketSource for Writes {
         {
             Ok(TicketAnswer::Issued(ticket)) => {
                 if !ticket.is_signed_by(&target.node) || ticket.claims.holder != self.network.me() {
-                    return Err(format!(
-                        "{} sent a ticket that is not its own or not for this node",
-                        target.label
-                    ));
+                    return Err(TicketError::NotTheOwners {
+                        owner: target.label.clone(),
+                    });
                 }
                 self.tickets
                     .lock()
@@ -323,11 +352,11 @@ impl TicketSource for Writes {
                     .insert(ticket.clone());
                 Ok(ticket)
             }
-            Ok(TicketAnswer::Refused(refusal)) => Err(format!(
-                "{} refused to issue a ticket: {}",
-                target.label, refusal.detail
-            )),
-            Err(err) => Err(format!("no ticket could be had: {err}")),
+            Ok(TicketAnswer::Refused(refusal)) => Err(TicketError::Refused {
+                owner: target.label.clone(),
+                refusal,
+            }),
+            Err(source) => Err(TicketError::Unreachable { source }),
         }
     }
 }

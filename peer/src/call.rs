@@ -2,7 +2,7 @@
 //! request frame on a new stream, and read one answer, all inside one deadline.
 //!
 //! Writes and reads share the plumbing but not the rules:
-//! - a write is sent at most once. [`Exchange`] reports whether the request's first byte was
+//! - a write is sent at most once. `Exchange` reports whether the request's first byte was
 //!   handed to QUIC; before that point a failure is "nothing was sent" and one fresh LAN route
 //!   may be tried; after it, nothing is ever sent again.
 //! - a read may be repeated: a dead pooled connection costs one retry on a fresh one, and a
@@ -87,7 +87,25 @@ pub trait TicketSource: Send + Sync {
         vault: &str,
         renew: bool,
         deadline: Instant,
-    ) -> impl std::future::Future<Output = Result<Ticket, String>> + Send;
+    ) -> impl std::future::Future<Output = Result<Ticket, TicketError>> + Send;
+}
+
+/// Why no ticket for a write could be had. The write was not sent: it ends `not_sent`
+/// (`ticket_unavailable`) and may be sent again with the same request id.
+#[derive(Debug, thiserror::Error)]
+pub enum TicketError {
+    /// The owner (`owner` is its label) sent a ticket not signed by itself or not made out to
+    /// this node: it was thrown away. A peer that keeps doing this is misconfigured or not
+    /// the node it is trusted as; check `ferry peers`.
+    #[error("{owner} sent a ticket that is not its own or not for this node")]
+    NotTheOwners { owner: String },
+    /// The owner answered and would not issue one (the app or the vault is not allowed, say);
+    /// its refusal says why.
+    #[error("{owner} refused to issue a ticket: {}", refusal.detail)]
+    Refused { owner: String, refusal: Refusal },
+    /// The owner could not be asked: no route, or no answer in time. Try again later.
+    #[error("no ticket could be had: {source}")]
+    Unreachable { source: ReadError },
 }
 
 /// Why a read found no answer. Reads are safe to repeat, so every case may be tried again.
@@ -257,7 +275,9 @@ impl Caller {
                             ticket = Some(fresh);
                             Event::TicketReady
                         }
-                        Err(detail) => Event::TicketUnavailable { detail },
+                        Err(err) => Event::TicketUnavailable {
+                            detail: err.to_string(),
+                        },
                     }
                 }
                 Step::Send { route, race } => match (target.routes.get(route), ticket.clone()) {
@@ -402,6 +422,8 @@ impl Caller {
         let mut last_failure = None;
         while !(first_done && second_done) {
             tokio::select! {
+                // Biased: the first route wins a tie, and a simulation's seed replays.
+                biased;
                 result = &mut first, if !first_done => {
                     first_done = true;
                     match result {
@@ -485,6 +507,7 @@ impl Caller {
             std::future::pending::<()>().await;
         };
         let dialed = tokio::select! {
+            biased;
             dialed = self.endpoint.dial(addr, peer, timeout) => dialed,
             () = port_closed => {
                 return Err((
@@ -722,11 +745,13 @@ async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchang
         transport::read_frame::<ResponseFrame>(&mut recv)
             .await
             .map_err(|err| match err {
-                ReadFrameError::Broken(detail) => detail,
+                ReadFrameError::Broken { source } => source.to_string(),
                 other => format!("the answer was not a valid frame: {other}"),
             })
     };
     let answered = tokio::select! {
+        // Biased: an answer that arrived wins over silence noticed in the same poll.
+        biased;
         answered = tokio::time::timeout_at(deadline, sent_and_answered) => answered,
         () = gone_silent(conn) => {
             // Nothing heard for six keep-alive intervals: the path is dead, whatever the owner
@@ -791,5 +816,36 @@ fn refused_handshake(conn: &Connection) -> Option<String> {
             ))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::RefusalCode;
+
+    #[test]
+    fn a_ticket_error_says_which_owner_and_why() {
+        let owner = || "studio".to_string();
+        assert_eq!(
+            TicketError::NotTheOwners { owner: owner() }.to_string(),
+            "studio sent a ticket that is not its own or not for this node"
+        );
+        let refused = TicketError::Refused {
+            owner: owner(),
+            refusal: Refusal::new(RefusalCode::Forbidden, "app x may not write to notes"),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "studio refused to issue a ticket: app x may not write to notes"
+        );
+        let unreachable = TicketError::Unreachable {
+            source: ReadError::GoingAway { label: owner() },
+        };
+        assert_eq!(
+            unreachable.to_string(),
+            "no ticket could be had: studio is stopping"
+        );
+        assert!(std::error::Error::source(&unreachable).is_some());
     }
 }

@@ -108,8 +108,9 @@ pub enum DiscoveryEvent {
 /// Why discovery could not start or announce.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
-    #[error("mDNS failed: {0}; run with --no-mdns and add peers with `ferry trust --addr`")]
-    Mdns(String),
+    /// The mDNS daemon could not start, browse or announce (`source` is mdns-sd's reason).
+    #[error("mDNS failed: {source}; run with --no-mdns and add peers with `ferry trust --addr`")]
+    Mdns { source: mdns_sd::Error },
 }
 
 /// A discovery mechanism: mDNS, or its in-memory twin.

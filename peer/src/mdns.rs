@@ -39,8 +39,8 @@ impl std::fmt::Debug for MdnsDiscovery {
     }
 }
 
-fn mdns_error(err: impl std::fmt::Display) -> DiscoveryError {
-    DiscoveryError::Mdns(err.to_string())
+fn mdns_error(source: mdns_sd::Error) -> DiscoveryError {
+    DiscoveryError::Mdns { source }
 }
 
 impl MdnsDiscovery {

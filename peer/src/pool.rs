@@ -6,7 +6,7 @@
 //! several times a second; a small watcher per connection notes when its receive counter last
 //! moved.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,7 +72,7 @@ impl PooledConnection {
 #[derive(Debug)]
 pub struct Pool {
     epoch: Instant,
-    conns: Mutex<HashMap<(NodeId, SocketAddr), Pooled>>,
+    conns: Mutex<BTreeMap<(NodeId, SocketAddr), Pooled>>,
     watchers: Mutex<JoinSet<()>>,
     routes: Arc<RouteTable>,
 }
@@ -82,7 +82,7 @@ impl Pool {
     pub fn new(routes: Arc<RouteTable>) -> Self {
         Self {
             epoch: clock::now(),
-            conns: Mutex::new(HashMap::new()),
+            conns: Mutex::new(BTreeMap::new()),
             watchers: Mutex::new(JoinSet::new()),
             routes,
         }
@@ -92,7 +92,7 @@ impl Pool {
         clock::since(self.epoch).as_millis() as u64
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(NodeId, SocketAddr), Pooled>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(NodeId, SocketAddr), Pooled>> {
         // A panic while holding this lock leaves the map consistent (every operation is a single
         // insert or remove), so a poisoned lock is still safe to use.
         self.conns
@@ -186,6 +186,8 @@ async fn watch(
     let mut ticker = tokio::time::interval(WATCH_INTERVAL);
     loop {
         tokio::select! {
+            // Biased: a close first, and a replayable order under simulation.
+            biased;
             reason = conn.closed() => {
                 seen.closed.store(true, Ordering::Relaxed);
                 // A peer that says it is stopping takes its route down at once (SPEC 8).

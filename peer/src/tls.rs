@@ -73,8 +73,10 @@ pub trait TrustedKeys: Send + Sync + fmt::Debug + 'static {
 pub enum TlsConfigError {
     #[error("TLS configuration refused: {0}")]
     Rustls(#[from] rustls::Error),
-    #[error("QUIC refused the TLS configuration: {0}")]
-    Quic(String),
+    #[error("QUIC refused the TLS configuration: {source}")]
+    Quic {
+        source: quinn::crypto::rustls::NoInitialCipherSuite,
+    },
 }
 
 fn provider() -> Arc<CryptoProvider> {
@@ -271,7 +273,7 @@ pub fn server_crypto(
     tls.send_tls13_tickets = 0;
     tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     quinn::crypto::rustls::QuicServerConfig::try_from(tls)
-        .map_err(|err| TlsConfigError::Quic(err.to_string()))
+        .map_err(|source| TlsConfigError::Quic { source })
 }
 
 /// The rustls client side for one dial: this node's key, the server pinned to `expected`.
@@ -289,7 +291,7 @@ pub fn client_crypto(
     // Every connection is a full handshake (see `server_crypto`).
     tls.resumption = rustls::client::Resumption::disabled();
     quinn::crypto::rustls::QuicClientConfig::try_from(tls)
-        .map_err(|err| TlsConfigError::Quic(err.to_string()))
+        .map_err(|source| TlsConfigError::Quic { source })
 }
 
 #[cfg(test)]

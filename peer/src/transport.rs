@@ -35,6 +35,10 @@ pub struct TransportTuning {
     pub keep_alive: Duration,
     /// How long a silent connection lives before QUIC declares it dead.
     pub idle_timeout: Duration,
+    /// The seed of QUIC's own randomness (connection ids, skipped packet numbers, greased
+    /// transport parameters, whose random length changes packet sizes). `None`, drawn from the
+    /// system, in production; a simulation sets it so a seed replays the same packets.
+    pub rng_seed: Option<[u8; 32]>,
 }
 
 impl Default for TransportTuning {
@@ -43,6 +47,7 @@ impl Default for TransportTuning {
             keep_alive: ferry_core::liveness::KEEP_ALIVE,
             // Far below quinn's 30 s: a dead LAN peer must be noticed in seconds.
             idle_timeout: ferry_core::liveness::IDLE_TIMEOUT,
+            rng_seed: None,
         }
     }
 }
@@ -89,11 +94,13 @@ pub enum DialError {
 /// peers recognise: their connections to the old process end at once (SPEC 6 rule 7) instead
 /// of hanging until an idle timeout. A random key per process, quinn's default, would make
 /// those resets unrecognisable.
-fn endpoint_config(key: &NodeKey) -> quinn::EndpointConfig {
+fn endpoint_config(key: &NodeKey, tuning: &TransportTuning) -> quinn::EndpointConfig {
     let derive = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key.secret_bytes());
     let reset_secret = ring::hmac::sign(&derive, b"ferry/1 stateless reset key");
     let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset_secret.as_ref());
-    quinn::EndpointConfig::new(Arc::new(reset_key))
+    let mut config = quinn::EndpointConfig::new(Arc::new(reset_key));
+    config.rng_seed(tuning.rng_seed);
+    config
 }
 
 /// The server side's settings: raw-key TLS asking `trusted`, Ferry's timers, and a bound on
@@ -133,8 +140,13 @@ impl PeerEndpoint {
             addr,
             source: std::io::Error::other("no async runtime is running"),
         })?;
-        let endpoint = quinn::Endpoint::new(endpoint_config(&key), Some(server), socket, runtime)
-            .map_err(|source| BindError::Socket { addr, source })?;
+        let endpoint = quinn::Endpoint::new(
+            endpoint_config(&key, &tuning),
+            Some(server),
+            socket,
+            runtime,
+        )
+        .map_err(|source| BindError::Socket { addr, source })?;
         Ok(Self {
             endpoint,
             key,
@@ -157,7 +169,7 @@ impl PeerEndpoint {
             source,
         })?;
         let endpoint = quinn::Endpoint::new_with_abstract_socket(
-            endpoint_config(&key),
+            endpoint_config(&key, &tuning),
             Some(server),
             socket,
             runtime,
@@ -256,8 +268,8 @@ fn classify_dial_failure(addr: SocketAddr, err: ConnectionError) -> DialError {
 #[derive(Debug, thiserror::Error)]
 pub enum ReadFrameError {
     /// The stream or connection ended or broke before a whole frame arrived.
-    #[error("the stream broke before a whole frame arrived: {0}")]
-    Broken(String),
+    #[error("the stream broke before a whole frame arrived: {source}")]
+    Broken { source: quinn::ReadExactError },
     /// The bytes that arrived are not a frame this gateway accepts.
     #[error(transparent)]
     Decode(#[from] DecodeError),
@@ -278,7 +290,7 @@ pub async fn read_frame<T: DeserializeOwned>(
     let mut prefix = [0u8; 4];
     recv.read_exact(&mut prefix)
         .await
-        .map_err(|err| ReadFrameError::Broken(err.to_string()))?;
+        .map_err(|source| ReadFrameError::Broken { source })?;
     let len = codec::frame_len(prefix)?;
     let mut rest = Vec::with_capacity(len.min(FIRST_BUFFER));
     while rest.len() < len {
@@ -290,7 +302,11 @@ pub async fn read_frame<T: DeserializeOwned>(
                     got: rest.len(),
                 }))
             }
-            Err(err) => return Err(ReadFrameError::Broken(err.to_string())),
+            Err(err) => {
+                return Err(ReadFrameError::Broken {
+                    source: quinn::ReadExactError::ReadError(err),
+                })
+            }
         }
     }
     let (version, body) = codec::split_version(&rest)?;

@@ -3,6 +3,10 @@
 //! in network namespaces); each finds the binary under test itself, since only integration
 //! tests are told its path (`env!("CARGO_BIN_EXE_...")`). This library holds what both share.
 
+pub mod history;
+pub mod rng;
+pub mod sim;
+
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

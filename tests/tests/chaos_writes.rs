@@ -23,37 +23,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferry_kit::{Kit, Settlement, WriteOptions, WriteResult};
+use ferry_tests::rng::Rng;
 use harness::{two_with_notes, wait_for, SIGCONT, SIGSTOP};
 
 const SEEDS: [u64; 2] = [7, 1009];
 const RUN_FOR: Duration = Duration::from_secs(6);
 const WRITERS: usize = 4;
 const SEED_VAR: &str = "FERRY_CHAOS_SEED";
-
-/// xorshift64*: enough randomness for a schedule, and the same on every machine.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from))
-    }
-}
 
 /// One write as the app saw it.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 
 mod harness;
 
-use harness::{two_with_notes, Gateway};
+use harness::{two_with_notes, Gateway, START_BOUND};
 use serde_json::Value;
 
 #[test]
@@ -282,4 +282,58 @@ fn stop_drains_removes_api_addr_and_exits_zero_then_writes_are_local_gateway_dow
         (0, Some("done")),
         "{json}"
     );
+}
+
+/// SPEC 14: with `RUST_LOG=ferry=debug`, one write can be followed by its request id across
+/// both gateways: on the caller under `write` (with the app and the owner's label) and `send`
+/// (with the route), on the owner under `door` (with the caller's label and the address it came
+/// in by) and `owner_write` (with the request id and the app).
+#[test]
+fn one_write_can_be_followed_across_both_logs_by_its_request_id() {
+    let env = [("RUST_LOG", "ferry=debug")];
+    let (a, b) = harness::pair_with_notes(
+        Gateway::start_with_env("a", &env),
+        Gateway::start_with_env("b", &env),
+    );
+    let id = harness::fresh_request_id();
+    let (status, body) = b.put("notes", "traced", b"v", &[("X-Ferry-Request-Id", &id)]);
+    assert_eq!(status, 200, "{body}");
+
+    // Lines are written as the work happens; the answer is given after both wrote theirs, but
+    // wait (bounded) rather than trust the order of two processes' buffers.
+    let find = |gateway: &Gateway, parts: &[&str]| {
+        let started = std::time::Instant::now();
+        loop {
+            let log = gateway.log();
+            if let Some(line) = log
+                .lines()
+                .find(|line| parts.iter().all(|part| line.contains(part)))
+            {
+                return line.to_string();
+            }
+            let mentions: Vec<&str> = log.lines().filter(|line| line.contains(&id)).collect();
+            assert!(
+                started.elapsed() < START_BOUND,
+                "no line of {}'s log holds all of {parts:?}; its lines naming {id}:\n{}",
+                gateway.label,
+                mentions.join("\n")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let request = format!("request_id={id}");
+    let caller = find(
+        &b,
+        &["write{", &request, "app=test-app", "peer=a", "send{route="],
+    );
+    let owner = find(
+        &a,
+        &[
+            "door{peer=b route=127.0.0.1:",
+            "owner_write{",
+            &request,
+            "app=test-app",
+        ],
+    );
+    eprintln!("caller: {caller}\nowner: {owner}");
 }

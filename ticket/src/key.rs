@@ -101,14 +101,17 @@ pub struct NodeKey(ed25519_dalek::SigningKey);
 
 /// The secret key could not be made because the operating system gave no randomness.
 #[derive(Debug, thiserror::Error)]
-#[error("the operating system's random source failed ({0}); a node key cannot be made safely")]
-pub struct KeyGenError(String);
+#[error("the operating system's random source failed ({os}); a node key cannot be made safely")]
+pub struct KeyGenError {
+    /// What the operating system said.
+    os: getrandom::Error,
+}
 
 impl NodeKey {
     /// Makes a fresh key from the operating system's random source.
     pub fn generate() -> Result<Self, KeyGenError> {
         let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|err| KeyGenError(err.to_string()))?;
+        getrandom::fill(&mut seed).map_err(|os| KeyGenError { os })?;
         Ok(Self::from_secret_bytes(seed))
     }
 

@@ -55,7 +55,21 @@ pub trait ReadAround: Send + Sync + std::fmt::Debug {
         vault: String,
         key: String,
         timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<AroundRead, String>> + Send + 'static>>;
+    ) -> Pin<Box<dyn Future<Output = Result<AroundRead, AroundError>> + Send + 'static>>;
+}
+
+/// Why a read around the local gateway gave no record. Reads are safe to repeat: each case may
+/// be tried again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AroundError {
+    /// The vault name or the key is one the gateway would refuse (`detail` says why); no peer
+    /// was asked. Correct it: the local gateway would answer 400 for it too.
+    #[error("{detail}")]
+    Invalid { detail: String },
+    /// No trusted peer's gateway gave an answer (or there was none to ask); `detail` says what
+    /// each one did. Start the local gateway, or try again once a peer is reachable.
+    #[error("{detail}")]
+    Unanswered { detail: String },
 }
 
 /// What a read around the local gateway found.
@@ -116,15 +130,15 @@ impl Kit {
         &self.home
     }
 
-    fn down(&self, why: &str) -> String {
-        let home = self.home.display();
-        format!(
-            "no gateway answers for {home} ({why}); start it with `ferry serve --home {home}`; nothing was sent"
-        )
+    fn down(&self, why: Unreachable) -> GatewayDown {
+        GatewayDown {
+            home: self.home.clone(),
+            why,
+        }
     }
 
     /// The endpoint as last read from the home (read now if never).
-    fn endpoint(&self) -> Result<Endpoint, String> {
+    fn endpoint(&self) -> Result<Endpoint, GatewayDown> {
         let mut cached = self
             .endpoint
             .lock()
@@ -138,14 +152,14 @@ impl Kit {
     }
 
     /// `api.addr` and `local-token` as they are on disk now.
-    fn read_endpoint(&self) -> Result<Endpoint, String> {
+    fn read_endpoint(&self) -> Result<Endpoint, GatewayDown> {
         let addr = std::fs::read_to_string(self.home.join("api.addr"))
             .ok()
             .and_then(|text| text.trim().parse().ok())
-            .ok_or_else(|| self.down("it has not written api.addr"))?;
+            .ok_or_else(|| self.down(Unreachable::NoAddress))?;
         let token = std::fs::read_to_string(self.home.join("local-token"))
             .map(|text| text.trim().to_string())
-            .map_err(|err| self.down(&format!("its local-token cannot be read: {err}")))?;
+            .map_err(|source| self.down(Unreachable::NoToken { source }))?;
         Ok(Endpoint { addr, token })
     }
 
@@ -185,15 +199,17 @@ impl Kit {
                         }
                         _ => {
                             return Err(CallFailure::Down(
-                                self.down(&format!("connecting to {addr}: {source}")),
+                                self.down(Unreachable::NotConnected { addr, source }),
                             ))
                         }
                     }
                 }
                 Err(Failure::Unbuildable { detail }) => {
-                    return Err(CallFailure::Unbuildable(detail))
+                    return Err(CallFailure::Unbuildable { detail })
                 }
-                Err(Failure::AfterConnect { detail }) => return Err(CallFailure::Broken(detail)),
+                Err(Failure::AfterConnect { detail }) => {
+                    return Err(CallFailure::Broken { detail })
+                }
             }
         }
     }
@@ -250,8 +266,12 @@ impl Kit {
             .await
         {
             Ok(answer) => answer,
-            Err(CallFailure::Down(detail)) => return WriteResult::LocalGatewayDown { detail },
-            Err(CallFailure::Unbuildable(detail)) => {
+            Err(CallFailure::Down(down)) => {
+                return WriteResult::LocalGatewayDown {
+                    detail: down.to_string(),
+                }
+            }
+            Err(CallFailure::Unbuildable { detail }) => {
                 return WriteResult::Invalid {
                     status: 400,
                     code: ErrorCode::BadRequest,
@@ -259,7 +279,7 @@ impl Kit {
                 }
             }
             // A byte may have reached the gateway: from here on, never "nothing was sent".
-            Err(CallFailure::Broken(detail)) => {
+            Err(CallFailure::Broken { detail }) => {
                 return WriteResult::OutcomeUnknown {
                     request_id,
                     vault: vault.to_string(),
@@ -356,10 +376,12 @@ impl Kit {
         &self,
         vault: &str,
         key: &str,
-        why: String,
+        down: GatewayDown,
     ) -> Result<ReadRecord, KitError> {
         let Some(around) = &self.around else {
-            return Err(KitError::LocalGatewayDown { detail: why });
+            return Err(KitError::LocalGatewayDown {
+                detail: down.to_string(),
+            });
         };
         match around
             .get(
@@ -378,10 +400,16 @@ impl Kit {
                     "there is no record {key:?} in this vault (answered by {source}; the local gateway is down)"
                 ),
             }),
-            Err(peers) => Err(KitError::LocalGatewayDown {
+            // What the local gateway would have answered: the app's input is wrong.
+            Err(AroundError::Invalid { detail }) => Err(KitError::Answered {
+                status: 400,
+                code: ErrorCode::BadRequest,
+                detail,
+            }),
+            Err(AroundError::Unanswered { detail }) => Err(KitError::LocalGatewayDown {
                 detail: format!(
-                    "{} and no trusted peer could answer either ({peers})",
-                    why.trim_end_matches("; nothing was sent")
+                    "{} and no trusted peer could answer either ({detail})",
+                    down.headline()
                 ),
             }),
         }
@@ -463,6 +491,15 @@ impl Kit {
 
     /// POST JSON to an admin path.
     pub async fn post_json(&self, path: &str, body: &Value) -> Result<Value, KitError> {
+        self.post_typed(path, body).await
+    }
+
+    /// POST `body` (one of [`crate::admin`]'s requests) to an admin path; its answer as `T`.
+    pub async fn post_typed<B: serde::Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, KitError> {
         let bytes = serde_json::to_vec(body).map_err(|err| KitError::Invalid {
             detail: err.to_string(),
         })?;
@@ -474,24 +511,70 @@ impl Kit {
     }
 }
 
+/// Why the local gateway could not be reached. Not a byte of the call left.
+#[derive(Debug, thiserror::Error)]
+enum Unreachable {
+    /// The home has no `api.addr` (or not one that parses): the gateway is not running, or
+    /// never ran with this home.
+    #[error("it has not written api.addr")]
+    NoAddress,
+    /// `local-token` is missing or unreadable.
+    #[error("its local-token cannot be read: {source}")]
+    NoToken { source: std::io::Error },
+    /// No connection could be opened to the address in `api.addr` (the gateway stopped).
+    #[error("connecting to {addr}: {source}")]
+    NotConnected {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// The local gateway of `home` could not be reached, and what to do about it. Its text is
+/// the one apps see in `LocalGatewayDown`.
+#[derive(Debug)]
+struct GatewayDown {
+    home: PathBuf,
+    why: Unreachable,
+}
+
+impl GatewayDown {
+    /// What happened and what to do, without "nothing was sent" (a read around goes on to say
+    /// what the peers did).
+    fn headline(&self) -> String {
+        let home = self.home.display();
+        format!(
+            "no gateway answers for {home} ({}); start it with `ferry serve --home {home}`",
+            self.why
+        )
+    }
+}
+
+impl std::fmt::Display for GatewayDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; nothing was sent", self.headline())
+    }
+}
+
 /// Why an exchange with the local gateway gave no answer.
 #[derive(Debug)]
 enum CallFailure {
     /// Not a byte left: the gateway could not be reached.
-    Down(String),
+    Down(GatewayDown),
     /// The app's input cannot be sent; nothing left.
-    Unbuildable(String),
+    Unbuildable { detail: String },
     /// Connected, then no whole answer: the request may have been read.
-    Broken(String),
+    Broken { detail: String },
 }
 
 impl CallFailure {
     /// For calls that are safe to repeat (everything but a write).
     fn into_kit_error(self) -> KitError {
         match self {
-            Self::Down(detail) => KitError::LocalGatewayDown { detail },
-            Self::Unbuildable(detail) => KitError::Invalid { detail },
-            Self::Broken(detail) => KitError::Broken { detail },
+            Self::Down(down) => KitError::LocalGatewayDown {
+                detail: down.to_string(),
+            },
+            Self::Unbuildable { detail } => KitError::Invalid { detail },
+            Self::Broken { detail } => KitError::Broken { detail },
         }
     }
 }
@@ -641,6 +724,70 @@ mod tests {
             panic!("{result:?}")
         };
         assert!(detail.ends_with("nothing was sent"), "{detail}");
+    }
+
+    /// A read around that always fails with `error`.
+    #[derive(Debug)]
+    struct Failing(AroundError);
+
+    impl ReadAround for Failing {
+        fn get(
+            &self,
+            _: String,
+            _: String,
+            _: String,
+            _: Duration,
+        ) -> Pin<Box<dyn Future<Output = Result<AroundRead, AroundError>> + Send + 'static>>
+        {
+            let error = self.0.clone();
+            Box::pin(async move { Err(error) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_around_says_what_the_peers_did_or_what_was_wrong_with_the_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().display().to_string();
+        let plain = Kit::from_home(dir.path(), "test");
+        let Err(KitError::LocalGatewayDown { detail }) = plain.get("v", "k").await else {
+            panic!("no gateway and no read around")
+        };
+        assert_eq!(
+            detail,
+            format!(
+                "no gateway answers for {home} (it has not written api.addr); start it with \
+                 `ferry serve --home {home}`; nothing was sent"
+            )
+        );
+
+        let around = plain
+            .clone()
+            .with_read_around(Arc::new(Failing(AroundError::Unanswered {
+                detail: "a did not answer".into(),
+            })));
+        let Err(KitError::LocalGatewayDown { detail }) = around.get("v", "k").await else {
+            panic!("no peer answered")
+        };
+        assert_eq!(
+            detail,
+            format!(
+                "no gateway answers for {home} (it has not written api.addr); start it with \
+                 `ferry serve --home {home}` and no trusted peer could answer either \
+                 (a did not answer)"
+            )
+        );
+
+        let invalid = plain.with_read_around(Arc::new(Failing(AroundError::Invalid {
+            detail: "the record key is empty".into(),
+        })));
+        assert_eq!(
+            invalid.get("v", "").await,
+            Err(KitError::Answered {
+                status: 400,
+                code: ErrorCode::BadRequest,
+                detail: "the record key is empty".into(),
+            })
+        );
     }
 
     fn answer(status: u16, body: &str) -> Answer {

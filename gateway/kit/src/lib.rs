@@ -8,6 +8,7 @@
 //! the gateway can ask the owner even after a crash that cost it its memory of the call.
 //!
 //! - [`contract`]: the local API's answers as types, shared with the gateway that serves them;
+//!   [`admin`]: the admin API's (the CLI's) requests and answers, likewise;
 //! - [`http`]: one exchange on a connection of its own (which is what makes "nothing was sent"
 //!   exact);
 //! - [`Kit`] in `client`: the calls; [`WriteResult`], [`Settlement`], [`ReadRecord`] and
@@ -16,10 +17,11 @@
 //! The kit links no QUIC, SQLite or HTTP server. Reading around a stopped gateway (straight from
 //! a trusted peer) needs those, so it is a hook ([`ReadAround`]) the gateway crate fills.
 
+pub mod admin;
 mod client;
 pub mod contract;
 pub mod http;
 mod outcome;
 
-pub use client::{AroundRead, Kit, ReadAround, WriteOptions};
+pub use client::{AroundError, AroundRead, Kit, ReadAround, WriteOptions};
 pub use outcome::{KitError, ReadRecord, Settlement, WriteResult};

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
+use ferry_kit::admin::{HeldTicket, Rotated};
 use ferry_kit::contract::{CallAnswer, CallStateName, ErrorCode};
 use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::error::refusal_code;
 use super::headers::{check_request_id_age, parse_timeout};
@@ -72,7 +72,11 @@ pub async fn settle(
 ) -> Result<Json<CallAnswer>, ApiError> {
     let request_id = RequestId::parse(&id)
         .map_err(|err| ApiError::bad_request(format!("{id:?} is not a request id: {err}")))?;
-    check_request_id_age(request_id, gateway.config().journal_retention())?;
+    check_request_id_age(
+        request_id,
+        gateway.config().journal_retention(),
+        gateway.clock().unix_ms(),
+    )?;
     let wait = match query.wait.as_deref() {
         None | Some("0") => Duration::ZERO,
         Some(raw) => parse_timeout(raw).ok_or_else(|| {
@@ -165,33 +169,33 @@ pub async fn list(
     ))
 }
 
-pub async fn tickets(State(gateway): State<Arc<Gateway>>) -> Json<Value> {
+pub async fn tickets(State(gateway): State<Arc<Gateway>>) -> Json<Vec<HeldTicket>> {
     let now = gateway.clock().unix_ms();
-    Json(Value::Array(
+    Json(
         gateway
             .writes()
             .held_tickets()
             .iter()
             .map(|ticket| {
                 let claims = &ticket.claims;
-                json!({
-                    "owner": gateway.network().label_of(&claims.owner),
-                    "app": claims.app,
-                    "vault": claims.vault,
-                    "verbs": claims.verbs.to_string(),
-                    "epoch": claims.epoch,
-                    "expires_in_s": claims.expires_at_ms.saturating_sub(now) / 1000,
-                })
+                HeldTicket {
+                    owner: gateway.network().label_of(&claims.owner),
+                    app: claims.app.clone(),
+                    vault: claims.vault.clone(),
+                    verbs: claims.verbs.to_string(),
+                    epoch: claims.epoch,
+                    expires_in_s: claims.expires_at_ms.saturating_sub(now) / 1000,
+                }
             })
             .collect(),
-    ))
+    )
 }
 
-pub async fn rotate(State(gateway): State<Arc<Gateway>>) -> Result<Json<Value>, ApiError> {
+pub async fn rotate(State(gateway): State<Arc<Gateway>>) -> Result<Json<Rotated>, ApiError> {
     let epoch = gateway
         .admin()
         .rotate_tickets()
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(json!({"epoch": epoch})))
+    Ok(Json(Rotated { epoch }))
 }

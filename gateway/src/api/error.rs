@@ -27,8 +27,10 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(detail: impl Into<String>) -> Self {
-        Self::new(400, ErrorCode::BadRequest, detail)
+    /// A 400 whose detail is `detail`'s text (a sentence, or an error such as
+    /// [`crate::names::NameError`]).
+    pub fn bad_request(detail: impl std::fmt::Display) -> Self {
+        Self::new(400, ErrorCode::BadRequest, detail.to_string())
     }
 
     pub fn unauthorized() -> Self {

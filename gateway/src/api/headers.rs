@@ -63,29 +63,38 @@ pub fn parse_timeout(raw: &str) -> Option<Duration> {
 }
 
 /// `X-Ferry-Request-Id`: a hyphenated UUIDv7 with the RFC 9562 variant, dated neither older
-/// than the journal keeps nor more than a few minutes ahead; made here when absent.
-pub fn request_id(headers: &HeaderMap, retention: Duration) -> Result<RequestId, ApiError> {
+/// than the journal keeps nor more than a few minutes ahead of `now_ms` (the gateway's clock);
+/// made here when absent.
+pub fn request_id(
+    headers: &HeaderMap,
+    retention: Duration,
+    now_ms: u64,
+) -> Result<RequestId, ApiError> {
     let Some(raw) = text(headers, "x-ferry-request-id")? else {
-        return Ok(RequestId::generate());
+        return Ok(RequestId::at(now_ms));
     };
     let id = RequestId::parse(raw).map_err(|err| {
         ApiError::bad_request(format!(
             "X-Ferry-Request-Id {raw:?}: {err}; nothing was sent"
         ))
     })?;
-    check_request_id_age(id, retention)?;
+    check_request_id_age(id, retention, now_ms)?;
     Ok(id)
 }
 
 /// Refuses an id older than `retention` (`400 stale_request_id`) or dated more than
-/// [`MAX_FUTURE_SKEW`] ahead of this machine's clock (`400 bad_request`).
-pub fn check_request_id_age(id: RequestId, retention: Duration) -> Result<(), ApiError> {
+/// [`MAX_FUTURE_SKEW`] ahead of `now_ms`, the gateway's clock (`400 bad_request`).
+pub fn check_request_id_age(
+    id: RequestId,
+    retention: Duration,
+    now_ms: u64,
+) -> Result<(), ApiError> {
     let limits = WriteLimits {
         max_value_bytes: 0,
         journal_retention: retention,
         collected_before_ms: 0,
     };
-    match limits.check_id(id, crate::store::unix_ms()) {
+    match limits.check_id(id, now_ms) {
         Ok(()) => Ok(()),
         Err(IdProblem::Stale) => Err(ApiError::new(
             400,

@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tracing::warn;
 
 use crate::gateway::Gateway;
-pub use admin::{parse_trust_request, TrustBody};
+pub use admin::{parse_trust_request, trusted_peer};
 pub use calls::call_answer;
 pub use error::ApiError;
 pub use headers::parse_timeout;

@@ -88,13 +88,13 @@ pub async fn get_record(
         Err(failure) => {
             gateway
                 .metrics()
-                .read(MetricSource::Unavailable, started.elapsed());
+                .read(MetricSource::Unavailable, ferry_peer::clock::since(started));
             return Err(read_failure(failure));
         }
     };
     let source = match &read {
         RecordRead::Found(found) => &found.source,
-        RecordRead::NotFound { source } => source,
+        RecordRead::NotFound { source, .. } => source,
     };
     gateway.metrics().read(
         match source {
@@ -103,7 +103,7 @@ pub async fn get_record(
             Source::Owner => MetricSource::Owner,
             Source::Replica(_) => MetricSource::Replica,
         },
-        started.elapsed(),
+        ferry_peer::clock::since(started),
     );
     match read {
         RecordRead::Found(found) => {
@@ -126,7 +126,7 @@ pub async fn get_record(
             );
             Ok(response)
         }
-        RecordRead::NotFound { source } => Err(ApiError::new(
+        RecordRead::NotFound { source, .. } => Err(ApiError::new(
             404,
             ErrorCode::NotFound,
             format!("there is no record {key:?} in this vault"),
@@ -209,7 +209,11 @@ pub async fn put_record(
     let started = gateway.clock().now();
     let prepared = async {
         let app = headers::app(&headers)?;
-        let request_id = headers::request_id(&headers, gateway.config().journal_retention())?;
+        let request_id = headers::request_id(
+            &headers,
+            gateway.config().journal_retention(),
+            gateway.clock().unix_ms(),
+        )?;
         let timeout = headers::timeout(&headers)?;
         let if_revision = headers::if_match(&headers)?;
         check_vault_and_key(&vault, &key)?;
@@ -237,7 +241,11 @@ pub async fn delete_record(
     let started = gateway.clock().now();
     let prepared = (|| {
         let app = headers::app(&headers)?;
-        let request_id = headers::request_id(&headers, gateway.config().journal_retention())?;
+        let request_id = headers::request_id(
+            &headers,
+            gateway.config().journal_retention(),
+            gateway.clock().unix_ms(),
+        )?;
         let timeout = headers::timeout(&headers)?;
         let if_revision = headers::if_match(&headers)?;
         check_vault_and_key(&vault, &key)?;
@@ -274,9 +282,13 @@ async fn write(
         Err(error) => {
             gateway
                 .metrics()
-                .write(WriteKind::BadRequest, started.elapsed());
+                .write(WriteKind::BadRequest, ferry_peer::clock::since(started));
             // Echo the app's request id when it gave a valid one.
-            let error = match headers::request_id(headers, gateway.config().journal_retention()) {
+            let error = match headers::request_id(
+                headers,
+                gateway.config().journal_retention(),
+                gateway.clock().unix_ms(),
+            ) {
                 Ok(id) if headers.contains_key("x-ferry-request-id") => error.request_id(id),
                 _ => error,
             };
@@ -313,7 +325,9 @@ async fn write(
         ),
         Ok(Ok((outcome, owner))) => answer(outcome, request_id, &vault, owner),
     };
-    gateway.metrics().write(kind, started.elapsed());
+    gateway
+        .metrics()
+        .write(kind, ferry_peer::clock::since(started));
     if let Ok(value) = HeaderValue::from_str(&request_id.to_string()) {
         response.headers_mut().insert("x-ferry-request-id", value);
     }

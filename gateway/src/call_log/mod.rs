@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 use ferry_core::clock::Clock;
 
 use crate::env::Blocking;
-use crate::settlement::InFlightGuard;
+use crate::in_flight::InFlightGuard;
 use crate::store::calls::{self, CallRow};
 use crate::store::{self, StoreError};
 use slots::SlotFile;
@@ -43,7 +43,7 @@ enum Op {
     /// A call about to be sent, with every slot taken: recorded as an `in_flight` row.
     Begin {
         row: CallRow,
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), StoreError>>,
     },
     /// How a call ended; its slot (if it had one) is cleared and `hold` (its place in the
     /// in-flight registry) let go once this is committed.
@@ -89,8 +89,8 @@ pub struct CallLog {
 pub enum LogError {
     #[error("the call log is full or stopped")]
     Unavailable,
-    #[error("the call log could not be written: {0}")]
-    Store(String),
+    #[error("the call log could not be written: {source}")]
+    Store { source: StoreError },
 }
 
 impl CallLog {
@@ -106,8 +106,8 @@ impl CallLog {
         // Rows need to be in the WAL, not on the platter: a killed process keeps them; a power
         // cut is for the settle path's "ask every owner" (see `settlement.rs`).
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let (slots, cut_short) = SlotFile::open(slots_path)
-            .map_err(|err| StoreError::Corrupt(format!("the call log's slot file: {err}")))?;
+        let (slots, cut_short) =
+            SlotFile::open(slots_path).map_err(|source| StoreError::SlotFile { source })?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for row in &cut_short {
             calls::mark_unknown(&tx, row)?;
@@ -116,7 +116,7 @@ impl CallLog {
         tx.commit()?;
         slots
             .clear_all()
-            .map_err(|err| StoreError::Corrupt(format!("the call log's slot file: {err}")))?;
+            .map_err(|source| StoreError::SlotFile { source })?;
         if recovered > 0 {
             info!(
                 recovered,
@@ -135,8 +135,9 @@ impl CallLog {
                 std::thread::Builder::new()
                     .name("ferry-call-log".into())
                     .spawn(move || writer.run_thread(receiver))
-                    .map_err(|err| {
-                        StoreError::Corrupt(format!("cannot start the call log: {err}"))
+                    .map_err(|source| StoreError::Spawn {
+                        thread: "call log",
+                        source,
                     })?;
             }
             Blocking::Inline => {
@@ -165,7 +166,7 @@ impl CallLog {
         answer
             .await
             .map_err(|_| LogError::Unavailable)?
-            .map_err(LogError::Store)?;
+            .map_err(|source| LogError::Store { source })?;
         Ok(Recorded { slot: None })
     }
 
@@ -267,7 +268,7 @@ impl Writer {
         for (op, result) in batch.drain(..).zip(results) {
             match op {
                 Op::Begin { reply, .. } => {
-                    let _ = reply.send(result.map_err(|err| err.to_string()));
+                    let _ = reply.send(result);
                 }
                 Op::Flush { reply } => {
                     let _ = reply.send(());
@@ -330,13 +331,16 @@ fn apply(conn: &mut Connection, batch: &[Op], now_ms: u64) -> Vec<Result<(), Sto
     })();
     match attempt {
         Ok(results) => results,
-        Err(err) => batch
-            .iter()
-            .map(|_| {
-                Err(StoreError::Corrupt(format!(
-                    "the batch did not commit: {err}"
-                )))
-            })
-            .collect(),
+        Err(err) => {
+            let source = Arc::new(err);
+            batch
+                .iter()
+                .map(|_| {
+                    Err(StoreError::NotCommitted {
+                        source: source.clone(),
+                    })
+                })
+                .collect()
+        }
     }
 }

@@ -13,7 +13,13 @@ use crate::config::Config;
 use crate::home::Home;
 use crate::names;
 use crate::store::{self, trust, vaults};
+use ferry_kit::admin::{
+    CreateVault, FollowVault, HeldTicket, Peer, Rotated, RouteHealth, Status, Stopping,
+    TrustRequest, UntrustRequest, Untrusted, Vault, VaultHeld,
+};
 use ferry_kit::{Kit, KitError, Settlement, WriteOptions, WriteResult};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 /// The app name the CLI calls as.
 const CLI_APP: &str = "ferry-cli";
@@ -54,7 +60,7 @@ pub async fn run(cli: Cli) -> Exit {
         } => {
             let value = match read_value(value, file) {
                 Ok(value) => value,
-                Err(detail) => return fail(Exit::Usage, &detail),
+                Err(err) => return fail(Exit::Usage, &err.to_string()),
             };
             let started = std::time::Instant::now();
             let result = kit.put(&vault, &key, value, &options(write)).await;
@@ -146,8 +152,33 @@ async fn serve(home: Home, args: ServeArgs) -> Exit {
     }
 }
 
+/// An admin answer read as its type `T` (so a gateway that answers in another shape is an
+/// error here, not a blank column), then as JSON for printing.
+async fn admin_get<T: DeserializeOwned + Serialize>(
+    kit: &Kit,
+    path: &str,
+) -> Result<Value, KitError> {
+    let answer: T = kit.get_typed(path).await?;
+    Ok(to_json(&answer))
+}
+
+/// An admin request whose answer is read as `T`, then as JSON for printing.
+async fn admin_post<B: Serialize, T: DeserializeOwned + Serialize>(
+    kit: &Kit,
+    path: &str,
+    body: &B,
+) -> Result<Value, KitError> {
+    let answer: T = kit.post_typed(path, body).await?;
+    Ok(to_json(&answer))
+}
+
+/// An admin type as JSON (they are plain data: encoding cannot fail; `null` if it ever did).
+fn to_json<T: Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
 async fn stop(kit: &Kit, json: bool) -> Exit {
-    match kit.post_json("/v1/admin/stop", &json!({})).await {
+    match admin_post::<_, Stopping>(kit, "/v1/admin/stop", &json!({})).await {
         Ok(answer) => {
             if json {
                 output::json(&answer);
@@ -161,7 +192,7 @@ async fn stop(kit: &Kit, json: bool) -> Exit {
 }
 
 async fn status(kit: &Kit, json: bool) -> Exit {
-    match kit.get_json("/v1/status").await {
+    match admin_get::<Status>(kit, "/v1/status").await {
         Ok(status) => {
             if json {
                 output::json(&status);
@@ -191,7 +222,7 @@ async fn id(home: &Home, kit: &Kit, json: bool) -> Exit {
     };
     let config = Config::load(&home.config_path()).unwrap_or_default();
     // A running gateway knows the addresses it actually bound; otherwise the configured one.
-    let (label, addresses) = match kit.get_json("/v1/status").await {
+    let (label, addresses) = match admin_get::<Status>(kit, "/v1/status").await {
         Ok(status) => (
             cell(status.get("label")),
             status.get("addresses").cloned().unwrap_or(json!([])),
@@ -219,16 +250,16 @@ async fn trust_peer(
     label: String,
     addrs: Vec<String>,
 ) -> Exit {
-    let body = json!({"node_id": node_id, "label": label, "routes": addrs});
-    let answer = match kit.post_json("/v1/admin/trust", &body).await {
+    let body = TrustRequest {
+        node_id,
+        label: label.clone(),
+        routes: addrs,
+    };
+    let answer = match admin_post::<_, Peer>(kit, "/v1/admin/trust", &body).await {
         Ok(answer) => answer,
         Err(KitError::LocalGatewayDown { .. }) => {
             // No gateway running: check the same way and write the trust store directly.
-            let parsed = serde_json::from_value(body)
-                .map_err(|err| err.to_string())
-                .and_then(|body| {
-                    crate::api::parse_trust_request(&body).map_err(|err| err.body.detail)
-                });
+            let parsed = crate::api::parse_trust_request(&body).map_err(|err| err.body.detail);
             let (node, routes) = match parsed {
                 Ok(parsed) => parsed,
                 Err(detail) => return fail(Exit::Usage, &detail),
@@ -236,10 +267,7 @@ async fn trust_peer(
             let added = store::open(&home.db_path())
                 .and_then(|conn| trust::add(&conn, &label, node, &routes, store::unix_ms()));
             match added {
-                Ok(peer) => {
-                    json!({"label": peer.label, "node_id": peer.node_id.to_string(), "trusted": true,
-                    "routes": peer.routes.iter().map(|r| json!({"kind": r.kind.as_str(), "address": r.addr.to_string()})).collect::<Vec<_>>()})
-                }
+                Ok(peer) => to_json(&crate::api::trusted_peer(&peer)),
                 Err(err) => return fail(Exit::Usage, &err.to_string()),
             }
         }
@@ -259,13 +287,21 @@ async fn trust_peer(
 
 async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: String) -> Exit {
     let answer = match kit
-        .post_json("/v1/admin/untrust", &json!({"label": label}))
+        .post_typed::<_, Untrusted>(
+            "/v1/admin/untrust",
+            &UntrustRequest {
+                label: label.clone(),
+            },
+        )
         .await
     {
-        Ok(answer) => answer,
+        Ok(answer) => to_json(&answer),
         Err(KitError::LocalGatewayDown { .. }) => {
             match store::open(&home.db_path()).and_then(|conn| trust::remove(&conn, &label)) {
-                Ok(Some(node)) => json!({"label": label, "node_id": node.to_string()}),
+                Ok(Some(node)) => to_json(&Untrusted {
+                    label: label.clone(),
+                    node_id: node.to_string(),
+                }),
                 Ok(None) => {
                     return fail(
                         Exit::Usage,
@@ -288,7 +324,7 @@ async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: String) -> Exit
 }
 
 async fn peers(kit: &Kit, json: bool) -> Exit {
-    match kit.get_json("/v1/peers").await {
+    match admin_get::<Vec<Peer>>(kit, "/v1/peers").await {
         Ok(peers) => {
             if json {
                 output::json(&peers);
@@ -325,7 +361,7 @@ async fn peers(kit: &Kit, json: bool) -> Exit {
 }
 
 async fn routes(kit: &Kit, json: bool) -> Exit {
-    match kit.get_json("/v1/routes").await {
+    match admin_get::<Vec<RouteHealth>>(kit, "/v1/routes").await {
         Ok(routes) => {
             if json {
                 output::json(&routes);
@@ -370,13 +406,13 @@ async fn routes(kit: &Kit, json: bool) -> Exit {
 
 async fn create_vault(home: &Home, kit: &Kit, json: bool, name: String) -> Exit {
     let answer = match kit
-        .post_json("/v1/admin/vaults", &json!({"name": name}))
+        .post_typed::<_, VaultHeld>("/v1/admin/vaults", &CreateVault { name: name.clone() })
         .await
     {
-        Ok(answer) => answer,
+        Ok(answer) => to_json(&answer),
         Err(KitError::LocalGatewayDown { .. }) => {
-            if let Err(detail) = names::check_vault(&name) {
-                return fail(Exit::Usage, &detail);
+            if let Err(err) = names::check_vault(&name) {
+                return fail(Exit::Usage, &err.to_string());
             }
             let owner = match home.node_key() {
                 Ok(key) => key.node_id(),
@@ -385,7 +421,14 @@ async fn create_vault(home: &Home, kit: &Kit, json: bool, name: String) -> Exit 
             match store::open(&home.db_path())
                 .and_then(|conn| vaults::create_owned(&conn, &name, owner, store::unix_ms()))
             {
-                Ok(row) => json!({"name": row.name, "role": "owner", "revision": row.revision}),
+                Ok(row) => to_json(&VaultHeld {
+                    name: row.name,
+                    owner: Config::load(&home.config_path())
+                        .unwrap_or_default()
+                        .label_or_hostname(),
+                    role: "owner".into(),
+                    revision: row.revision,
+                }),
                 Err(err) => return fail(Exit::Usage, &err.to_string()),
             }
         }
@@ -400,7 +443,7 @@ async fn create_vault(home: &Home, kit: &Kit, json: bool, name: String) -> Exit 
 }
 
 async fn list_vaults(kit: &Kit, json: bool) -> Exit {
-    match kit.get_json("/v1/vaults").await {
+    match admin_get::<Vec<Vault>>(kit, "/v1/vaults").await {
         Ok(vaults) => {
             if json {
                 output::json(&vaults);
@@ -434,20 +477,35 @@ async fn list_vaults(kit: &Kit, json: bool) -> Exit {
     }
 }
 
-fn read_value(value: Option<String>, file: Option<std::path::PathBuf>) -> Result<Vec<u8>, String> {
+/// Why `ferry put` has no value to write (nothing was sent).
+#[derive(Debug, thiserror::Error)]
+enum ValueError {
+    #[error("cannot read {}: {source}", path.display())]
+    File {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read standard input: {source}")]
+    Stdin { source: std::io::Error },
+    #[error("give the value, `-` to read standard input, or --file F")]
+    Missing,
+}
+
+fn read_value(
+    value: Option<String>,
+    file: Option<std::path::PathBuf>,
+) -> Result<Vec<u8>, ValueError> {
     match (value, file) {
-        (_, Some(path)) => {
-            std::fs::read(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))
-        }
+        (_, Some(path)) => std::fs::read(&path).map_err(|source| ValueError::File { path, source }),
         (Some(dash), None) if dash == "-" => {
             let mut buf = Vec::new();
             std::io::stdin()
                 .read_to_end(&mut buf)
-                .map_err(|err| format!("cannot read standard input: {err}"))?;
+                .map_err(|source| ValueError::Stdin { source })?;
             Ok(buf)
         }
         (Some(text), None) => Ok(text.into_bytes()),
-        (None, None) => Err("give the value, `-` to read standard input, or --file F".into()),
+        (None, None) => Err(ValueError::Missing),
     }
 }
 
@@ -709,7 +767,7 @@ fn parse_seconds(raw: &str) -> Option<std::time::Duration> {
 }
 
 async fn tickets(kit: &Kit, json: bool) -> Exit {
-    match kit.get_json("/v1/tickets").await {
+    match admin_get::<Vec<HeldTicket>>(kit, "/v1/tickets").await {
         Ok(tickets) => {
             if json {
                 output::json(&tickets);
@@ -737,7 +795,7 @@ async fn tickets(kit: &Kit, json: bool) -> Exit {
 }
 
 async fn rotate_tickets(kit: &Kit, json: bool) -> Exit {
-    match kit.post_json("/v1/admin/tickets/rotate", &json!({})).await {
+    match admin_post::<_, Rotated>(kit, "/v1/admin/tickets/rotate", &json!({})).await {
         Ok(answer) => {
             if json {
                 output::json(&answer);
@@ -755,13 +813,11 @@ async fn rotate_tickets(kit: &Kit, json: bool) -> Exit {
 
 async fn follow_vault(kit: &Kit, json: bool, name: String, owner: String) -> Exit {
     match kit
-        .post_json(
-            "/v1/admin/vaults/follow",
-            &json!({"name": name, "owner": owner}),
-        )
+        .post_typed::<_, VaultHeld>("/v1/admin/vaults/follow", &FollowVault { name, owner })
         .await
     {
         Ok(answer) => {
+            let answer = to_json(&answer);
             if json {
                 output::json(&answer);
             } else {

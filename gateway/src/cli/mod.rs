@@ -61,7 +61,7 @@ pub enum Command {
         node_id: String,
         #[arg(long)]
         label: String,
-        /// HOST:PORT[,kind] with kind thunderbolt, lan or tailnet; repeatable.
+        /// `HOST:PORT[,kind]` with kind thunderbolt, lan or tailnet; repeatable.
         #[arg(long = "addr")]
         addrs: Vec<String>,
     },

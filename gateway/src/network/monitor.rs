@@ -29,9 +29,16 @@ const HEARTBEAT_TIMEOUT_CAP: Duration = Duration::from_secs(1);
 pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
     let mut stopping = lifecycle.stopping();
     let mut ticker = tokio::time::interval(TICK);
+    // After a stall, one tick rather than a burst of the missed ones.
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut beats = JoinSet::new();
     loop {
         tokio::select! {
+            // Biased: a stop first, and a replayable order under simulation.
+            biased;
+            _ = stopping.wait_for(|stopping| *stopping) => break,
+            // Finished beats are reaped before new ones start (they count toward the bound).
+            Some(_) = beats.join_next(), if !beats.is_empty() => {}
             _ = ticker.tick() => {
                 let now = network.clock.now();
                 for (node, route) in network.routes.check_silence(now) {
@@ -44,8 +51,6 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
                     beats.spawn(beat(network.clone(), node, route, interval));
                 }
             }
-            Some(_) = beats.join_next(), if !beats.is_empty() => {}
-            _ = stopping.wait_for(|stopping| *stopping) => break,
         }
     }
     beats.abort_all();

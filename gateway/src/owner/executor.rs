@@ -57,12 +57,12 @@ enum Job {
     Status {
         caller: NodeId,
         request_id: RequestId,
-        reply: oneshot::Sender<Result<CallState, String>>,
+        reply: oneshot::Sender<Result<CallState, StatusFailed>>,
     },
     /// Forget journal rows of request ids dated before `before_ms` (see `journal::collect`).
     Collect {
         before_ms: u64,
-        reply: oneshot::Sender<Result<usize, String>>,
+        reply: oneshot::Sender<Result<usize, StoreError>>,
     },
     /// Any other change to the database (trust, vault creation, a replica's page, the ticket
     /// epoch), in a transaction of its own: the executor is the store's one writer.
@@ -89,10 +89,33 @@ pub struct Executor {
 /// Why a job could not be handed to the executor: it did not run.
 #[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
 pub enum SubmitError {
+    /// The gateway is stopping (or the executor died): send it again once it is back.
     #[error("the owner is stopping and takes no new work")]
     Stopping,
+    /// Too much work is waiting: send it again in a moment.
     #[error("the owner's queue is full")]
     Full,
+}
+
+impl From<SubmitError> for StoreError {
+    /// A change that could not be handed to the store's one writer.
+    fn from(err: SubmitError) -> Self {
+        match err {
+            SubmitError::Stopping => Self::WriterStopping,
+            SubmitError::Full => Self::WriterBusy,
+        }
+    }
+}
+
+/// Why a settle query the executor took got no state from it.
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+enum StatusFailed {
+    /// The batch it was in did not commit.
+    #[error("the owner's store failed")]
+    Store,
+    /// A bookkeeping slot of a job that is not a settle query (never answered to anyone).
+    #[error("collections and changes run alone")]
+    NotAQuery,
 }
 
 impl Executor {
@@ -130,10 +153,11 @@ impl Executor {
                         run_thread(work, rx);
                         let _ = done_tx.send(());
                     });
-                if let Err(err) = spawned {
-                    return Err(StoreError::Corrupt(format!(
-                        "cannot start the owner thread: {err}"
-                    )));
+                if let Err(source) = spawned {
+                    return Err(StoreError::Spawn {
+                        thread: "owner",
+                        source,
+                    });
                 }
             }
             Blocking::Inline => {
@@ -201,19 +225,20 @@ impl Executor {
         })?;
         match answer.await {
             Ok(Ok(state)) => Ok(state),
-            Ok(Err(_)) | Err(_) => Err(SubmitError::Stopping),
+            Ok(Err(err)) => {
+                debug!(%err, "a settle query got no state; answered as stopping");
+                Err(SubmitError::Stopping)
+            }
+            Err(_) => Err(SubmitError::Stopping),
         }
     }
 
     /// Collects the journal: forgets the rows of request ids dated before `before_ms`, which
     /// are refused as stale from then on whatever the clock says. Returns how many went.
-    pub async fn collect(&self, before_ms: u64) -> Result<usize, String> {
+    pub async fn collect(&self, before_ms: u64) -> Result<usize, StoreError> {
         let (reply, answer) = oneshot::channel();
-        self.enqueue(Job::Collect { before_ms, reply })
-            .map_err(|err| err.to_string())?;
-        answer
-            .await
-            .map_err(|_| SubmitError::Stopping.to_string())?
+        self.enqueue(Job::Collect { before_ms, reply })?;
+        answer.await.map_err(|_| SubmitError::Stopping)?
     }
 
     /// Runs `change` on the writing connection in an `IMMEDIATE` transaction of its own,
@@ -234,11 +259,9 @@ impl Executor {
             })();
             let _ = reply.send(result);
         }));
-        self.enqueue(Job::Apply(job))
-            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Corrupt(SubmitError::Stopping.to_string()))?
+        self.enqueue(Job::Apply(job))?;
+        // A dropped reply: the executor died before the change committed.
+        answer.await.map_err(|_| SubmitError::Stopping)?
     }
 
     /// Stops taking work and waits, at most `bound`, for the queued jobs to finish.
@@ -281,20 +304,7 @@ impl Work {
     /// Runs one batch: collections and other changes first, each alone, then the writes and
     /// settle queries.
     fn take(&mut self, batch: &mut Vec<Job>) {
-        let mut i = 0;
-        while i < batch.len() {
-            match &batch[i] {
-                Job::Collect { .. } | Job::Apply(_) => match batch.remove(i) {
-                    Job::Collect { before_ms, reply } => {
-                        let result = collect_journal(&mut self.conn, before_ms, &mut self.limits);
-                        let _ = reply.send(result.map_err(|err| err.to_string()));
-                    }
-                    Job::Apply(Apply(change)) => change(&mut self.conn),
-                    _ => {}
-                },
-                _ => i += 1,
-            }
-        }
+        self.take_alone(batch);
         if !batch.is_empty() {
             run_batch(
                 &mut self.conn,
@@ -303,6 +313,45 @@ impl Work {
                 self.clock.now(),
                 self.clock.unix_ms(),
             );
+        }
+    }
+
+    /// As [`Work::take`], on a task: it yields between the batch's two transactions, so a
+    /// simulated crash can fall between them (as a power cut can between the thread's), leaving
+    /// `running` markers for recovery to fence.
+    async fn take_yielding(&mut self, batch: &mut Vec<Job>) {
+        self.take_alone(batch);
+        if batch.is_empty() {
+            return;
+        }
+        let now_ms = self.clock.unix_ms();
+        if let Some(admitted) = admit_step(
+            &mut self.conn,
+            batch,
+            &self.limits,
+            self.clock.now(),
+            now_ms,
+        ) {
+            tokio::task::yield_now().await;
+            execute_step(&mut self.conn, batch, admitted, &self.limits, now_ms);
+        }
+    }
+
+    /// Collections and other changes in `batch`, each alone, taken out of it.
+    fn take_alone(&mut self, batch: &mut Vec<Job>) {
+        let mut i = 0;
+        while i < batch.len() {
+            match &batch[i] {
+                Job::Collect { .. } | Job::Apply(_) => match batch.remove(i) {
+                    Job::Collect { before_ms, reply } => {
+                        let result = collect_journal(&mut self.conn, before_ms, &mut self.limits);
+                        let _ = reply.send(result);
+                    }
+                    Job::Apply(Apply(change)) => change(&mut self.conn),
+                    _ => {}
+                },
+                _ => i += 1,
+            }
         }
     }
 }
@@ -332,7 +381,7 @@ async fn run_task(mut work: Work, mut queue: mpsc::Receiver<Job>) {
     while let Some(first) = queue.recv().await {
         batch.push(first);
         fill(&mut batch, &mut queue);
-        work.take(&mut batch);
+        work.take_yielding(&mut batch).await;
     }
     debug!("owner executor stopped");
 }
@@ -372,7 +421,7 @@ fn collect_journal(
 enum Pending {
     Answered(WriteAnswer),
     Run,
-    Status(Result<CallState, String>),
+    Status(Result<CallState, StatusFailed>),
     StatusAfterRun,
 }
 
@@ -383,13 +432,37 @@ fn run_batch(
     now: Instant,
     now_ms: u64,
 ) {
-    let pending = match admit_all(conn, batch, limits, now, now_ms) {
-        Ok(pending) => pending,
+    if let Some(admitted) = admit_step(conn, batch, limits, now, now_ms) {
+        execute_step(conn, batch, admitted, limits, now_ms);
+    }
+}
+
+/// Transaction 1 of a batch; `None` (every job answered) if it failed.
+fn admit_step(
+    conn: &mut Connection,
+    batch: &mut Vec<Job>,
+    limits: &WriteLimits,
+    now: Instant,
+    now_ms: u64,
+) -> Option<Vec<Pending>> {
+    match admit_all(conn, batch, limits, now, now_ms) {
+        Ok(pending) => Some(pending),
         Err(err) => {
             error!(%err, "write batch could not be admitted; none of it ran");
-            return answer_all_failed(batch);
+            answer_all_failed(batch);
+            None
         }
-    };
+    }
+}
+
+/// Transaction 2 of a batch, then every answer.
+fn execute_step(
+    conn: &mut Connection,
+    batch: &mut Vec<Job>,
+    pending: Vec<Pending>,
+    limits: &WriteLimits,
+    now_ms: u64,
+) {
     // What transaction 1 decided is durable (answers from the journal, stale ids); kept in
     // case transaction 2 fails.
     let admitted = pending.clone();
@@ -461,9 +534,7 @@ fn admit_all(
                 None | Some(journal::JournalEntry::Running { .. }) => Pending::StatusAfterRun,
                 Some(entry) => Pending::Status(Ok(entry.to_call_state())),
             },
-            Job::Collect { .. } | Job::Apply(_) => {
-                Pending::Status(Err("collections and changes run alone".into()))
-            }
+            Job::Collect { .. } | Job::Apply(_) => Pending::Status(Err(StatusFailed::NotAQuery)),
         });
     }
     tx.commit()?;
@@ -574,7 +645,7 @@ fn answer_after_failed_commit(batch: &mut Vec<Job>, admitted: Vec<Pending>, fenc
                 let _ = reply.send(state);
             }
             (Job::Status { reply, .. }, _) => {
-                let _ = reply.send(Err("the owner's store failed".into()));
+                let _ = reply.send(Err(StatusFailed::Store));
             }
             (Job::Collect { .. } | Job::Apply(_), _) => {}
         }
@@ -588,7 +659,7 @@ fn answer_all_failed(batch: &mut Vec<Job>) {
                 let _ = reply.send(busy("the owner could not commit", 1000));
             }
             Job::Status { reply, .. } => {
-                let _ = reply.send(Err("the owner's store failed".into()));
+                let _ = reply.send(Err(StatusFailed::Store));
             }
             Job::Collect { .. } | Job::Apply(_) => {}
         }

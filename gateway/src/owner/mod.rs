@@ -1,15 +1,14 @@
 //! The owner: the one place a vault's writes are carried out.
 //!
 //! - [`Owner`]: the door's checks of tickets, issuing tickets, the ticket epoch, and the
-//!   executor every write (and every other change to the store) goes through.
-//! - [`door`]: what this gateway does with requests from peers (the `Service` of
-//!   `ferry_peer::door`).
+//!   executor every write (and every other change to the store) goes through. (The door
+//!   itself, which also answers hellos and reads, is `crate::door`; the owner knows nothing of
+//!   the network.)
 //! - [`executor`]: a single writer that runs verbs in group-committed SQLite transactions,
 //!   each verb together with its journal record.
 //! - [`fault`]: test-only crash and stall points (cargo feature `fault-injection`).
 //! - [`verbs`]: what one write does to the store, as a plain function of the store and time.
 
-pub mod door;
 pub mod executor;
 pub mod fault;
 pub mod verbs;

@@ -178,6 +178,11 @@ pub fn status(
         });
     }
     // SPEC 7 rule 6: record the tombstone first, then answer, so the id can never run later.
+    if ferry_core::bugs::on(ferry_core::bugs::Bug::SkippedTombstone) {
+        return Ok(CallState::NotCarriedOut {
+            reason: NotCarriedOutReason::NeverArrived,
+        });
+    }
     journal::tombstone(
         conn,
         caller,
@@ -209,8 +214,8 @@ fn decide(
         }
     }
     let key = request.verb.key();
-    if let Err(detail) = names::check_key(key) {
-        return refuse(RefusalCode::BadRequest, detail);
+    if let Err(err) = names::check_key(key) {
+        return refuse(RefusalCode::BadRequest, err.to_string());
     }
     let current = records::live_revision(conn, &request.vault, key)?;
     let if_revision = match &request.verb {

@@ -66,7 +66,9 @@ fn parse(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawCall> {
 
 fn to_call(raw: RawCall) -> Result<CallRow, StoreError> {
     let (id, owner, owner_label, vault, app, state, answer, since_ms) = raw;
-    let corrupt = |what: &str| StoreError::Corrupt(format!("remembered call {id}: {what}"));
+    let corrupt = |what: &str| StoreError::Corrupt {
+        detail: format!("remembered call {id}: {what}"),
+    };
     let state = match (state.as_str(), answer) {
         ("in_flight", _) => RowState::InFlight,
         ("unknown", _) => RowState::Unknown,
@@ -140,8 +142,10 @@ pub fn settle(
     state: &CallState,
     now_ms: u64,
 ) -> Result<(), StoreError> {
-    let answer = serde_json::to_string(state)
-        .map_err(|err| StoreError::Corrupt(format!("settled state not encodable: {err}")))?;
+    let answer = serde_json::to_string(state).map_err(|source| StoreError::Encode {
+        what: "settled state",
+        source,
+    })?;
     conn.prepare_cached(
         "UPDATE calls SET state = 'settled', answer = ?2, settled_ms = ?3 WHERE request_id = ?1",
     )?

@@ -70,8 +70,9 @@ pub fn lookup(
             Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })
         .optional()?;
-    let corrupt =
-        |what: &str| StoreError::Corrupt(format!("journal entry for {request_id}: {what}"));
+    let corrupt = |what: &str| StoreError::Corrupt {
+        detail: format!("journal entry for {request_id}: {what}"),
+    };
     Ok(match row {
         None => None,
         Some((state, _, _, updated_ms)) if state == "running" => Some(JournalEntry::Running {
@@ -119,8 +120,10 @@ pub fn record_answer(
     answer: &WriteAnswer,
     now_ms: u64,
 ) -> Result<bool, StoreError> {
-    let answer = serde_json::to_string(answer)
-        .map_err(|err| StoreError::Corrupt(format!("answer not encodable: {err}")))?;
+    let answer = serde_json::to_string(answer).map_err(|source| StoreError::Encode {
+        what: "answer",
+        source,
+    })?;
     let changed = conn
         .prepare_cached(
             "UPDATE journal SET state = 'answered', answer = ?3, updated_ms = ?4

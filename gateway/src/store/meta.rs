@@ -16,9 +16,9 @@ pub fn ticket_epoch(conn: &Connection) -> Result<u64, StoreError> {
         .optional()?;
     match value {
         None => Ok(0),
-        Some(text) => text
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("ticket epoch {text:?}"))),
+        Some(text) => text.parse().map_err(|_| StoreError::Corrupt {
+            detail: format!("ticket epoch {text:?}"),
+        }),
     }
 }
 
@@ -54,9 +54,9 @@ fn set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreError> {
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {
     match get(conn, "schema_version")? {
         None => Ok(1),
-        Some(text) => text
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("schema version {text:?}"))),
+        Some(text) => text.parse().map_err(|_| StoreError::Corrupt {
+            detail: format!("schema version {text:?}"),
+        }),
     }
 }
 
@@ -69,9 +69,9 @@ pub fn set_schema_version(conn: &Connection, version: u32) -> Result<(), StoreEr
 pub fn journal_collected_before(conn: &Connection) -> Result<u64, StoreError> {
     match get(conn, "journal_collected_before_ms")? {
         None => Ok(0),
-        Some(text) => text
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("journal watermark {text:?}"))),
+        Some(text) => text.parse().map_err(|_| StoreError::Corrupt {
+            detail: format!("journal watermark {text:?}"),
+        }),
     }
 }
 

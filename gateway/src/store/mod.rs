@@ -29,10 +29,43 @@ pub enum StoreError {
         "node {node} is already trusted as {label:?}; `ferry untrust {label}` first to rename it"
     )]
     NodeTaken { node: String, label: String },
-    #[error("stored data is damaged: {0}")]
-    Corrupt(String),
+    #[error("stored data is damaged: {detail}")]
+    Corrupt { detail: String },
     #[error("the database was written by a newer Ferry (schema version {found}; this build knows up to {supported}); run the newer build, or restore a backup made before the upgrade. Nothing was changed")]
     TooNew { found: u32, supported: u32 },
+    /// A value could not be encoded for storage (a bug: every stored type encodes); nothing of
+    /// it was written.
+    #[error("{what} not encodable: {source}")]
+    Encode {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+    /// The store's one writer (the owner's executor) is stopping, or stopped before it
+    /// answered: nothing was committed. Try again once the gateway is back.
+    #[error("the owner is stopping and takes no new work")]
+    WriterStopping,
+    /// The store's one writer has too much work waiting: nothing was committed. Try again in a
+    /// moment.
+    #[error("the owner's queue is full")]
+    WriterBusy,
+    /// The thread that owns a writing connection could not be started (the system is out of
+    /// threads or memory); the gateway cannot run.
+    #[error("cannot start the {thread} thread: {source}")]
+    Spawn {
+        thread: &'static str,
+        source: std::io::Error,
+    },
+    /// A read on the blocking pool did not finish (it panicked, or the runtime is stopping).
+    #[error("a read of the store did not finish: {source}")]
+    ReadTask { source: tokio::task::JoinError },
+    /// The call log's slot file could not be opened, read or cleared; check the state
+    /// directory's disk and permissions.
+    #[error("the call log's slot file: {source}")]
+    SlotFile { source: std::io::Error },
+    /// A batch of changes did not commit, so none of them happened (`source` is why); shared
+    /// by every change in the batch.
+    #[error("the batch did not commit: {source}")]
+    NotCommitted { source: std::sync::Arc<StoreError> },
 }
 
 /// The schema version this build writes. A database records its version in `meta`

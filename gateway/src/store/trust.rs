@@ -24,7 +24,9 @@ pub fn add(
     now_ms: u64,
 ) -> Result<TrustedPeer, StoreError> {
     super::in_transaction(conn, |tx| add_in(tx, label, node_id, routes, now_ms))?;
-    get(conn, label)?.ok_or_else(|| StoreError::Corrupt(format!("peer {label:?} vanished")))
+    get(conn, label)?.ok_or_else(|| StoreError::Corrupt {
+        detail: format!("peer {label:?} vanished"),
+    })
 }
 
 fn add_in(
@@ -96,17 +98,17 @@ pub fn list(conn: &Connection) -> Result<Vec<TrustedPeer>, StoreError> {
     })?;
     for row in rows {
         let (label, node_id) = row?;
-        let node_id = node_id
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("peer {label:?} has a bad node id")))?;
+        let node_id = node_id.parse().map_err(|_| StoreError::Corrupt {
+            detail: format!("peer {label:?} has a bad node id"),
+        })?;
         let mut route_stmt =
             conn.prepare_cached("SELECT route FROM peer_routes WHERE label = ?1 ORDER BY rowid")?;
         let routes = route_stmt
             .query_map([&label], |row| row.get::<_, String>(0))?
             .map(|text| {
                 let text = text?;
-                Route::parse(&text).map_err(|_| {
-                    StoreError::Corrupt(format!("peer {label:?} has a bad route {text:?}"))
+                Route::parse(&text).map_err(|_| StoreError::Corrupt {
+                    detail: format!("peer {label:?} has a bad route {text:?}"),
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;

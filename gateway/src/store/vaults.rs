@@ -36,16 +36,16 @@ fn row_to_vault(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, St
 
 fn parse(raw: (String, String, String, i64)) -> Result<VaultRow, StoreError> {
     let (name, owner, role, revision) = raw;
-    let owner = owner
-        .parse()
-        .map_err(|_| StoreError::Corrupt(format!("vault {name:?} has a bad owner id")))?;
+    let owner = owner.parse().map_err(|_| StoreError::Corrupt {
+        detail: format!("vault {name:?} has a bad owner id"),
+    })?;
     let role = match role.as_str() {
         "owner" => Role::Owner,
         "replica" => Role::Replica,
         other => {
-            return Err(StoreError::Corrupt(format!(
-                "vault {name:?} has role {other:?}"
-            )))
+            return Err(StoreError::Corrupt {
+                detail: format!("vault {name:?} has role {other:?}"),
+            })
         }
     };
     Ok(VaultRow {

@@ -7,7 +7,7 @@
 //! quinn's split between `quinn-proto` (a state machine taking `now`) and `quinn` (a thin async
 //! driver) is the model.
 //!
-//! - [`write`]: one write, at most once (SPEC 6): ticket, send (with the failover race), the
+//! - [`write`](mod@write): one write, at most once (SPEC 6): ticket, send (with the failover race), the
 //!   one renewal, settle at once after a break, settle backoff, the outcome.
 //! - [`read`]: one record read (SPEC 9): cache, owner, hedge to replicas, stale fallback; and
 //!   the attempts of any call that is safe to repeat (pooled, then fresh).
@@ -15,9 +15,11 @@
 //! - [`health`], [`routes`], [`route_table`]: route health over time, ranking, the table.
 //! - [`admission`]: whether the owner starts a request.
 //! - [`clock`]: the clock seam.
+//! - [`bugs`]: known-wrong behaviours a test may switch on (feature `bug-injection`).
 //! - [`wire`], [`outcome`]: the types the decisions speak (the codec is `ferry-peer`'s).
 
 pub mod admission;
+pub mod bugs;
 pub mod clock;
 pub mod health;
 pub mod liveness;

@@ -11,8 +11,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::WriteAnswer;
-
 /// The owner's reasons for not carrying out a request, each with its HTTP status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RefusalCode {
@@ -166,6 +164,18 @@ impl NotCarriedOutReason {
             Self::Interrupted => "interrupted",
         }
     }
+}
+
+/// The owner's answer to a write; journaled and replayed verbatim for a repeated request id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WriteAnswer {
+    /// Carried out; the record now has this revision.
+    Done { revision: u64 },
+    /// The owner answered and did not carry it out.
+    Refused(Refusal),
+    /// The request id is fenced: it was not carried out and never will be (a repeat of an id
+    /// the owner tombstoned, or one interrupted by a crash).
+    NotCarriedOut { reason: NotCarriedOutReason },
 }
 
 /// Everything a write can end as. See the module docs.

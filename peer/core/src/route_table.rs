@@ -5,7 +5,7 @@
 //! routes for each call (down routes are left out: a call to a peer whose every route is down is
 //! refused at once, nothing sent) and hands the prober the heartbeats that are due.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -47,11 +47,12 @@ pub struct RouteView {
 /// The table. All methods take `now`; none does IO.
 #[derive(Debug, Default)]
 pub struct RouteTable {
-    peers: Mutex<HashMap<NodeId, Vec<Entry>>>,
+    /// Ordered, so every walk of the table (the prober's above all) is the same from run to run.
+    peers: Mutex<BTreeMap<NodeId, Vec<Entry>>>,
 }
 
 impl RouteTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Vec<Entry>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Vec<Entry>>> {
         // Each method is one short edit of plain data; a panic cannot leave it half-done.
         self.peers
             .lock()

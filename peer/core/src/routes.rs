@@ -65,17 +65,30 @@ impl fmt::Display for RouteKind {
 }
 
 impl FromStr for RouteKind {
-    type Err = String;
+    type Err = RouteParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "thunderbolt" => Ok(Self::Thunderbolt),
             "lan" => Ok(Self::Lan),
             "tailnet" => Ok(Self::Tailnet),
-            other => Err(format!(
-                "unknown route kind {other:?}; use thunderbolt, lan or tailnet"
-            )),
+            other => Err(RouteParseError::UnknownKind {
+                kind: other.to_string(),
+            }),
         }
     }
+}
+
+/// Why a route's text (`HOST:PORT[,kind]`, as `ferry trust --addr` takes it) is not a route.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteParseError {
+    /// The kind after the comma is none of the three: name one of them, or leave it out to
+    /// have it guessed from the address.
+    #[error("unknown route kind {kind:?}; use thunderbolt, lan or tailnet")]
+    UnknownKind { kind: String },
+    /// The address is not a numeric IP address and a port (host names are not resolved, so a
+    /// route never changes under a peer's feet): give the address itself.
+    #[error("{text:?} is not HOST:PORT with a numeric IP address (e.g. 192.168.1.20:7420)")]
+    BadAddress { text: String },
 }
 
 /// One way to reach a peer.
@@ -87,16 +100,18 @@ pub struct Route {
 
 impl Route {
     /// Parses `HOST:PORT[,kind]` (the `--addr` form of `ferry trust`).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, RouteParseError> {
         let (addr_text, kind) = match text.split_once(',') {
             Some((addr, kind)) => (addr, Some(kind.trim().parse::<RouteKind>()?)),
             None => (text, None),
         };
-        let addr: SocketAddr = addr_text.trim().parse().map_err(|_| {
-            format!(
-                "{addr_text:?} is not HOST:PORT with a numeric IP address (e.g. 192.168.1.20:7420)"
-            )
-        })?;
+        let addr: SocketAddr =
+            addr_text
+                .trim()
+                .parse()
+                .map_err(|_| RouteParseError::BadAddress {
+                    text: addr_text.to_string(),
+                })?;
         Ok(Self {
             kind: kind.unwrap_or_else(|| RouteKind::guess(addr.ip())),
             addr,
@@ -147,8 +162,18 @@ mod tests {
             route("10.77.0.2:7420,thunderbolt").kind,
             RouteKind::Thunderbolt
         );
-        assert!(Route::parse("host:7420").is_err());
-        assert!(Route::parse("10.0.0.1:7420,wifi").is_err());
+        assert_eq!(
+            Route::parse("host:7420"),
+            Err(RouteParseError::BadAddress {
+                text: "host:7420".into()
+            })
+        );
+        assert_eq!(
+            Route::parse("10.0.0.1:7420,wifi"),
+            Err(RouteParseError::UnknownKind {
+                kind: "wifi".into()
+            })
+        );
     }
 
     #[test]

@@ -8,13 +8,16 @@
 //! - a field every peer must understand needs a new protocol version, and both layouts are kept
 //!   decodable for one release.
 //!
-//! Every type derives serde and is encoded only through [`crate::codec`].
+//! Every type derives serde and is encoded only through `ferry_peer::codec`.
 
 use serde::{Deserialize, Serialize};
 
 use ferry_ticket::{Ticket, VerbSet};
 
 use crate::outcome::{NotCarriedOutReason, Refusal};
+// The owner's answer lives with the outcomes it is one of (so `outcome` needs nothing from
+// here); it travels in `Response::Write`.
+pub use crate::outcome::WriteAnswer;
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -183,9 +186,19 @@ impl RequestId {
         Ok(())
     }
 
-    /// A fresh UUIDv7 stamped with the current time.
+    /// A fresh UUIDv7 stamped with the current time (the system's clock).
     pub fn generate() -> Self {
         Self(*uuid::Uuid::now_v7().as_bytes())
+    }
+
+    /// A fresh UUIDv7 stamped `unix_ms` (a clock of the caller's: a simulation's is virtual).
+    pub fn at(unix_ms: u64) -> Self {
+        let timestamp = uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            unix_ms / 1000,
+            ((unix_ms % 1000) * 1_000_000) as u32,
+        );
+        Self(*uuid::Uuid::new_v7(timestamp).as_bytes())
     }
 
     /// The Unix time in milliseconds embedded in the id.
@@ -257,18 +270,6 @@ impl WriteVerb {
             Self::Put { key, .. } | Self::Delete { key, .. } => key,
         }
     }
-}
-
-/// The owner's answer to a write; journaled and replayed verbatim for a repeated request id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WriteAnswer {
-    /// Carried out; the record now has this revision.
-    Done { revision: u64 },
-    /// The owner answered and did not carry it out.
-    Refused(Refusal),
-    /// The request id is fenced: it was not carried out and never will be (a repeat of an id
-    /// the owner tombstoned, or one interrupted by a crash).
-    NotCarriedOut { reason: NotCarriedOutReason },
 }
 
 /// One read, to the owner or to any replica.

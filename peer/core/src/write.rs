@@ -214,6 +214,10 @@ impl WriteMachine {
             }
             Event::Answered(answer) => self.answered(answer),
             Event::Lost { reason, detail } => {
+                if crate::bugs::on(crate::bugs::Bug::NothingSentAfterSend) {
+                    return self
+                        .finish(WriteOutcome::not_sent(NotSentReason::ConnectFailed, detail));
+                }
                 self.lost = Some((reason, detail));
                 self.settle_or_give_up(time_left && reason == UnknownReason::ConnectionLost)
             }

@@ -53,10 +53,15 @@ pub enum ProcError {
     Http(#[from] LoadError),
 }
 
-/// The workspace this benchmark was built in.
+/// The workspace this benchmark was built in: two levels above this crate, which lives at
+/// `tests/bench`.
 pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
+    manifest
+        .ancestors()
+        .nth(2)
+        .unwrap_or(manifest)
+        .to_path_buf()
 }
 
 /// Where `cargo build --release -p ferry-gateway` puts the binary.
@@ -375,5 +380,18 @@ impl Pair {
         let caller = self.caller.stop();
         let owner = self.owner.stop();
         caller.and(owner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_root_is_two_levels_up() {
+        let manifest = std::fs::read_to_string(workspace_root().join("Cargo.toml"))
+            .expect("a Cargo.toml at the workspace root");
+        assert!(manifest.contains("[workspace]"), "{manifest}");
+        assert!(default_binary().ends_with("release/ferry"));
     }
 }

@@ -4,9 +4,13 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::bare_relay::Layout;
 use crate::cpu;
+use crate::figures::{cell, latency, rate};
 use crate::load::{LoadError, Sample};
+use crate::targets::{self, Bound, Line, Unit};
 
 /// Ferry's p50 may be at most this many times the bare relay's.
 const P50_RATIO_TARGET: f64 = 2.0;
@@ -57,6 +61,22 @@ impl Measured {
         self.sequential.failures() == 0 && self.concurrent.failures() == 0
     }
 
+    /// CPU per successful request of the concurrent phase, where `/proc` could tell and the
+    /// phase burnt enough CPU for its 10 ms ticks to say something.
+    pub fn cpu_per_request(&self) -> Option<CpuPerRequest> {
+        let requests = self.concurrent.ok();
+        let cpu = self
+            .cpu
+            .as_ref()
+            .filter(|cpu| requests > 0 && cpu.total() >= MIN_CPU_SHOWN)?;
+        Some(CpuPerRequest {
+            caller_us: micros_per_request(cpu.of(cpu::Side::Caller), requests),
+            owner_us: micros_per_request(cpu.of(cpu::Side::Owner), requests),
+            total_us: micros_per_request(cpu.total(), requests),
+            cores_busy: cpu.total().as_secs_f64() / self.concurrent.elapsed.as_secs_f64().max(1e-9),
+        })
+    }
+
     /// A report line for each phase that saw a failure: `- <name>, <phase>: ...`.
     /// `concurrent_phase` names the concurrent phase (`64 writers`, `64 readers`).
     pub fn failure_lines(&self, name: &str, concurrent_phase: &str) -> Vec<String> {
@@ -80,9 +100,24 @@ impl Measured {
     }
 }
 
+/// CPU per request, in microseconds, by side; and cores' worth of CPU used while it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CpuPerRequest {
+    pub caller_us: f64,
+    pub owner_us: f64,
+    pub total_us: f64,
+    pub cores_busy: f64,
+}
+
+fn micros_per_request(used: Duration, requests: usize) -> f64 {
+    used.as_secs_f64() * 1e6 / requests.max(1) as f64
+}
+
 /// Everything one run measured.
 #[derive(Debug)]
 pub struct Report {
+    /// Whether this was a `--quick` run.
+    pub quick: bool,
     /// What was run: counts, bounds, the machine.
     pub plan: String,
     pub floor: Sample,
@@ -146,63 +181,59 @@ impl Report {
     }
 
     fn render_targets(&self, out: &mut String) {
-        let (Ok(ferry), Some((reference, _))) = (&self.ferry, self.bare.first()) else {
+        let lines = self.target_lines();
+        if !targets::any_figure(&lines) {
             let _ = writeln!(
                 out,
                 "No ratios: Ferry or the bare relay was not measured.\n"
             );
             return;
-        };
-        let mut header = String::from("| Ferry / bare relay |");
-        let mut rule = String::from("|---|");
-        for (layout, _) in &self.bare {
-            let _ = write!(header, " vs. {} |", layout.name());
-            rule.push_str("---|");
         }
-        let _ = writeln!(out, "{header} target | met (vs. {}) |", reference.name());
-        let _ = writeln!(out, "{rule}---|---|");
+        let layouts: Vec<Layout> = self.bare.iter().map(|(layout, _)| *layout).collect();
+        targets::render(out, "Ferry / bare relay", &layouts, &lines);
+    }
 
-        let cells = |f: &dyn Fn(&Measured) -> Option<f64>, show: fn(f64) -> String| {
-            self.bare
-                .iter()
-                .map(|(_, bare)| f(bare).map_or_else(|| "-".to_string(), show))
-                .collect::<Vec<_>>()
-                .join(" | ")
+    /// The lines of the targets table; the judged ones are [`Report::targets`].
+    pub fn target_lines(&self) -> Vec<Line> {
+        let ferry = self.ferry.as_ref().ok();
+        let against_bare = |figure: fn(&Measured, &Measured) -> Option<f64>| {
+            against_each(ferry, self.bare.iter().map(|(_, bare)| bare), figure)
         };
-        let times = |r: f64| format!("{r:.2}x");
-        let percent = |r: f64| format!("{:.0}%", r * 100.0);
-        let reference_bare = &self.bare[0].1;
+        vec![
+            Line::judged_on_reference(
+                "seq p50",
+                "seq_p50_ratio",
+                Unit::Ratio,
+                Bound::AtMost(P50_RATIO_TARGET),
+                against_bare(|f, b| sequential_ratio(f, b, 50.0)),
+            ),
+            Line::reported(
+                "seq p99",
+                Unit::Ratio,
+                against_bare(|f, b| sequential_ratio(f, b, 99.0)),
+            ),
+            Line::judged_on_reference(
+                "64-writer throughput",
+                "concurrent_throughput_share",
+                Unit::Share,
+                Bound::AtLeast(THROUGHPUT_SHARE_TARGET),
+                against_bare(throughput_share),
+            ),
+            Line::judged_absolute(
+                "Ferry 64-writer durable writes/s",
+                "concurrent_writes_per_second",
+                Unit::PerSecond,
+                Bound::AtLeast(THROUGHPUT_TARGET),
+                ferry.map(|ferry| ferry.concurrent.per_second()),
+                self.bare.len(),
+            ),
+        ]
+    }
 
-        let p50 = sequential_ratio(ferry, 50.0)(reference_bare);
-        let _ = writeln!(
-            out,
-            "| seq p50 | {} | <= {P50_RATIO_TARGET}x | {} |",
-            cells(&sequential_ratio(ferry, 50.0), times),
-            met(p50.map(|r| r <= P50_RATIO_TARGET)),
-        );
-        let _ = writeln!(
-            out,
-            "| seq p99 | {} | (reported) | - |",
-            cells(&sequential_ratio(ferry, 99.0), times),
-        );
-        let share_of = throughput_share(ferry);
-        let share = share_of(reference_bare);
-        let _ = writeln!(
-            out,
-            "| 64-writer throughput | {} | >= {:.0}% | {} |",
-            cells(&share_of, percent),
-            THROUGHPUT_SHARE_TARGET * 100.0,
-            met(share.map(|s| s >= THROUGHPUT_SHARE_TARGET)),
-        );
-        let throughput = ferry.concurrent.per_second();
-        let _ = writeln!(
-            out,
-            "| Ferry 64-writer durable writes/s | {} | >= {} | {} |",
-            vec![rate(throughput); self.bare.len()].join(" | "),
-            rate(THROUGHPUT_TARGET),
-            met(Some(throughput >= THROUGHPUT_TARGET)),
-        );
-        let _ = writeln!(out);
+    /// Every target of the write path, judged; `value` and `met` are `None` where Ferry or the
+    /// reference layout was not measured.
+    pub fn targets(&self) -> Vec<targets::Judged> {
+        targets::judged(self.target_lines())
     }
 
     fn render_cpu(&self, out: &mut String) {
@@ -271,25 +302,16 @@ pub fn render_cpu<'a>(
     let _ = writeln!(out, "|---|---|---|---|---|");
     let mut by_thread = Vec::new();
     for (name, m) in systems {
-        let requests = m.concurrent.ok() as f64;
-        // Below a tenth of a second the 10 ms ticks of /proc say little.
-        let Some(cpu) = m
-            .cpu
-            .as_ref()
-            .filter(|cpu| requests > 0.0 && cpu.total() >= MIN_CPU_SHOWN)
-        else {
+        let (Some(cpu), Some(per)) = (m.cpu.as_ref(), m.cpu_per_request()) else {
             let _ = writeln!(out, "| {name} | - | - | - | too short to tell |");
             continue;
         };
-        let per_request = |d: Duration| d.as_secs_f64() * 1e6 / requests;
-        let busy = cpu.total().as_secs_f64() / m.concurrent.elapsed.as_secs_f64().max(1e-9);
         let _ = writeln!(
             out,
-            "| {name} | {:.0} us | {:.0} us | {:.0} us | {busy:.2} |",
-            per_request(cpu.of(cpu::Side::Caller)),
-            per_request(cpu.of(cpu::Side::Owner)),
-            per_request(cpu.total()),
+            "| {name} | {:.0} us | {:.0} us | {:.0} us | {:.2} |",
+            per.caller_us, per.owner_us, per.total_us, per.cores_busy,
         );
+        let requests = m.concurrent.ok();
         let threads: Vec<String> = cpu
             .by_thread
             .iter()
@@ -299,7 +321,10 @@ pub fn render_cpu<'a>(
                     cpu::Side::Caller => "calling",
                     cpu::Side::Owner => "owning",
                 };
-                format!("{side} `{thread}` {:.0} us", per_request(*used))
+                format!(
+                    "{side} `{thread}` {:.0} us",
+                    micros_per_request(*used, requests)
+                )
             })
             .collect();
         by_thread.push(format!("- {name}: {}", threads.join(", ")));
@@ -364,121 +389,37 @@ pub fn row(out: &mut String, system: &str, layout: &str, m: &Measured, last: Opt
     let _ = writeln!(out);
 }
 
-/// `text` fit for one markdown table cell: no `|`, on one line.
-pub fn cell(text: &str) -> String {
-    text.replace('|', "/").replace('\n', " ")
+/// Ferry's figure against each yardstick, by `figure(ferry, yardstick)`; `None` throughout when
+/// Ferry was not measured.
+pub fn against_each<'a>(
+    ferry: Option<&Measured>,
+    yardsticks: impl IntoIterator<Item = &'a Measured>,
+    figure: impl Fn(&Measured, &Measured) -> Option<f64>,
+) -> Vec<Option<f64>> {
+    yardsticks
+        .into_iter()
+        .map(|yardstick| ferry.and_then(|ferry| figure(ferry, yardstick)))
+        .collect()
 }
 
 /// Ferry's sequential `p`th percentile over a yardstick's.
-pub fn sequential_ratio(ferry: &Measured, p: f64) -> impl Fn(&Measured) -> Option<f64> + '_ {
-    move |bare| {
-        let f = ferry.sequential.percentile(p)?.as_secs_f64();
-        let b = bare.sequential.percentile(p)?.as_secs_f64();
-        (b > 0.0).then(|| f / b)
-    }
+pub fn sequential_ratio(ferry: &Measured, yardstick: &Measured, p: f64) -> Option<f64> {
+    let f = ferry.sequential.percentile(p)?.as_secs_f64();
+    let y = yardstick.sequential.percentile(p)?.as_secs_f64();
+    (y > 0.0).then(|| f / y)
 }
 
 /// Ferry's concurrent throughput as a share of a yardstick's.
-pub fn throughput_share(ferry: &Measured) -> impl Fn(&Measured) -> Option<f64> + '_ {
-    move |bare| {
-        let b = bare.concurrent.per_second();
-        (b > 0.0).then(|| ferry.concurrent.per_second() / b)
-    }
-}
-
-pub fn met(ok: Option<bool>) -> &'static str {
-    match ok {
-        Some(true) => "yes",
-        Some(false) => "**no**",
-        None => "-",
-    }
-}
-
-/// `412 us` below 1 ms, `2.21 ms` above.
-pub fn latency(value: Option<Duration>) -> String {
-    match value {
-        None => "-".into(),
-        Some(d) if d < Duration::from_millis(1) => format!("{} us", d.as_micros()),
-        Some(d) => format!("{:.2} ms", d.as_secs_f64() * 1000.0),
-    }
-}
-
-/// Whole requests per second with thousands separated: `12,345/s`.
-pub fn rate(per_second: f64) -> String {
-    format!("{}/s", count(per_second.round() as u64))
-}
-
-/// A count with thousands separated: `12,345`.
-pub fn count(n: u64) -> String {
-    let digits = n.to_string();
-    // The first group holds 1 to 3 digits, every later one exactly 3.
-    let first = match digits.len() % 3 {
-        0 => 3.min(digits.len()),
-        n => n,
-    };
-    let (head, rest) = digits.split_at(first);
-    let mut grouped = head.to_string();
-    for group in rest.as_bytes().chunks(3) {
-        grouped.push(',');
-        grouped.push_str(&String::from_utf8_lossy(group));
-    }
-    grouped
+pub fn throughput_share(ferry: &Measured, yardstick: &Measured) -> Option<f64> {
+    let y = yardstick.concurrent.per_second();
+    (y > 0.0).then(|| ferry.concurrent.per_second() / y)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn figures_are_formatted_for_people() {
-        assert_eq!(latency(Some(Duration::from_micros(412))), "412 us");
-        assert_eq!(latency(Some(Duration::from_micros(12_346))), "12.35 ms");
-        assert_eq!(latency(None), "-");
-        assert_eq!(rate(12_345.4), "12,345/s");
-        assert_eq!(rate(999.0), "999/s");
-        assert_eq!(rate(0.2), "0/s");
-        assert_eq!(rate(1000.0), "1,000/s");
-        assert_eq!(rate(1_000_000.0), "1,000,000/s");
-        assert_eq!(count(0), "0");
-        assert_eq!(count(12_345), "12,345");
-    }
-
-    fn measured(p50_us: u64, per_second: u64) -> Measured {
-        let latencies = vec![Duration::from_micros(p50_us); 10];
-        let sequential = Sample::from_latencies(latencies.clone(), Duration::from_secs(1));
-        let many = vec![Duration::from_micros(p50_us); per_second as usize];
-        Measured {
-            sequential,
-            concurrent: Sample::from_latencies(many, Duration::from_secs(1)),
-            cpu: Some(cpu::Usage {
-                by_thread: vec![
-                    (cpu::Side::Caller, "http".into(), Duration::from_millis(500)),
-                    (
-                        cpu::Side::Owner,
-                        "writer".into(),
-                        Duration::from_millis(250),
-                    ),
-                ],
-            }),
-            notes: Vec::new(),
-        }
-    }
-
     #[test]
     fn targets_are_judged_against_the_first_bare_layout() {
-        let report = Report {
-            plan: "plan".into(),
-            floor: Sample::from_latencies(vec![Duration::from_micros(200)], Duration::from_secs(1)),
-            bare: vec![
-                (Layout::Split, measured(100, 20_000)),
-                (Layout::PerProcess, measured(300, 12_000)),
-            ],
-            ferry: Ok(measured(250, 11_000)),
-            ferry_layout: "2 processes".into(),
-            load_before: "0".into(),
-            load_after: "0".into(),
-            others_cores: Some(0.1),
-        };
+        let report = crate::fixtures::writes_report();
         let text = report.render();
         assert!(
             text.contains("| seq p50 | 2.50x | 0.83x | <= 2x | **no** |"),

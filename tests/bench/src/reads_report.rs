@@ -5,9 +5,10 @@
 use std::fmt::Write as _;
 
 use crate::bare_relay::Layout;
+use crate::figures::{cell, count};
 use crate::load::Sample;
-use crate::reads::sources;
-use crate::report::{self, cell, met, sequential_ratio, throughput_share, Measured};
+use crate::report::{self, against_each, sequential_ratio, throughput_share, Measured};
+use crate::targets::{self, Bound, Line, Unit};
 
 /// Ferry's cache-hit p50 may be at most this many times the HTTP server's from memory.
 const HIT_P50_RATIO_TARGET: f64 = 1.3;
@@ -28,6 +29,8 @@ pub struct Row {
 /// Everything one run measured.
 #[derive(Debug)]
 pub struct ReadsReport {
+    /// Whether this was a `--quick` run.
+    pub quick: bool,
     /// What was run: counts, bounds, the machine.
     pub plan: String,
     /// The HTTP server answering from memory, in the order given; the first is the reference.
@@ -90,106 +93,84 @@ impl ReadsReport {
         out
     }
 
+    /// The table, even when only one kind of read of Ferry's was measured: the other's lines
+    /// show dashes, and the targets still judged agree with the JSON's.
     fn render_targets(&self, out: &mut String) {
-        let reference = self
-            .hits
-            .first()
-            .or(self.owner_reads.first())
-            .map(|row| row.layout);
-        let (Some(reference), Ok(hits), Ok(owner)) =
-            (reference, &self.ferry_hits, &self.ferry_owner_reads)
-        else {
+        let lines = self.target_lines();
+        if !targets::any_figure(&lines) {
             let _ = writeln!(
                 out,
                 "No ratios: Ferry or the bare systems were not measured.\n"
             );
             return;
-        };
-        let layouts: Vec<Layout> = self.hits.iter().map(|row| row.layout).collect();
-        let mut header = String::from("| Ferry / yardstick |");
-        let mut rule = String::from("|---|");
-        for layout in &layouts {
-            let _ = write!(header, " vs. {} |", layout.name());
-            rule.push_str("---|");
         }
-        let _ = writeln!(out, "{header} target | met (vs. {}) |", reference.name());
-        let _ = writeln!(out, "{rule}---|---|");
+        let layouts: Vec<Layout> = self.hits.iter().map(|row| row.layout).collect();
+        targets::render(out, "Ferry / yardstick", &layouts, &lines);
+    }
 
-        let times = |r: f64| format!("{r:.2}x");
-        let percent = |r: f64| format!("{:.0}%", r * 100.0);
-        let line = |out: &mut String,
-                    what: &str,
-                    rows: &[Row],
-                    ratio: &dyn Fn(&Measured) -> Option<f64>,
-                    show: &dyn Fn(f64) -> String,
-                    target: Option<(&str, &dyn Fn(f64) -> bool)>| {
-            let cells = rows
-                .iter()
-                .map(|row| ratio(&row.measured).map_or_else(|| "-".to_string(), show))
-                .collect::<Vec<_>>()
-                .join(" | ");
-            let (target, judged) = match target {
-                Some((target, ok)) => (
-                    target.to_string(),
-                    met(rows.first().and_then(|row| ratio(&row.measured)).map(ok)),
-                ),
-                None => ("(reported)".to_string(), "-"),
-            };
-            let _ = writeln!(out, "| {what} | {cells} | {target} | {judged} |");
+    /// The layout the targets are judged against: the first one run.
+    pub fn reference(&self) -> Option<Layout> {
+        self.hits
+            .first()
+            .or(self.owner_reads.first())
+            .map(|row| row.layout)
+    }
+
+    /// The lines of the targets table; the judged ones are [`ReadsReport::targets`].
+    pub fn target_lines(&self) -> Vec<Line> {
+        let hits = self.ferry_hits.as_ref().ok();
+        let owner = self.ferry_owner_reads.as_ref().ok();
+        let against = |ferry: Option<&Measured>,
+                       rows: &[Row],
+                       figure: fn(&Measured, &Measured) -> Option<f64>| {
+            against_each(ferry, rows.iter().map(|row| &row.measured), figure)
         };
-        let (seq, share) = (sequential_ratio, throughput_share);
-        let hit_target = format!("<= {HIT_P50_RATIO_TARGET}x");
-        let owner_target = format!("<= {OWNER_P50_RATIO_TARGET}x");
-        let share_target = format!(">= {:.0}%", OWNER_THROUGHPUT_SHARE_TARGET * 100.0);
-        line(
-            out,
-            "cache-hit seq p50 (vs. HTTP from memory)",
-            &self.hits,
-            &seq(hits, 50.0),
-            &times,
-            Some((&hit_target, &|r| r <= HIT_P50_RATIO_TARGET)),
-        );
-        line(
-            out,
-            "cache-hit seq p99",
-            &self.hits,
-            &seq(hits, 99.0),
-            &times,
-            None,
-        );
-        line(
-            out,
-            "cache-hit 64-reader throughput",
-            &self.hits,
-            &share(hits),
-            &percent,
-            None,
-        );
-        line(
-            out,
-            "owner-read seq p50 (vs. bare relay)",
-            &self.owner_reads,
-            &seq(owner, 50.0),
-            &times,
-            Some((&owner_target, &|r| r <= OWNER_P50_RATIO_TARGET)),
-        );
-        line(
-            out,
-            "owner-read seq p99",
-            &self.owner_reads,
-            &seq(owner, 99.0),
-            &times,
-            None,
-        );
-        line(
-            out,
-            "owner-read 64-reader throughput",
-            &self.owner_reads,
-            &share(owner),
-            &percent,
-            Some((&share_target, &|s| s >= OWNER_THROUGHPUT_SHARE_TARGET)),
-        );
-        let _ = writeln!(out);
+        let p50 = |f: &Measured, y: &Measured| sequential_ratio(f, y, 50.0);
+        let p99 = |f: &Measured, y: &Measured| sequential_ratio(f, y, 99.0);
+        vec![
+            Line::judged_on_reference(
+                "cache-hit seq p50 (vs. HTTP from memory)",
+                "cache_hit_seq_p50_ratio",
+                Unit::Ratio,
+                Bound::AtMost(HIT_P50_RATIO_TARGET),
+                against(hits, &self.hits, p50),
+            ),
+            Line::reported(
+                "cache-hit seq p99",
+                Unit::Ratio,
+                against(hits, &self.hits, p99),
+            ),
+            Line::reported(
+                "cache-hit 64-reader throughput",
+                Unit::Share,
+                against(hits, &self.hits, throughput_share),
+            ),
+            Line::judged_on_reference(
+                "owner-read seq p50 (vs. bare relay)",
+                "owner_read_seq_p50_ratio",
+                Unit::Ratio,
+                Bound::AtMost(OWNER_P50_RATIO_TARGET),
+                against(owner, &self.owner_reads, p50),
+            ),
+            Line::reported(
+                "owner-read seq p99",
+                Unit::Ratio,
+                against(owner, &self.owner_reads, p99),
+            ),
+            Line::judged_on_reference(
+                "owner-read 64-reader throughput",
+                "owner_read_concurrent_throughput_share",
+                Unit::Share,
+                Bound::AtLeast(OWNER_THROUGHPUT_SHARE_TARGET),
+                against(owner, &self.owner_reads, throughput_share),
+            ),
+        ]
+    }
+
+    /// Every target of the read path, judged; `value` and `met` are `None` where Ferry or the
+    /// reference layout was not measured.
+    pub fn targets(&self) -> Vec<targets::Judged> {
+        targets::judged(self.target_lines())
     }
 
     /// What `X-Ferry-Source` said about Ferry's measured reads, and so what was measured.
@@ -366,62 +347,25 @@ fn table(
     let _ = writeln!(out);
 }
 
+/// The `X-Ferry-Source` values of a sample, `owner 2,000, cache 10`, most frequent first.
+fn sources(sample: &Sample) -> String {
+    let mut counts: Vec<(&String, &u64)> = sample.sources.iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    if counts.is_empty() {
+        return "-".into();
+    }
+    counts
+        .iter()
+        .map(|(source, n)| format!("`{source}` {}", count(**n)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::time::Duration;
 
-    use super::*;
-
-    fn measured(p50_us: u64, per_second: u64, source: Option<&str>) -> Measured {
-        let with_sources = |mut sample: Sample| {
-            if let Some(source) = source {
-                sample.sources = BTreeMap::from([(source.to_string(), sample.ok() as u64)]);
-            }
-            sample
-        };
-        let latencies = vec![Duration::from_micros(p50_us); 10];
-        let many = vec![Duration::from_micros(p50_us); per_second as usize];
-        Measured {
-            sequential: with_sources(Sample::from_latencies(latencies, Duration::from_secs(1))),
-            concurrent: with_sources(Sample::from_latencies(many, Duration::from_secs(1))),
-            cpu: None,
-            notes: Vec::new(),
-        }
-    }
-
-    fn report(ferry_hit_source: &str) -> ReadsReport {
-        ReadsReport {
-            plan: "plan".into(),
-            hits: vec![
-                Row {
-                    layout: Layout::Split,
-                    measured: measured(100, 30_000, None),
-                },
-                Row {
-                    layout: Layout::PerProcess,
-                    measured: measured(120, 40_000, None),
-                },
-            ],
-            owner_reads: vec![
-                Row {
-                    layout: Layout::Split,
-                    measured: measured(200, 20_000, None),
-                },
-                Row {
-                    layout: Layout::PerProcess,
-                    measured: measured(250, 16_000, None),
-                },
-            ],
-            ferry_hits: Ok(measured(120, 24_000, Some(ferry_hit_source))),
-            ferry_owner_reads: Ok(measured(320, 8_000, Some("owner"))),
-            ferry_notes: Vec::new(),
-            ferry_layout: "2 processes".into(),
-            load_before: "0".into(),
-            load_after: "0".into(),
-            others_cores: Some(0.1),
-        }
-    }
+    use crate::fixtures::reads_report as report;
 
     #[test]
     fn targets_are_judged_against_the_first_layout() {

@@ -253,6 +253,7 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
     }
 
     Ok(Report {
+        quick: plan.quick,
         plan: plan.describe(),
         floor,
         bare,

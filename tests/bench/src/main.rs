@@ -6,20 +6,29 @@
 //! `cargo run --release -p ferry-bench -- reads` does the same for reads: cache hits on the
 //! calling gateway against a hyper server answering from memory, and reads from the owner
 //! against a bare relay whose owner answers from memory.
-//! `--quick` runs a few hundred requests per system, for smoke tests. See `docs/performance.md`.
+//! `--quick` runs a few hundred requests per system, for smoke tests. `--json` prints one JSON
+//! object instead of the markdown: the same figures, and every target with its judgement. See
+//! `docs/performance.md`.
 //!
 //! - `writes`, `reads`: orchestration and options; `load`: the load generator and percentiles;
 //!   `bare_relay`: the yardsticks; `ferry_procs`: the gateways; `sqlite`: durable SQLite and the
-//!   floor; `cpu`: CPU per side from `/proc`; `report`, `reads_report`: the tables.
+//!   floor; `cpu`: CPU per side from `/proc`; `report`, `reads_report`: the tables, with `figures`
+//!   formatting them for people; `targets`: the targets, judged once for both outputs; `json`:
+//!   the reports as JSON.
 
 mod bare_relay;
 mod cpu;
 mod ferry_procs;
+mod figures;
+#[cfg(test)]
+mod fixtures;
+mod json;
 mod load;
 mod reads;
 mod reads_report;
 mod report;
 mod sqlite;
+mod targets;
 mod writes;
 
 use std::path::PathBuf;
@@ -70,6 +79,10 @@ struct Flags {
     /// Do not run `cargo build --release -p ferry-gateway` first.
     #[arg(long)]
     no_build: bool,
+    /// Print one JSON object (the figures, and each target with `name`, `value`, `target`,
+    /// `met`) instead of the markdown report. Progress stays on standard error.
+    #[arg(long)]
+    json: bool,
 }
 
 impl Flags {
@@ -105,13 +118,23 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     // Figures are printed either way; a run where Ferry failed requests is not a clean one.
     let clean = match Cli::parse().command {
         Bench::Writes { flags } => {
+            let as_json = flags.json;
             let report = writes::run(&flags.options(writes::Plan::quick, writes::Plan::full))?;
-            print!("{}", report.render());
+            if as_json {
+                println!("{}", json::writes(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
             report.ferry_clean()
         }
         Bench::Reads { flags } => {
+            let as_json = flags.json;
             let report = reads::run(&flags.options(reads::Plan::quick, reads::Plan::full))?;
-            print!("{}", report.render());
+            if as_json {
+                println!("{}", json::reads(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
             report.ferry_clean()
         }
     };

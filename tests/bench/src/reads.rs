@@ -388,6 +388,7 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
     }
 
     let mut report = ReadsReport {
+        quick: plan.quick,
         plan: plan.describe(),
         hits: Vec::new(),
         owner_reads: Vec::new(),
@@ -482,7 +483,7 @@ fn start_ferry(binary: &Path, plan: &Plan, notes: &mut Vec<String>) -> Result<Pa
          {:.1} s ({})",
         plan.keys,
         took.as_secs_f64(),
-        crate::report::rate(fill.per_second()),
+        crate::figures::rate(fill.per_second()),
     ));
     wait_until_caller_reads(&pair, &Keys::key(PREFIX, 0))?;
     Ok(pair)
@@ -511,18 +512,4 @@ fn wait_until_caller_reads(pair: &Pair, key: &str) -> Result<(), ReadsError> {
         }
         std::thread::sleep(CALLER_READY_POLL);
     }
-}
-
-/// The `X-Ferry-Source` values of a sample, `owner 2,000, cache 10`, most frequent first.
-pub fn sources(sample: &Sample) -> String {
-    let mut counts: Vec<(&String, &u64)> = sample.sources.iter().collect();
-    counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-    if counts.is_empty() {
-        return "-".into();
-    }
-    counts
-        .iter()
-        .map(|(source, n)| format!("`{source}` {}", crate::report::count(**n)))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -20,9 +20,9 @@ use ferry_peer::wire::{
 use ferry_ticket::NodeId;
 use tracing::Instrument;
 
-use super::Owner;
 use crate::metrics::Metrics;
 use crate::network::Network;
+use crate::owner::Owner;
 use crate::vaults::Vaults;
 
 /// The peer-facing face of a gateway.

@@ -1,0 +1,193 @@
+//! The admin API (`/v1/status`, `/v1/peers`, `/v1/routes`, `/v1/vaults`, `/v1/tickets`,
+//! `/v1/admin/*`) as Rust types, shared by the gateway that serves it and the CLI that calls
+//! it. This is the CLI's interface, documented in `docs/operations.md`, not part of the app
+//! contract (`crate::contract`); scripts may read it through `ferry ... --json`.
+//!
+//! Every field is always present in the JSON (`null` when there is nothing to say), so a
+//! script can tell "none" from "this gateway is too old to say".
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub node_id: String,
+    pub short_id: String,
+    pub label: String,
+    /// The local API's address, once it listens.
+    pub api: Option<String>,
+    /// Where peers reach this gateway over QUIC.
+    pub addresses: Vec<String>,
+    pub uptime_s: u64,
+    /// Trusted peers.
+    pub peers: usize,
+    pub home: String,
+    pub version: String,
+}
+
+/// A route as configured or announced: `lan`, `tailnet`, `thunderbolt` and an address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteAddress {
+    pub kind: String,
+    pub address: String,
+}
+
+/// One row of `GET /v1/peers`, and the answer of `POST /v1/admin/trust`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    pub label: String,
+    pub node_id: String,
+    /// `false`: seen on the LAN but never trusted (never used).
+    pub trusted: bool,
+    pub routes: Vec<RouteAddress>,
+}
+
+/// One row of `GET /v1/routes` (SPEC 8): a route to a trusted peer and its health.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RouteHealth {
+    pub peer: String,
+    pub kind: String,
+    pub address: String,
+    /// `config`, `mdns` or `txt`: where the route came from.
+    pub source: String,
+    /// `up`, `down` or `probing`.
+    pub state: String,
+    pub rtt_ms: Option<f64>,
+    /// The freshest evidence: a heartbeat answer or any packet on the pooled connection.
+    pub last_heard_ms_ago: Option<u64>,
+    pub last_error: Option<String>,
+    pub carried_last_call: bool,
+}
+
+/// A replica's sync progress, in a [`Vault`] row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncProgress {
+    pub owner_revision: u64,
+    pub applied: u64,
+    pub last_pull_ms_ago: Option<u64>,
+    pub last_error: Option<String>,
+}
+
+/// One row of `GET /v1/vaults`: a vault held here (`owner` or `replica`) or known to live on a
+/// peer (`remote`, with no revision here).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Vault {
+    pub name: String,
+    /// The owner's label.
+    pub owner: String,
+    /// `owner`, `replica` or `remote`.
+    pub role: String,
+    pub revision: Option<u64>,
+    /// Revisions a replica is behind its owner's last known revision (0 for an owner).
+    pub lag_revisions: Option<u64>,
+    /// Seconds since a replica last caught up (0 while caught up, and for an owner).
+    pub lag_s: Option<f64>,
+    /// A replica's sync progress.
+    pub sync: Option<SyncProgress>,
+    /// For a remote vault, the peers known to replicate it.
+    pub replicas: Option<Vec<String>>,
+}
+
+/// One row of `GET /v1/tickets`: a ticket this gateway holds from an owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldTicket {
+    pub owner: String,
+    pub app: String,
+    pub vault: String,
+    pub verbs: String,
+    pub epoch: u64,
+    pub expires_in_s: u64,
+}
+
+/// `POST /v1/admin/trust`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustRequest {
+    pub node_id: String,
+    pub label: String,
+    /// Routes as `kind=address` or a bare address (see `ferry trust --addr`).
+    #[serde(default)]
+    pub routes: Vec<String>,
+}
+
+/// `POST /v1/admin/untrust`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UntrustRequest {
+    pub label: String,
+}
+
+/// The answer of `POST /v1/admin/untrust`: who is no longer trusted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Untrusted {
+    pub label: String,
+    pub node_id: String,
+}
+
+/// `POST /v1/admin/vaults`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateVault {
+    pub name: String,
+}
+
+/// `POST /v1/admin/follow`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FollowVault {
+    pub name: String,
+    /// The owner's label.
+    pub owner: String,
+}
+
+/// The answer of `POST /v1/admin/vaults` and `POST /v1/admin/follow`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VaultHeld {
+    pub name: String,
+    /// The owner's label.
+    pub owner: String,
+    /// `owner` or `replica`.
+    pub role: String,
+    pub revision: u64,
+}
+
+/// The answer of `POST /v1/admin/stop`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stopping {
+    pub stopping: bool,
+}
+
+/// The answer of `POST /v1/admin/tickets/rotate`: the new ticket epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rotated {
+    pub epoch: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The keys a script reads stay the keys the server writes, nulls included.
+    #[test]
+    fn a_remote_vault_row_says_null_rather_than_leaving_keys_out() {
+        let row = Vault {
+            name: "notes".into(),
+            owner: "a".into(),
+            role: "remote".into(),
+            revision: None,
+            lag_revisions: None,
+            lag_s: None,
+            sync: None,
+            replicas: Some(vec!["c".into()]),
+        };
+        let json = serde_json::to_value(&row).unwrap_or_default();
+        for key in ["revision", "lag_revisions", "lag_s", "sync"] {
+            assert_eq!(json.get(key), Some(&serde_json::Value::Null), "{key}");
+        }
+        let back: Vault = serde_json::from_value(json).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(back, row);
+    }
+
+    #[test]
+    fn a_trust_request_without_routes_is_read_as_none() {
+        let request: TrustRequest = serde_json::from_str(r#"{"node_id": "ab", "label": "b"}"#)
+            .unwrap_or_else(|err| panic!("{err}"));
+        assert!(request.routes.is_empty());
+    }
+}

@@ -1,0 +1,473 @@
+//! A history of what apps asked and were told, and a checker of Ferry's promises against it and
+//! against what the owners' databases hold at the end. Used by the simulation (and by any test
+//! that records a history of real processes).
+//!
+//! What is checked:
+//! - a write ran at most once, and only if an app sent it: every `done` in an owner's journal
+//!   is a request id of the history;
+//! - a write told `done` (at once or after settling) is in its owner's journal as that `done`,
+//!   with that revision;
+//! - a write told "nothing was sent", `not_carried_out` or a refusal never ran;
+//! - every `outcome_unknown`, and every write its app never heard about (the app's machine
+//!   crashed), settled;
+//! - each vault's revision is the number of writes that ran on it (so none ran twice);
+//! - an app never read a revision older than one it had already seen (its own writes included),
+//!   while its gateway's memory lasted (one incarnation);
+//! - after healing, every replica holds what its owner holds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+/// How a write ended, as its app was told (or, after settling, as the owner said).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteFate {
+    /// Carried out at this revision.
+    Done(u64),
+    /// Refused by the owner (`conflict`, `not_found`, `busy`...): did not run.
+    Refused(String),
+    /// "Nothing was sent": never left the caller.
+    NothingSent(String),
+    /// Left, and the owner confirmed it never ran.
+    NotCarriedOut(String),
+    /// Left, and nobody knows yet.
+    Unknown,
+}
+
+impl WriteFate {
+    /// Whether the app was told it did not (and will not) run.
+    pub fn did_not_run(&self) -> bool {
+        matches!(
+            self,
+            Self::Refused(_) | Self::NothingSent(_) | Self::NotCarriedOut(_)
+        )
+    }
+}
+
+/// One write an app sent.
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub request_id: String,
+    /// The host (gateway) it went through, and the node id of that gateway (the caller the
+    /// owner's journal knows it by).
+    pub host: String,
+    pub caller: String,
+    /// App name and its incarnation on that host (a restart of the host is a new one).
+    pub app: String,
+    pub incarnation: u32,
+    pub vault: String,
+    pub key: String,
+    pub what: String,
+    /// What the app was told; `None`: it never heard (its host crashed first).
+    pub told: Option<WriteFate>,
+    /// What settling said afterwards, for an unknown or unheard outcome.
+    pub settled: Option<WriteFate>,
+    /// When it was sent (simulated milliseconds).
+    pub at_ms: u64,
+}
+
+impl Write {
+    /// How it ended, all told.
+    pub fn fate(&self) -> Option<&WriteFate> {
+        match (&self.told, &self.settled) {
+            (_, Some(settled)) => Some(settled),
+            (Some(WriteFate::Unknown), None) | (None, None) => None,
+            (Some(told), None) => Some(told),
+        }
+    }
+}
+
+/// One read an app made.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub host: String,
+    pub app: String,
+    pub incarnation: u32,
+    pub vault: String,
+    pub key: String,
+    /// The revision answered, where from, and whether marked stale; `None`: unavailable, or
+    /// the record was missing (`not_found_at`).
+    pub answer: Option<(u64, String, bool)>,
+    /// "Not found", as of this revision of the vault: it says the app saw nothing of the key
+    /// older than that (a record it saw before at a higher revision must not vanish).
+    pub not_found_at: Option<u64>,
+    pub at_ms: u64,
+}
+
+/// Everything the apps did, in order.
+#[derive(Debug, Default, Clone)]
+pub struct History {
+    pub writes: Vec<Write>,
+    pub reads: Vec<Read>,
+}
+
+/// An owner's journal entry, as read from its database at the end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalState {
+    Done(u64),
+    Refused,
+    NotCarriedOut,
+    Running,
+}
+
+/// A vault's records: key to (revision, value; `None` for a deletion).
+pub type Records = BTreeMap<String, (u64, Option<Vec<u8>>)>;
+
+/// Who saw a record: host, app, incarnation, vault, key.
+type Viewer = (String, String, u32, String, String);
+
+/// What one vault's owner holds at the end.
+#[derive(Debug, Clone, Default)]
+pub struct OwnerState {
+    /// (caller node id, request id) to the journal's state.
+    pub journal: HashMap<(String, String), JournalState>,
+    /// The vault's revision.
+    pub revision: u64,
+    pub records: Records,
+}
+
+/// What a replica holds at the end.
+#[derive(Debug, Clone, Default)]
+pub struct ReplicaState {
+    pub host: String,
+    pub cursor: u64,
+    pub records: Records,
+}
+
+/// A broken promise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation(pub String);
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Checks `history` against what the owners (by vault) and replicas (by vault) hold.
+pub fn check(
+    history: &History,
+    owners: &BTreeMap<String, OwnerState>,
+    replicas: &BTreeMap<String, Vec<ReplicaState>>,
+) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    let mut flag = |text: String| violations.push(Violation(text));
+    let mut sent: HashMap<(String, String), &Write> = HashMap::new();
+    for write in &history.writes {
+        sent.insert((write.caller.clone(), write.request_id.clone()), write);
+    }
+    for (vault, owner) in owners {
+        let mut done = 0u64;
+        for ((caller, id), state) in &owner.journal {
+            let ran = matches!(state, JournalState::Done(_));
+            done += u64::from(ran);
+            // Every id an owner holds came from an app (a settle query's tombstone names an id
+            // an app sent too): a row for any other id is a send nobody asked for, whether it
+            // ran, was refused or was fenced.
+            match sent.get(&(caller.clone(), id.clone())) {
+                None => flag(format!(
+                    "{vault}: the owner holds request {id} from {caller} ({state:?}), but no app sent it (a resend under a new id?)"
+                )),
+                Some(write) if ran && write.vault != *vault => flag(format!(
+                    "{vault}: request {id} ran here but was sent to {}",
+                    write.vault
+                )),
+                Some(_) => {}
+            }
+        }
+        if owner.revision != done {
+            flag(format!(
+                "{vault}: the vault is at revision {} but {done} writes ran: one ran twice or without a journal entry",
+                owner.revision
+            ));
+        }
+    }
+    for write in &history.writes {
+        let id = &write.request_id;
+        let journal = owners
+            .get(&write.vault)
+            .and_then(|owner| owner.journal.get(&(write.caller.clone(), id.clone())));
+        let ran = match journal {
+            Some(JournalState::Done(revision)) => Some(*revision),
+            _ => None,
+        };
+        if write.fate().is_none() {
+            flag(format!(
+                "{id} ({} via {}): its outcome was never settled (told {:?})",
+                write.vault, write.host, write.told
+            ));
+        }
+        // What the app was told and what settling said are each held to the owner's journal
+        // (an app may hear after its write was settled: both must be true).
+        let told = write.told.as_ref().map(|fate| ("told", fate));
+        let settled = write.settled.as_ref().map(|fate| ("settled", fate));
+        for (how, fate) in told.into_iter().chain(settled) {
+            match fate {
+                WriteFate::Done(revision) if ran != Some(*revision) => flag(format!(
+                    "{id} ({} via {}): {how} done at revision {revision}, but the owner's journal says {journal:?}",
+                    write.vault, write.host
+                )),
+                fate if fate.did_not_run() => {
+                    if let Some(revision) = ran {
+                        flag(format!(
+                            "{id} ({} via {}): {how} {fate:?} (told {:?}), but it ran at revision {revision}",
+                            write.vault, write.host, write.told
+                        ));
+                    }
+                }
+                WriteFate::Unknown if how == "settled" => {
+                    flag(format!("{id}: settled to unknown"))
+                }
+                _ => {}
+            }
+        }
+    }
+    // Monotonic reads: per app incarnation and key, what it saw (its own writes included)
+    // never goes back.
+    let mut seen: HashMap<Viewer, (u64, u64)> = HashMap::new();
+    let mut events: Vec<(u64, usize, bool)> = Vec::new();
+    for (i, write) in history.writes.iter().enumerate() {
+        if let Some(WriteFate::Done(_)) = &write.told {
+            events.push((write.at_ms, i, true));
+        }
+    }
+    for (i, read) in history.reads.iter().enumerate() {
+        if read.answer.is_some() || read.not_found_at.is_some() {
+            events.push((read.at_ms, i, false));
+        }
+    }
+    events.sort();
+    for (at_ms, i, is_write) in events {
+        let (who, revision, what) = if is_write {
+            let write = &history.writes[i];
+            let Some(WriteFate::Done(revision)) = &write.told else {
+                continue;
+            };
+            (
+                (
+                    write.host.clone(),
+                    write.app.clone(),
+                    write.incarnation,
+                    write.vault.clone(),
+                    write.key.clone(),
+                ),
+                *revision,
+                format!("its write {}", write.request_id),
+            )
+        } else {
+            let read = &history.reads[i];
+            let (revision, what) = match (&read.answer, read.not_found_at) {
+                (Some((revision, source, stale)), _) => (
+                    *revision,
+                    format!(
+                        "a read from {source}{}",
+                        if *stale { " (stale)" } else { "" }
+                    ),
+                ),
+                (None, Some(vault_revision)) => (
+                    vault_revision,
+                    format!("a \"not found\" as of vault revision {vault_revision}"),
+                ),
+                (None, None) => continue,
+            };
+            (
+                (
+                    read.host.clone(),
+                    read.app.clone(),
+                    read.incarnation,
+                    read.vault.clone(),
+                    read.key.clone(),
+                ),
+                revision,
+                what,
+            )
+        };
+        if let Some((before, before_ms)) = seen.get(&who) {
+            if revision < *before {
+                flag(format!(
+                    "{} on {} ({}/{}): {what} at {at_ms} ms gave revision {revision} after it had seen {before} at {before_ms} ms",
+                    who.1, who.0, who.3, who.4
+                ));
+            }
+        }
+        let entry = seen.entry(who).or_insert((revision, at_ms));
+        if revision >= entry.0 {
+            *entry = (revision, at_ms);
+        }
+    }
+    for (vault, list) in replicas {
+        let Some(owner) = owners.get(vault) else {
+            continue;
+        };
+        for replica in list {
+            if replica.cursor != owner.revision || replica.records != owner.records {
+                flag(format!(
+                    "{vault}: the replica on {} (cursor {}) does not hold what its owner holds (revision {}): {} records against {}",
+                    replica.host,
+                    replica.cursor,
+                    owner.revision,
+                    replica.records.len(),
+                    owner.records.len()
+                ));
+            }
+        }
+    }
+    violations
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(id: &str, told: Option<WriteFate>, settled: Option<WriteFate>) -> Write {
+        Write {
+            request_id: id.into(),
+            host: "g1".into(),
+            caller: "c".into(),
+            app: "a".into(),
+            incarnation: 0,
+            vault: "v".into(),
+            key: "k".into(),
+            what: "put".into(),
+            told,
+            settled,
+            at_ms: 0,
+        }
+    }
+
+    fn owner(journal: &[(&str, JournalState)], revision: u64) -> BTreeMap<String, OwnerState> {
+        let mut state = OwnerState {
+            revision,
+            ..OwnerState::default()
+        };
+        for (id, entry) in journal {
+            state
+                .journal
+                .insert(("c".into(), id.to_string()), entry.clone());
+        }
+        BTreeMap::from([("v".to_string(), state)])
+    }
+
+    fn check_one(history: History, owners: BTreeMap<String, OwnerState>) -> Vec<Violation> {
+        check(&history, &owners, &BTreeMap::new())
+    }
+
+    #[test]
+    fn a_consistent_history_passes() {
+        let history = History {
+            writes: vec![
+                write("1", Some(WriteFate::Done(1)), None),
+                write("2", Some(WriteFate::Unknown), Some(WriteFate::Done(2))),
+                write("3", Some(WriteFate::NothingSent("x".into())), None),
+                write(
+                    "4",
+                    None,
+                    Some(WriteFate::NotCarriedOut("never_arrived".into())),
+                ),
+            ],
+            reads: vec![],
+        };
+        let owners = owner(
+            &[
+                ("1", JournalState::Done(1)),
+                ("2", JournalState::Done(2)),
+                ("4", JournalState::NotCarriedOut),
+            ],
+            2,
+        );
+        assert_eq!(check_one(history, owners), vec![]);
+    }
+
+    #[test]
+    fn each_broken_promise_is_caught() {
+        // A resend under a new id: a done the history never sent, and one revision too many.
+        let v = check_one(
+            History {
+                writes: vec![write(
+                    "1",
+                    Some(WriteFate::Unknown),
+                    Some(WriteFate::Done(1)),
+                )],
+                reads: vec![],
+            },
+            owner(
+                &[("1", JournalState::Done(1)), ("9", JournalState::Done(2))],
+                2,
+            ),
+        );
+        assert!(v.iter().any(|v| v.0.contains("no app sent it")), "{v:?}");
+        // "Nothing was sent" for a write that ran.
+        let v = check_one(
+            History {
+                writes: vec![write("1", Some(WriteFate::NothingSent("x".into())), None)],
+                reads: vec![],
+            },
+            owner(&[("1", JournalState::Done(1))], 1),
+        );
+        assert!(v.iter().any(|v| v.0.contains("but it ran")), "{v:?}");
+        // An unknown outcome never settled; a done the owner does not have.
+        let v = check_one(
+            History {
+                writes: vec![
+                    write("1", Some(WriteFate::Unknown), None),
+                    write("2", Some(WriteFate::Done(1)), None),
+                ],
+                reads: vec![],
+            },
+            owner(&[], 0),
+        );
+        assert_eq!(v.len(), 2, "{v:?}");
+        // A read older than the app's own write.
+        let mut history = History {
+            writes: vec![write("1", Some(WriteFate::Done(5)), None)],
+            reads: vec![Read {
+                host: "g1".into(),
+                app: "a".into(),
+                incarnation: 0,
+                vault: "v".into(),
+                key: "k".into(),
+                answer: Some((3, "replica:g2".into(), true)),
+                not_found_at: None,
+                at_ms: 10,
+            }],
+        };
+        history.writes[0].at_ms = 5;
+        let v = check_one(history.clone(), owner(&[("1", JournalState::Done(5))], 5));
+        assert!(
+            v.iter().any(|v| v.0.contains("after it had seen 5")),
+            "{v:?}"
+        );
+        // A record the app wrote at 5 that a replica, at revision 4, says is not there.
+        history.reads[0].answer = None;
+        history.reads[0].not_found_at = Some(4);
+        let v = check_one(history.clone(), owner(&[("1", JournalState::Done(5))], 5));
+        assert!(
+            v.iter()
+                .any(|v| v.0.contains("not found") && v.0.contains("after it had seen 5")),
+            "{v:?}"
+        );
+        // ... while one at revision 6 (deleted since) is fine.
+        history.reads[0].not_found_at = Some(6);
+        let v = check_one(history, owner(&[("1", JournalState::Done(5))], 6));
+        assert!(!v.iter().any(|v| v.0.contains("not found")), "{v:?}");
+        // The app told "nothing was sent" after settling already said done: both are held to
+        // the journal.
+        let v = check_one(
+            History {
+                writes: vec![write(
+                    "1",
+                    Some(WriteFate::NothingSent("x".into())),
+                    Some(WriteFate::Done(1)),
+                )],
+                reads: vec![],
+            },
+            owner(&[("1", JournalState::Done(1))], 1),
+        );
+        assert!(v.iter().any(|v| v.0.contains("told NothingSent")), "{v:?}");
+        // A request the owner holds that no app sent, even one that was refused.
+        let v = check_one(
+            History::default(),
+            owner(&[("9", JournalState::Refused)], 0),
+        );
+        assert!(v.iter().any(|v| v.0.contains("no app sent it")), "{v:?}");
+    }
+}
