@@ -22,6 +22,7 @@ use tracing::Instrument;
 
 use crate::metrics::Metrics;
 use crate::network::Network;
+use crate::owner::executor::SubmitError;
 use crate::owner::Owner;
 use crate::vaults::Vaults;
 
@@ -43,13 +44,10 @@ fn untrusted() -> Refusal {
 }
 
 fn stopping() -> Refusal {
-    Refusal {
-        retry_after_ms: Some(1000),
-        ..Refusal::new(
-            RefusalCode::Busy,
-            "the owner is stopping; not carried out, send it again later with the same request id",
-        )
-    }
+    Refusal::busy(
+        "the owner is stopping; not carried out, send it again later with the same request id",
+        Duration::from_secs(1),
+    )
 }
 
 impl PeerService {
@@ -74,15 +72,17 @@ impl PeerService {
     }
 
     /// A write from `from`: the door's checks (SPEC 7 rule 1), then the executor.
-    async fn write_checked(&self, from: NodeId, request: WriteRequest) -> WriteAnswer {
+    /// The owner's answer; `None` when it cannot say whether the write ran (its answer was
+    /// lost), so the stream goes unanswered and the caller settles by id.
+    async fn write_checked(&self, from: NodeId, request: WriteRequest) -> Option<WriteAnswer> {
         // The TLS handshake checked trust when the connection opened; an untrust since then
         // must still stop this peer's writes on that connection.
         if !self.trusted(&from) {
-            return WriteAnswer::Refused(untrusted());
+            return Some(WriteAnswer::Refused(untrusted()));
         }
         if let Err(refusal) = self.owner.check_door(from, &request) {
             self.metrics.door_refusal();
-            return WriteAnswer::Refused(refusal);
+            return Some(WriteAnswer::Refused(refusal));
         }
         self.metrics.peer_write_served();
         let deadline = self.clock.now() + Duration::from_millis(u64::from(request.deadline_ms));
@@ -94,8 +94,11 @@ impl PeerService {
             priority: request.priority,
         };
         match self.owner.executor().submit(from, call, deadline).await {
-            Ok(answer) => answer,
-            Err(_) => WriteAnswer::Refused(stopping()),
+            Ok(answer) => Some(answer),
+            Err(SubmitError::Lost) => None,
+            Err(SubmitError::Stopping | SubmitError::Full) => {
+                Some(WriteAnswer::Refused(stopping()))
+            }
         }
     }
 }
@@ -109,7 +112,7 @@ impl Service for PeerService {
         self.vaults.hello(self.network.label())
     }
 
-    async fn write(&self, from: NodeId, request: WriteRequest) -> WriteAnswer {
+    async fn write(&self, from: NodeId, request: WriteRequest) -> Option<WriteAnswer> {
         let span = tracing::debug_span!(
             "owner_write",
             request_id = %request.request_id,
@@ -137,10 +140,10 @@ impl Service for PeerService {
                 RefusalCode::UnknownVault,
                 format!("this gateway holds no vault named {vault:?}"),
             )),
-            Err(err) => ReadAnswer::Refused(Refusal {
-                retry_after_ms: Some(1000),
-                ..Refusal::new(RefusalCode::Busy, format!("the store failed: {err}"))
-            }),
+            Err(err) => ReadAnswer::Refused(Refusal::busy(
+                format!("the store failed: {err}"),
+                Duration::from_secs(1),
+            )),
         }
     }
 

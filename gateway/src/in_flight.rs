@@ -75,7 +75,32 @@ impl InFlightGuard {
 }
 
 impl Drop for InFlightGuard {
+    /// Takes its own call off the registry; not a later call under the same id (an app may
+    /// send one id twice at once), which registered over it and has a guard of its own.
     fn drop(&mut self) {
-        self.registry.lock().remove(&self.request_id);
+        let mut calls = self.registry.lock();
+        let mine = calls
+            .get(&self.request_id)
+            .is_some_and(|call| call.outcome.same_channel(&self.outcome.subscribe()));
+        if mine {
+            calls.remove(&self.request_id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_leaving_does_not_take_a_later_one_under_the_same_id_with_it() {
+        let registry = Arc::new(InFlight::default());
+        let id = RequestId::generate();
+        let first = registry.register(id, "a", 1);
+        let second = registry.register(id, "a", 2);
+        drop(first);
+        assert_eq!(registry.get(id).map(|call| call.since_ms), Some(2));
+        drop(second);
+        assert!(registry.get(id).is_none());
     }
 }

@@ -38,21 +38,8 @@ use crate::store::StoreError;
 use crate::vaults::hello_of;
 use ferry_kit::{AroundError, AroundRead, Kit, ReadAround, ReadRecord};
 
-/// How long a read around the local gateway may take in all (SPEC 5's default read timeout).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// How long the read-only database connection waits for a gateway or CLI holding a lock.
 const DB_BUSY_WAIT: Duration = Duration::from_secs(2);
-
-/// What a peer's gateway answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PeerRead {
-    Found(ReadRecord),
-    /// The vault has no such record, as far as `source` knows (`owner` or `replica:<label>`).
-    NotFound {
-        source: String,
-    },
-}
 
 /// Why no peer's gateway gave an answer. Reads are safe to repeat: each case may be tried later.
 #[derive(Debug, thiserror::Error)]
@@ -124,13 +111,11 @@ impl ReadAround for PeerReadAround {
                 .map_err(|err| AroundError::Invalid {
                     detail: err.to_string(),
                 })?;
-            match get(&home, &app, &vault, &key, timeout).await {
-                Ok(PeerRead::Found(record)) => Ok(AroundRead::Found(record)),
-                Ok(PeerRead::NotFound { source }) => Ok(AroundRead::NotFound { source }),
-                Err(err) => Err(AroundError::Unanswered {
+            get(&home, &app, &vault, &key, timeout)
+                .await
+                .map_err(|err| AroundError::Unanswered {
                     detail: err.to_string(),
-                }),
-            }
+                })
         })
     }
 }
@@ -222,7 +207,7 @@ pub async fn get(
     vault: &str,
     key: &str,
     timeout: Duration,
-) -> Result<PeerRead, PeerReadError> {
+) -> Result<AroundRead, PeerReadError> {
     let deadline = Instant::now() + timeout;
     let loading = home.clone();
     let local = tokio::task::spawn_blocking(move || LocalState::load(&loading))
@@ -279,7 +264,11 @@ struct Ask {
 }
 
 impl Ask {
-    async fn run(&self, peers: Vec<TrustedPeer>, hello: Hello) -> Result<PeerRead, PeerReadError> {
+    async fn run(
+        &self,
+        peers: Vec<TrustedPeer>,
+        hello: Hello,
+    ) -> Result<AroundRead, PeerReadError> {
         let mut tried = Vec::new();
         let mut hellos = JoinSet::new();
         for peer in peers {
@@ -354,7 +343,7 @@ impl Ask {
     }
 
     /// One get from `target`; `Err` says why it gave no usable answer.
-    async fn read_from(&self, target: &Target, role: Role) -> Result<PeerRead, Unusable> {
+    async fn read_from(&self, target: &Target, role: Role) -> Result<AroundRead, Unusable> {
         let (source, stale) = source_of(&target.label, role);
         let left = self.deadline.saturating_duration_since(Instant::now());
         let request = ReadRequest {
@@ -369,14 +358,14 @@ impl Ask {
         debug!(peer = %target.label, %source, vault = %self.vault, "kit: reading around the local gateway");
         match self.caller.read(target, request, self.deadline).await {
             Ok(ReadAnswer::Record { record, .. }) if record.key == self.key => {
-                Ok(PeerRead::Found(ReadRecord {
+                Ok(AroundRead::Found(ReadRecord {
                     value: record.value,
                     revision: record.revision,
                     source,
                     stale,
                 }))
             }
-            Ok(ReadAnswer::NotFound { .. }) => Ok(PeerRead::NotFound { source }),
+            Ok(ReadAnswer::NotFound { .. }) => Ok(AroundRead::NotFound { source }),
             // Refusals (busy, unknown_vault after a change, no longer trusted) move on to the
             // next source, as the gateway's own read would.
             Ok(ReadAnswer::Refused(refusal)) => Err(Unusable::Refused {
@@ -426,7 +415,14 @@ mod tests {
     async fn a_home_that_never_ran_is_left_untouched() {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::locate(Some(dir.path().join("h"))).unwrap();
-        let result = get(&home, "app", "notes", "k", DEFAULT_TIMEOUT).await;
+        let result = get(
+            &home,
+            "app",
+            "notes",
+            "k",
+            ferry_kit::contract::DEFAULT_TIMEOUT,
+        )
+        .await;
         assert!(matches!(result, Err(PeerReadError::NoPeers)), "{result:?}");
         assert!(!dir.path().join("h").exists(), "nothing was created");
     }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_core::clock::Clock;
+use ferry_core::settle::{self, Verdict};
 use ferry_peer::outcome::{NotCarriedOutReason, RefusalCode, WriteOutcome};
 use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
@@ -270,43 +271,34 @@ impl Settlement {
                 (owner, answer)
             });
         }
-        let mut unreachable = Vec::new();
-        let mut forgotten_ms = None;
-        let mut found = None;
+        let mut answers = Vec::new();
         while let Some(joined) = asks.join_next().await {
-            let Ok((owner, answer)) = joined else {
-                continue;
-            };
-            match answer {
-                Ok(CallState::NotCarriedOut {
-                    reason: NotCarriedOutReason::NeverArrived,
-                }) => {}
-                Ok(CallState::Forgotten { retention_ms }) => forgotten_ms = Some(retention_ms),
-                Ok(state) => found = Some((state, self.network.label_of(&owner))),
-                Err(err) => unreachable.push(format!("{} ({err})", self.network.label_of(&owner))),
-            }
+            answers.push(match joined {
+                Ok((owner, Ok(state))) => (self.network.label_of(&owner), Some(state)),
+                Ok((owner, Err(err))) => {
+                    (format!("{} ({err})", self.network.label_of(&owner)), None)
+                }
+                // An ask that panicked asked nobody: its gateway counts as not asked.
+                Err(err) => (format!("one of them (the ask failed: {err})"), None),
+            });
         }
-        if let Some(found) = found {
-            return Ok(found);
-        }
-        if let Some(retention_ms) = forgotten_ms {
-            return Err(forgotten(request_id, retention_ms));
-        }
-        if !unreachable.is_empty() {
-            return Err(SettleError::Unavailable {
+        match settle::combine(answers) {
+            Verdict::Found(state, label) => Ok((state, label)),
+            Verdict::Forgotten { retention_ms } => Err(forgotten(request_id, retention_ms)),
+            Verdict::Unreachable(unreachable) => Err(SettleError::Unavailable {
                 detail: format!(
                     "this gateway has no record of {request_id}, so every gateway that could have received it must be asked, and {} could not be; ask again later, or name the vault (?vault=NAME)",
                     unreachable.join(", ")
                 ),
-            });
+            }),
+            // Every gateway that could have received it has now fenced it.
+            Verdict::NeverArrived => Ok((
+                CallState::NotCarriedOut {
+                    reason: NotCarriedOutReason::NeverArrived,
+                },
+                String::new(),
+            )),
         }
-        // Every gateway that could have received it has now fenced it.
-        Ok((
-            CallState::NotCarriedOut {
-                reason: NotCarriedOutReason::NeverArrived,
-            },
-            String::new(),
-        ))
     }
 
     /// Asks `owner` what became of `request_id`, once.

@@ -22,6 +22,7 @@ use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::network::{Network, Place};
+use crate::owner::executor::SubmitError;
 use crate::owner::Owner;
 use crate::reads::{LocalRefusal, Reads};
 use crate::store::calls::{CallRow, RowState};
@@ -257,30 +258,43 @@ impl Writes {
         let answered = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), submitted)
             .instrument(span)
             .await;
-        match answered {
-            Ok(Ok(answer)) => match answer {
-                WriteAnswer::NotCarriedOut { reason } => WriteOutcome::NotCarriedOut { reason },
-                answer => WriteOutcome::Answered(answer),
-            },
-            Ok(Err(err)) => WriteOutcome::not_sent(NotSentReason::Stopping, err.to_string()),
-            // Queued and not answered in time: it may still run. Remember and settle it.
-            Err(_) => {
-                let row = CallRow {
-                    request_id: call.request_id,
-                    owner: me,
-                    owner_label: self.network.label().to_string(),
-                    vault: call.vault.clone(),
-                    app: call.app.clone(),
-                    state: RowState::Unknown,
-                    since_ms: self.clock.unix_ms(),
-                };
-                self.call_log.unknown(row).await;
-                self.settle_wake.notify_one();
-                WriteOutcome::Unknown {
-                    reason: UnknownReason::TimedOut,
-                    detail: "the owner (this gateway) did not answer before the deadline".into(),
+        let lost = match answered {
+            Ok(Ok(answer)) => {
+                return match answer {
+                    WriteAnswer::NotCarriedOut { reason } => WriteOutcome::NotCarriedOut { reason },
+                    answer => WriteOutcome::Answered(answer),
                 }
             }
+            Ok(Err(err @ (SubmitError::Stopping | SubmitError::Full))) => {
+                return WriteOutcome::not_sent(NotSentReason::Stopping, err.to_string())
+            }
+            // Taken and its answer lost: it may have run.
+            Ok(Err(SubmitError::Lost)) => (
+                UnknownReason::ConnectionLost,
+                "the owner (this gateway) took the write and lost its answer",
+            ),
+            // Queued and not answered in time: it may still run.
+            Err(_) => (
+                UnknownReason::TimedOut,
+                "the owner (this gateway) did not answer before the deadline",
+            ),
+        };
+        // Remember and settle it.
+        let (reason, detail) = lost;
+        let row = CallRow {
+            request_id: call.request_id,
+            owner: me,
+            owner_label: self.network.label().to_string(),
+            vault: call.vault.clone(),
+            app: call.app.clone(),
+            state: RowState::Unknown,
+            since_ms: self.clock.unix_ms(),
+        };
+        self.call_log.unknown(row).await;
+        self.settle_wake.notify_one();
+        WriteOutcome::Unknown {
+            reason,
+            detail: detail.into(),
         }
     }
 

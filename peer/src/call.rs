@@ -18,11 +18,10 @@ use tracing::{debug, Instrument};
 
 use ferry_core::liveness::{self, PooledView, SIDE_PROBE_AFTER, SIDE_PROBE_WAIT, SILENCE_CHECK};
 use ferry_core::read::{attempts, Attempt};
-use ferry_core::write::Race;
 
 use crate::clock;
 use crate::health::Failure;
-use crate::outcome::{NotSentReason, Refusal, RefusalCode, UnknownReason, WriteOutcome};
+use crate::outcome::{NotSentReason, Refusal, UnknownReason, WriteOutcome};
 use crate::pool::Pool;
 use crate::probe::{PortProbe, UdpProbe};
 use crate::route_table::RouteTable;
@@ -33,7 +32,7 @@ use crate::wire::{
     ReadAnswer, ReadRequest, Request, RequestFrame, RequestId, Response, ResponseFrame,
     TicketAnswer, TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
 };
-use crate::write_machine::{Event, Step, WriteMachine};
+use crate::write_machine::{Event, Race, Step, WriteMachine};
 
 /// Timers of the caller's paths (SPEC 6 and 9), from `ferry-core`.
 pub use ferry_core::liveness::CallTuning;
@@ -376,13 +375,10 @@ impl Caller {
             Exchange::Answered(Response::Write(answer)) => Event::Answered(answer),
             // The owner turned the stream away while stopping: it certifies nothing ran.
             Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
-                Event::Answered(WriteAnswer::Refused(Refusal {
-                    retry_after_ms: Some(1000),
-                    ..Refusal::new(
-                        RefusalCode::Busy,
-                        format!("{} is stopping and did not run this write; send it again later with the same request id", target.label),
-                    )
-                }))
+                Event::Answered(WriteAnswer::Refused(Refusal::busy(
+                    format!("{} is stopping and did not run this write; send it again later with the same request id", target.label),
+                    Duration::from_secs(1),
+                )))
             }
             Exchange::Answered(other) => Event::Lost {
                 reason: UnknownReason::ConnectionLost,

@@ -18,7 +18,7 @@ use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{watch, Notify};
 use tracing::{debug, error, warn};
 
-use crate::transport::{self, ReadFrameError, RESET_MALFORMED};
+use crate::transport::{self, ReadFrameError, RESET_MALFORMED, RESET_UNANSWERED};
 use crate::wire::{
     CallState, CallStatusRequest, Extensions, Hello, ProtocolFailure, ReadAnswer, ReadRequest,
     Request, RequestFrame, Response, ResponseFrame, TicketAnswer, TicketRequest, WriteAnswer,
@@ -37,11 +37,13 @@ pub trait Service: Send + Sync + 'static {
     /// A peer introduced itself; answer with this gateway's own account.
     fn hello(&self, from: NodeId, hello: Hello) -> impl Future<Output = Hello> + Send;
     /// A write for a vault this gateway owns. The caller's key is the TLS-proven `from`.
+    /// `None`: the gateway cannot say whether it ran; the stream is reset unanswered
+    /// ([`RESET_UNANSWERED`]) and the caller settles by id.
     fn write(
         &self,
         from: NodeId,
         request: WriteRequest,
-    ) -> impl Future<Output = WriteAnswer> + Send;
+    ) -> impl Future<Output = Option<WriteAnswer>> + Send;
     /// A read of a vault this gateway owns or replicates.
     fn read(&self, from: NodeId, request: ReadRequest) -> impl Future<Output = ReadAnswer> + Send;
     /// A ticket request: sign one for `from` if its app may use those verbs on that vault.
@@ -186,7 +188,14 @@ async fn serve_stream<S: Service>(
         Ok(Ok(_)) if going_away => Response::Failed(ProtocolFailure::GoingAway),
         Ok(Ok((_, frame))) => match frame.body {
             Request::Hello(hello) => Response::Hello(service.hello(peer, hello).await),
-            Request::Write(request) => Response::Write(service.write(peer, *request).await),
+            Request::Write(request) => match service.write(peer, *request).await {
+                Some(answer) => Response::Write(answer),
+                None => {
+                    warn!(peer = %peer.short(), "a write's answer was lost; stream reset, the caller settles");
+                    let _ = send.reset(quinn::VarInt::from_u32(RESET_UNANSWERED));
+                    return;
+                }
+            },
             Request::Read(request) => Response::Read(service.read(peer, request).await),
             Request::IssueTicket(request) => {
                 Response::Ticket(service.issue_ticket(peer, request).await)

@@ -26,6 +26,9 @@ pub const CLOSE_GOING_AWAY: u32 = 0x1;
 pub const CLOSE_UNTRUSTED: u32 = 0x2;
 /// Stream reset code: the request frame was malformed; nothing ran.
 pub const RESET_MALFORMED: u32 = 0x10;
+/// Stream reset code: the owner cannot say whether the write ran (its executor lost the
+/// answer); the caller settles by request id, as after any break.
+pub const RESET_UNANSWERED: u32 = 0x11;
 
 /// Timers of every connection.
 #[derive(Debug, Clone, Copy)]
@@ -133,25 +136,16 @@ impl PeerEndpoint {
         trusted: Arc<dyn TrustedKeys>,
         tuning: TransportTuning,
     ) -> Result<Self, BindError> {
-        let server = server_config(&key, trusted, &tuning)?;
         let socket =
             std::net::UdpSocket::bind(addr).map_err(|source| BindError::Socket { addr, source })?;
         let runtime = quinn::default_runtime().ok_or_else(|| BindError::Socket {
             addr,
             source: std::io::Error::other("no async runtime is running"),
         })?;
-        let endpoint = quinn::Endpoint::new(
-            endpoint_config(&key, &tuning),
-            Some(server),
-            socket,
-            runtime,
-        )
-        .map_err(|source| BindError::Socket { addr, source })?;
-        Ok(Self {
-            endpoint,
-            key,
-            tuning,
-        })
+        let socket = runtime
+            .wrap_udp_socket(socket)
+            .map_err(|source| BindError::Socket { addr, source })?;
+        Self::with_socket(socket, runtime, key, trusted, tuning)
     }
 
     /// An endpoint over a socket and runtime of the caller's (quinn's own seams): a simulated

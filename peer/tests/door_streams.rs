@@ -38,7 +38,7 @@ impl Service for PanicsOnRead {
             replicated_vaults: Vec::new(),
         }
     }
-    async fn write(&self, _: NodeId, _: WriteRequest) -> WriteAnswer {
+    async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
         unreachable!("this test sends no writes")
     }
     async fn read(&self, _: NodeId, _: ReadRequest) -> ReadAnswer {

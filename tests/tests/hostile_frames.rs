@@ -159,7 +159,12 @@ fn frames_announced_huge_cost_only_the_bytes_that_arrive() {
         let (_endpoint, conn) = dial_as(&prober, owner, owner_addr).await;
         let mut held = Vec::new();
         for _ in 0..GREEDY_STREAMS {
-            let (mut send, recv) = conn.open_bi().await.unwrap();
+            // Bounded: an owner that allowed fewer streams would otherwise hang the test.
+            let (mut send, recv) =
+                tokio::time::timeout(std::time::Duration::from_secs(10), conn.open_bi())
+                    .await
+                    .expect("the owner allows this many streams at once")
+                    .unwrap();
             let mut bytes = (ferry_peer::codec::MAX_FRAME_LEN as u32)
                 .to_be_bytes()
                 .to_vec();

@@ -27,17 +27,7 @@ use harness::{
 
 /// Until `gateway`'s log has a line about `request_id` that says `what`.
 fn wait_for_log(gateway: &Gateway, request_id: &str, what: &str) {
-    wait_for(
-        &format!("{}'s log to say {what:?} of {request_id}", gateway.label),
-        Duration::from_secs(10),
-        || {
-            gateway
-                .log()
-                .lines()
-                .any(|line| line.contains(request_id) && line.contains(what))
-                .then_some(())
-        },
-    );
+    gateway.wait_for_log_line(&[request_id, what], Duration::from_secs(10));
 }
 
 /// Until the caller handed the write to QUIC (it may reach the owner from then on).
@@ -310,4 +300,27 @@ fn an_id_the_caller_has_no_memory_of_is_asked_of_every_owner_never_unknown_call(
         (503, Some("unavailable")),
         "{body}"
     );
+}
+
+/// A settle query that cannot reach the local gateway says nothing about the write: `ferry
+/// settle` exits 4 (outcome still unknown), never 3 ("nothing written"), which would invite a
+/// script to send the write again under a new id.
+#[test]
+fn settling_with_the_gateway_down_is_still_unknown_never_nothing_written() {
+    let (a, mut b) = two_with_notes();
+    let id = fresh_request_id();
+    let (status, body) = b.put("notes", "settle-down", b"v", &[("X-Ferry-Request-Id", &id)]);
+    assert_eq!(status, 200, "{body}");
+    b.stop();
+    for args in [
+        vec!["settle", id.as_str(), "--vault", "notes"],
+        vec!["--json", "settle", id.as_str()],
+    ] {
+        let out = b.cli(&args);
+        let said = ferry_tests::describe(&out);
+        assert_eq!(out.status.code(), Some(4), "ferry {args:?}: {said}");
+        assert!(!said.contains("nothing was sent"), "ferry {args:?}: {said}");
+        assert!(said.contains("still unknown"), "ferry {args:?}: {said}");
+    }
+    drop(a);
 }

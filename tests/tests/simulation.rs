@@ -107,6 +107,7 @@ fn many_seeds() {
         .unwrap_or(CI_SEEDS);
     let started = Instant::now();
     let reports = run_many(1000..1000 + count, None);
+    assert!(!reports.is_empty(), "FERRY_SIM_SEEDS={count}: no seed ran");
     let mut totals = std::collections::BTreeMap::new();
     for report in &reports {
         for (name, n) in &report.counts {

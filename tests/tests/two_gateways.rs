@@ -301,39 +301,19 @@ fn one_write_can_be_followed_across_both_logs_by_its_request_id() {
 
     // Lines are written as the work happens; the answer is given after both wrote theirs, but
     // wait (bounded) rather than trust the order of two processes' buffers.
-    let find = |gateway: &Gateway, parts: &[&str]| {
-        let started = std::time::Instant::now();
-        loop {
-            let log = gateway.log();
-            if let Some(line) = log
-                .lines()
-                .find(|line| parts.iter().all(|part| line.contains(part)))
-            {
-                return line.to_string();
-            }
-            let mentions: Vec<&str> = log.lines().filter(|line| line.contains(&id)).collect();
-            assert!(
-                started.elapsed() < START_BOUND,
-                "no line of {}'s log holds all of {parts:?}; its lines naming {id}:\n{}",
-                gateway.label,
-                mentions.join("\n")
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    };
     let request = format!("request_id={id}");
-    let caller = find(
-        &b,
-        &["write{", &request, "app=test-app", "peer=a", "send{route="],
+    let caller = b.wait_for_log_line(
+        &[&request, "write{", "app=test-app", "peer=a", "send{route="],
+        START_BOUND,
     );
-    let owner = find(
-        &a,
+    let owner = a.wait_for_log_line(
         &[
+            &request,
             "door{peer=b route=127.0.0.1:",
             "owner_write{",
-            &request,
             "app=test-app",
         ],
+        START_BOUND,
     );
     eprintln!("caller: {caller}\nowner: {owner}");
 }

@@ -13,9 +13,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::contract::{
-    CallAnswer, CallStateName, ErrorBody, ErrorCode, ListPage, ListedKey, WriteDone,
-    HEADER_IF_MATCH, HEADER_REQUEST_ID, HEADER_REVISION, HEADER_SOURCE, HEADER_STALE,
-    HEADER_TIMEOUT, QUERY_VAULT,
+    parse_timeout, CallAnswer, CallStateName, ErrorBody, ErrorCode, ListPage, ListedKey, WriteDone,
+    DEFAULT_TIMEOUT, HEADER_IF_MATCH, HEADER_REQUEST_ID, HEADER_REVISION, HEADER_SOURCE,
+    HEADER_STALE, HEADER_TIMEOUT, QUERY_VAULT,
 };
 use crate::http::{self, encode_segment, query, Answer, Call, Failure};
 use crate::outcome::{KitError, ReadRecord, Settlement, WriteResult};
@@ -24,7 +24,6 @@ use crate::outcome::{KitError, ReadRecord, Settlement, WriteResult};
 /// gateway's answer (which it must give by the deadline) wins over the kit giving up.
 const CLIENT_GRACE: Duration = Duration::from_secs(5);
 /// The call timeout when the app names none (SPEC 5).
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Admin and listing calls: answered from the gateway's memory or database.
 const ADMIN_BOUND: Duration = Duration::from_secs(60);
 
@@ -255,9 +254,7 @@ impl Kit {
             options
                 .timeout
                 .as_deref()
-                .and_then(|t| t.parse::<f64>().ok())
-                .filter(|t| t.is_finite() && *t > 0.0 && *t <= 600.0)
-                .map(Duration::from_secs_f64)
+                .and_then(parse_timeout)
                 .unwrap_or(DEFAULT_TIMEOUT)
                 + CLIENT_GRACE
         });
@@ -307,14 +304,29 @@ impl Kit {
             pairs.push((QUERY_VAULT, vault.to_string()));
         }
         if let Some(wait) = wait.filter(|wait| !wait.is_zero()) {
-            pairs.push(("wait", format!("{:.3}", wait.as_secs_f64().min(600.0))));
+            // At least a millisecond: "0.000" would be refused as no wait at all.
+            let seconds = wait.max(Duration::from_millis(1)).as_secs_f64().min(600.0);
+            pairs.push(("wait", format!("{seconds:.3}")));
         }
         let path = format!("/v1/calls/{}{}", encode_segment(request_id), query(&pairs));
         let bound = wait.unwrap_or_default() + ADMIN_BOUND;
-        let answer = self
+        let answer = match self
             .call(Method::GET, path, Vec::new(), Bytes::new(), bound)
             .await
-            .map_err(CallFailure::into_kit_error)?;
+        {
+            Ok(answer) => answer,
+            // A gateway that cannot be asked says nothing about the write: its outcome is
+            // still unknown (never "nothing was sent", which would invite a second write).
+            Err(CallFailure::Down(down)) => {
+                return Ok(Settlement::Unavailable {
+                    detail: format!(
+                        "{}; the write's outcome is still unknown: settle it again once the gateway is back",
+                        down.headline()
+                    ),
+                })
+            }
+            Err(failure) => return Err(failure.into_kit_error()),
+        };
         if answer.status.is_success() {
             let call: CallAnswer = parse(&answer)?;
             return Ok(settlement(call));

@@ -6,6 +6,8 @@
 //! [`ErrorCode::Other`] rather than failing, so an older kit still reads the status and the
 //! detail.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 /// Header: the app's name (`X-Ferry-App`).
@@ -25,6 +27,34 @@ pub const HEADER_STALE: &str = "x-ferry-stale";
 /// Query parameter of a settle query naming the vault, so the gateway can ask its owner even
 /// when it has no memory of the call.
 pub const QUERY_VAULT: &str = "vault";
+
+/// The longest `X-Ferry-Timeout` (and settle `wait`) allowed.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// A call's timeout when the app gives none (SPEC 5).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `X-Ferry-Timeout`'s form: decimal seconds, greater than 0 and at most [`MAX_TIMEOUT`];
+/// digits with at most one decimal point, nothing else (no sign, exponent, or `inf`).
+pub fn parse_timeout(raw: &str) -> Option<Duration> {
+    let well_formed = !raw.is_empty()
+        && raw.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && raw.matches('.').count() <= 1
+        && raw.chars().any(|c| c.is_ascii_digit());
+    if !well_formed {
+        return None;
+    }
+    let seconds: f64 = raw.parse().ok()?;
+    (seconds > 0.0 && seconds <= MAX_TIMEOUT.as_secs_f64())
+        .then(|| Duration::from_secs_f64(seconds))
+}
+
+/// A settle query's `wait`: a timeout's form, or `0` (answer at once).
+pub fn parse_wait(raw: &str) -> Option<Duration> {
+    if raw == "0" {
+        return Some(Duration::ZERO);
+    }
+    parse_timeout(raw)
+}
 
 /// Every `error` code the local API answers with.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -12,12 +12,13 @@ use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use serde::Deserialize;
 
 use super::error::refusal_code;
-use super::headers::{check_request_id_age, parse_timeout};
+use super::headers::check_request_id_age;
 use super::ApiError;
 use crate::gateway::Gateway;
 use crate::names;
 use crate::settlement::SettleError;
 use crate::store::calls::RowState;
+use ferry_kit::contract::parse_wait;
 
 /// A settled state as the API shows it: `done` carries the first answer verbatim. `None` for
 /// [`CallState::Forgotten`], which is answered as an error.
@@ -78,8 +79,8 @@ pub async fn settle(
         gateway.clock().unix_ms(),
     )?;
     let wait = match query.wait.as_deref() {
-        None | Some("0") => Duration::ZERO,
-        Some(raw) => parse_timeout(raw).ok_or_else(|| {
+        None => Duration::ZERO,
+        Some(raw) => parse_wait(raw).ok_or_else(|| {
             ApiError::bad_request(format!(
                 "wait={raw:?} is not a number of seconds between 0 and 600"
             ))

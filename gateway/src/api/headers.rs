@@ -8,12 +8,8 @@ use ferry_peer::wire::RequestId;
 
 use super::ApiError;
 use crate::names;
-use crate::owner::verbs::{IdProblem, WriteLimits, MAX_FUTURE_SKEW};
-use ferry_kit::contract::ErrorCode;
-
-/// The longest `X-Ferry-Timeout` allowed, and the default.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::owner::verbs::{self, IdProblem, MAX_FUTURE_SKEW};
+use ferry_kit::contract::{parse_timeout, ErrorCode, DEFAULT_TIMEOUT};
 
 fn text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
     match headers.get(name) {
@@ -48,20 +44,6 @@ pub fn timeout(headers: &HeaderMap) -> Result<Duration, ApiError> {
     })
 }
 
-/// Digits with at most one decimal point; nothing else (no sign, exponent, or `inf`).
-pub fn parse_timeout(raw: &str) -> Option<Duration> {
-    let well_formed = !raw.is_empty()
-        && raw.chars().all(|c| c.is_ascii_digit() || c == '.')
-        && raw.matches('.').count() <= 1
-        && raw.chars().any(|c| c.is_ascii_digit());
-    if !well_formed {
-        return None;
-    }
-    let seconds: f64 = raw.parse().ok()?;
-    (seconds > 0.0 && seconds <= MAX_TIMEOUT.as_secs_f64())
-        .then(|| Duration::from_secs_f64(seconds))
-}
-
 /// `X-Ferry-Request-Id`: a hyphenated UUIDv7 with the RFC 9562 variant, dated neither older
 /// than the journal keeps nor more than a few minutes ahead of `now_ms` (the gateway's clock);
 /// made here when absent.
@@ -89,12 +71,7 @@ pub fn check_request_id_age(
     retention: Duration,
     now_ms: u64,
 ) -> Result<(), ApiError> {
-    let limits = WriteLimits {
-        max_value_bytes: 0,
-        journal_retention: retention,
-        collected_before_ms: 0,
-    };
-    match limits.check_id(id, now_ms) {
+    match verbs::check_id(id, retention, 0, now_ms) {
         Ok(()) => Ok(()),
         Err(IdProblem::Stale) => Err(ApiError::new(
             400,

@@ -25,7 +25,6 @@ use crate::gateway::Gateway;
 pub use admin::{parse_trust_request, trusted_peer};
 pub use calls::call_answer;
 pub use error::ApiError;
-pub use headers::parse_timeout;
 
 /// Serves the API on `listener` until the gateway stops.
 pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) {

@@ -700,7 +700,7 @@ async fn settle(
     wait: Option<String>,
     vault: Option<String>,
 ) -> Exit {
-    let wait = match wait.as_deref().map(parse_seconds) {
+    let wait = match wait.as_deref().map(ferry_kit::contract::parse_wait) {
         None => None,
         Some(Some(wait)) => Some(wait),
         Some(None) => {
@@ -712,7 +712,16 @@ async fn settle(
     };
     let settlement = match kit.settle(request_id, vault.as_deref(), wait).await {
         Ok(settlement) => settlement,
-        Err(err) => return kit_failure(err, json),
+        // Whatever went wrong with the settle query, the write's outcome is still unknown
+        // (exit 4), never "nothing written" (3): a bad argument is the only exception.
+        Err(err) => {
+            let exit = kit_failure(err, json);
+            return if exit == Exit::Usage {
+                exit
+            } else {
+                Exit::Unknown
+            };
+        }
     };
     let (exit, object) = match &settlement {
         Settlement::Done { revision } => (
@@ -756,14 +765,6 @@ async fn settle(
         println!("{line}");
     }
     exit
-}
-
-/// Seconds as the API takes them (`X-Ferry-Timeout`'s rules, 0 allowed).
-fn parse_seconds(raw: &str) -> Option<std::time::Duration> {
-    if raw == "0" {
-        return Some(std::time::Duration::ZERO);
-    }
-    crate::api::parse_timeout(raw)
 }
 
 async fn tickets(kit: &Kit, json: bool) -> Exit {

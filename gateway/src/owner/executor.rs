@@ -27,7 +27,7 @@ use ferry_core::admission::{self, BusyReason, QUEUE_FULL_RETRY};
 use ferry_core::clock::Clock;
 
 use ferry_peer::call::WriteCall;
-use ferry_peer::outcome::{NotCarriedOutReason, Refusal, RefusalCode};
+use ferry_peer::outcome::{NotCarriedOutReason, Refusal};
 use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
 use rusqlite::{Connection, TransactionBehavior};
@@ -84,6 +84,7 @@ impl std::fmt::Debug for Apply {
 pub struct Executor {
     queue: std::sync::Mutex<Option<mpsc::Sender<Job>>>,
     finished: tokio::sync::Mutex<Option<oneshot::Receiver<()>>>,
+    clock: Arc<dyn Clock>,
 }
 
 /// Why a job could not be handed to the executor: it did not run.
@@ -95,6 +96,11 @@ pub enum SubmitError {
     /// Too much work is waiting: send it again in a moment.
     #[error("the owner's queue is full")]
     Full,
+    /// The job was queued and its answer never came (the executor died mid-batch, or a batch
+    /// could not commit and could not be fenced either): whether it ran is unknown. A write's
+    /// outcome is settled by its request id; never answer it as not sent.
+    #[error("the owner took the request and its answer was lost; settle it by its request id")]
+    Lost,
 }
 
 impl From<SubmitError> for StoreError {
@@ -103,6 +109,7 @@ impl From<SubmitError> for StoreError {
         match err {
             SubmitError::Stopping => Self::WriterStopping,
             SubmitError::Full => Self::WriterBusy,
+            SubmitError::Lost => Self::WriterLost,
         }
     }
 }
@@ -143,7 +150,7 @@ impl Executor {
         let work = Work {
             conn,
             limits,
-            clock,
+            clock: clock.clone(),
         };
         match blocking {
             Blocking::Threads => {
@@ -170,17 +177,20 @@ impl Executor {
         Ok(Self {
             queue: std::sync::Mutex::new(Some(tx)),
             finished: tokio::sync::Mutex::new(Some(done_rx)),
+            clock,
         })
     }
 
-    fn enqueue(&self, job: Job) -> Result<(), SubmitError> {
-        let sender = self
-            .queue
+    fn sender(&self) -> Result<mpsc::Sender<Job>, SubmitError> {
+        self.queue
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
-            .ok_or(SubmitError::Stopping)?;
-        sender.try_send(job).map_err(|err| match err {
+            .ok_or(SubmitError::Stopping)
+    }
+
+    fn enqueue(&self, job: Job) -> Result<(), SubmitError> {
+        self.sender()?.try_send(job).map_err(|err| match err {
             mpsc::error::TrySendError::Full(_) => SubmitError::Full,
             mpsc::error::TrySendError::Closed(_) => SubmitError::Stopping,
         })
@@ -193,6 +203,13 @@ impl Executor {
         request: WriteCall,
         deadline: Instant,
     ) -> Result<WriteAnswer, SubmitError> {
+        let sender = self.sender()?;
+        let queued = sender.max_capacity() - sender.capacity();
+        if let admission::Admission::Busy { why, retry_after } =
+            admission::on_arrival(deadline, self.clock.now(), queued, QUEUE_DEPTH)
+        {
+            return Ok(busy_answer(why, retry_after));
+        }
         let (reply, answer) = oneshot::channel();
         match self.enqueue(Job::Write {
             caller,
@@ -201,14 +218,15 @@ impl Executor {
             reply,
         }) {
             Ok(()) => {}
+            // Filled up since it was counted (another caller was quicker).
             Err(SubmitError::Full) => {
                 return Ok(busy_answer(BusyReason::QueueFull, QUEUE_FULL_RETRY))
             }
             Err(err) => return Err(err),
         }
-        // The thread answers every job it takes; a dropped reply means it died mid-batch, in
-        // which case the batch did not commit.
-        answer.await.map_err(|_| SubmitError::Stopping)
+        // The executor answers every job it takes; a dropped reply means it died mid-batch or
+        // could not say how the batch ended: the write may have run.
+        answer.await.map_err(|_| SubmitError::Lost)
     }
 
     /// What became of `caller`'s `request_id`; tombstones an id never seen.
@@ -250,14 +268,8 @@ impl Executor {
     {
         let (reply, answer) = oneshot::channel();
         let job = Apply(Box::new(move |conn: &mut Connection| {
-            let result = (|| {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                // A failed change is rolled back when `tx` drops.
-                let value = change(&tx)?;
-                tx.commit()?;
-                Ok(value)
-            })();
-            let _ = reply.send(result);
+            // A failed change is rolled back when its transaction drops.
+            let _ = reply.send(store::in_transaction(conn, change));
         }));
         self.enqueue(Job::Apply(job))?;
         // A dropped reply: the executor died before the change committed.
@@ -278,19 +290,16 @@ impl Executor {
     }
 }
 
-fn busy(detail: &str, retry_after_ms: u64) -> WriteAnswer {
-    WriteAnswer::Refused(Refusal {
-        retry_after_ms: Some(retry_after_ms),
-        ..Refusal::new(
-            RefusalCode::Busy,
-            format!("{detail}; not carried out, send it again with the same request id"),
-        )
-    })
+fn busy(detail: &str, retry_after: Duration) -> WriteAnswer {
+    WriteAnswer::Refused(Refusal::busy(
+        format!("{detail}; not carried out, send it again with the same request id"),
+        retry_after,
+    ))
 }
 
 /// The answer to a request the admission decision refused.
 fn busy_answer(why: BusyReason, retry_after: Duration) -> WriteAnswer {
-    busy(why.detail(), retry_after.as_millis() as u64)
+    busy(why.detail(), retry_after)
 }
 
 /// The executor's side of the queue: its connection, its limits, its clock.
@@ -499,9 +508,9 @@ fn execute_step(
 
 /// Transaction 1: journal lookups, `running` markers, tombstones for settle queries.
 ///
-/// Every transaction here is `IMMEDIATE`: it takes the write lock at `BEGIN`, so a concurrent
-/// writer on another connection (admin changes, replication) makes it wait out the busy
-/// timeout instead of failing at its first write on a stale snapshot.
+/// Every transaction here is `IMMEDIATE`: it takes the write lock at `BEGIN`, so the one other
+/// writing connection (the call log's, or the CLI's with no gateway running) makes it wait out
+/// the busy timeout instead of failing at its first write on a stale snapshot.
 fn admit_all(
     conn: &mut Connection,
     batch: &[Job],
@@ -510,21 +519,46 @@ fn admit_all(
     now_ms: u64,
 ) -> Result<Vec<Pending>, StoreError> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    let admitted = admit_in_transaction(conn, batch, limits, now, now_ms);
+    // Back to FULL on every path, failed ones included: every later commit on this connection
+    // (the execute step, tickets, trust, vaults) answers as durable. A connection that cannot
+    // be put back can make no durable promise at all, so the process stops rather than lie;
+    // recovery fences what was running.
+    if let Err(err) = conn.pragma_update(None, "synchronous", "FULL") {
+        error!(%err, "cannot restore synchronous=FULL on the writing connection; stopping");
+        std::process::abort();
+    }
+    admitted
+}
+
+fn admit_in_transaction(
+    conn: &mut Connection,
+    batch: &[Job],
+    limits: &WriteLimits,
+    now: Instant,
+    now_ms: u64,
+) -> Result<Vec<Pending>, StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut pending = Vec::with_capacity(batch.len());
     for job in batch {
         pending.push(match job {
-            // SPEC 7 rule 5: a request whose deadline passed before it starts is not carried out.
-            Job::Write { deadline, .. }
-                if admission::at_start(*deadline, now) != admission::Admission::Admit =>
-            {
-                Pending::Answered(busy_answer(BusyReason::DeadlinePassed, Duration::ZERO))
-            }
             Job::Write {
-                caller, request, ..
-            } => match verbs::admit(&tx, *caller, request, limits, now_ms)? {
-                Admission::Answer(answer) => Pending::Answered(answer),
-                Admission::Run => Pending::Run,
+                caller,
+                request,
+                deadline,
+                ..
+            } => match admission::at_start(*deadline, now) {
+                // SPEC 7 rule 5: a request whose deadline passed before it starts is not
+                // carried out.
+                admission::Admission::Busy { why, retry_after } => {
+                    Pending::Answered(busy_answer(why, retry_after))
+                }
+                admission::Admission::Admit => {
+                    match verbs::admit(&tx, *caller, request, limits, now_ms)? {
+                        Admission::Answer(answer) => Pending::Answered(answer),
+                        Admission::Run => Pending::Run,
+                    }
+                }
             },
             Job::Status {
                 caller, request_id, ..
@@ -538,7 +572,6 @@ fn admit_all(
         });
     }
     tx.commit()?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(pending)
 }
 
@@ -625,22 +658,21 @@ fn fence_batch(conn: &mut Connection, batch: &[Job], now_ms: u64) -> Result<(), 
 }
 
 /// After transaction 2 failed: admitted answers stand; writes that were to run did not, and
-/// are `interrupted` if the fence held (else `busy`: their markers settle at the next start).
+/// are `interrupted` if the fence held. If it did not, nothing definite can be said (a commit
+/// that failed in its fsync may yet be replayed from the WAL at the next start): their replies
+/// are dropped, which their callers take as a lost answer, to be settled by request id.
 fn answer_after_failed_commit(batch: &mut Vec<Job>, admitted: Vec<Pending>, fenced: bool) {
     for (job, admitted) in batch.drain(..).zip(admitted) {
         match (job, admitted) {
             (Job::Write { reply, .. }, Pending::Answered(answer)) => {
                 let _ = reply.send(answer);
             }
-            (Job::Write { reply, .. }, _) => {
-                let _ = reply.send(if fenced {
-                    WriteAnswer::NotCarriedOut {
-                        reason: NotCarriedOutReason::Interrupted,
-                    }
-                } else {
-                    busy("the owner could not commit", 1000)
+            (Job::Write { reply, .. }, _) if fenced => {
+                let _ = reply.send(WriteAnswer::NotCarriedOut {
+                    reason: NotCarriedOutReason::Interrupted,
                 });
             }
+            (Job::Write { reply, .. }, _) => drop(reply),
             (Job::Status { reply, .. }, Pending::Status(state)) => {
                 let _ = reply.send(state);
             }
@@ -656,7 +688,7 @@ fn answer_all_failed(batch: &mut Vec<Job>) {
     for job in batch.drain(..) {
         match job {
             Job::Write { reply, .. } => {
-                let _ = reply.send(busy("the owner could not commit", 1000));
+                let _ = reply.send(busy("the owner could not commit", Duration::from_secs(1)));
             }
             Job::Status { reply, .. } => {
                 let _ = reply.send(Err(StatusFailed::Store));
@@ -670,6 +702,7 @@ fn answer_all_failed(batch: &mut Vec<Job>) {
 mod tests {
     use super::*;
     use crate::store::vaults;
+    use ferry_peer::outcome::RefusalCode;
     use ferry_peer::wire::{Priority, WriteVerb};
     use ferry_ticket::NodeKey;
 

@@ -46,19 +46,36 @@ pub enum IdProblem {
 impl WriteLimits {
     /// Whether `request_id` may be acted on at `now_ms`.
     pub fn check_id(&self, request_id: RequestId, now_ms: u64) -> Result<(), IdProblem> {
-        if request_id.check().is_err() {
-            return Err(IdProblem::Malformed);
-        }
-        let id_ms = request_id.unix_ms();
-        let retention_ms = self.journal_retention.as_millis() as u64;
-        if id_ms.saturating_add(retention_ms) < now_ms || id_ms < self.collected_before_ms {
-            return Err(IdProblem::Stale);
-        }
-        if id_ms > now_ms.saturating_add(MAX_FUTURE_SKEW.as_millis() as u64) {
-            return Err(IdProblem::FromTheFuture);
-        }
-        Ok(())
+        check_id(
+            request_id,
+            self.journal_retention,
+            self.collected_before_ms,
+            now_ms,
+        )
     }
+}
+
+/// Whether `request_id` may be acted on at `now_ms` by a journal that keeps ids for
+/// `retention` and has collected those dated before `collected_before_ms` (the local API asks
+/// with 0: it has no journal of its own to have collected).
+pub fn check_id(
+    request_id: RequestId,
+    retention: Duration,
+    collected_before_ms: u64,
+    now_ms: u64,
+) -> Result<(), IdProblem> {
+    if request_id.check().is_err() {
+        return Err(IdProblem::Malformed);
+    }
+    let id_ms = request_id.unix_ms();
+    let retention_ms = retention.as_millis() as u64;
+    if id_ms.saturating_add(retention_ms) < now_ms || id_ms < collected_before_ms {
+        return Err(IdProblem::Stale);
+    }
+    if id_ms > now_ms.saturating_add(MAX_FUTURE_SKEW.as_millis() as u64) {
+        return Err(IdProblem::FromTheFuture);
+    }
+    Ok(())
 }
 
 /// What step 1 decided.
@@ -121,13 +138,10 @@ pub fn admit(
 }
 
 fn busy_duplicate() -> WriteAnswer {
-    WriteAnswer::Refused(Refusal {
-        retry_after_ms: Some(100),
-        ..Refusal::new(
-            RefusalCode::Busy,
-            "the same request id is already running; send it again with the same id to get its answer",
-        )
-    })
+    WriteAnswer::Refused(Refusal::busy(
+        "the same request id is already running; send it again with the same id to get its answer",
+        Duration::from_millis(100),
+    ))
 }
 
 /// What step 2 did.
@@ -170,12 +184,24 @@ pub fn status(
     if let Some(entry) = journal::lookup(conn, caller, request_id)? {
         return Ok(entry.to_call_state());
     }
-    // Too old to be in the journal any more: if it ran, its row was collected. A tombstone
-    // now would claim it never ran, which the owner can no longer know.
-    if limits.check_id(request_id, now_ms) == Err(IdProblem::Stale) {
-        return Ok(CallState::Forgotten {
-            retention_ms: limits.journal_retention.as_millis() as u64,
-        });
+    match limits.check_id(request_id, now_ms) {
+        // Too old to be in the journal any more: if it ran, its row was collected. A tombstone
+        // now would claim it never ran, which the owner can no longer know.
+        Err(IdProblem::Stale) => {
+            return Ok(CallState::Forgotten {
+                retention_ms: limits.journal_retention.as_millis() as u64,
+            })
+        }
+        // Not a UUIDv7 with the RFC variant: refused at every arrival, so it can never run,
+        // and no row is needed to fence it (nor kept for a peer to fill the journal with).
+        Err(IdProblem::Malformed) => {
+            return Ok(CallState::NotCarriedOut {
+                reason: NotCarriedOutReason::NeverArrived,
+            })
+        }
+        // A future-dated id is fenced like any other: once this clock catches up with it, a
+        // write under it would be admitted.
+        Err(IdProblem::FromTheFuture) | Ok(()) => {}
     }
     // SPEC 7 rule 6: record the tombstone first, then answer, so the id can never run later.
     if ferry_core::bugs::on(ferry_core::bugs::Bug::SkippedTombstone) {
@@ -380,6 +406,20 @@ mod tests {
             }
         );
         assert_eq!(records::get(&conn, "v", "k").unwrap(), None, "it never ran");
+    }
+
+    #[test]
+    fn a_malformed_id_is_answered_never_arrived_without_a_row() {
+        let (_dir, conn, me, now) = setup();
+        let mut wrong_variant = RequestId::generate();
+        wrong_variant.0[8] &= 0x3f;
+        assert_eq!(
+            status(&conn, me, wrong_variant, &LIMITS, now).unwrap(),
+            CallState::NotCarriedOut {
+                reason: NotCarriedOutReason::NeverArrived
+            }
+        );
+        assert_eq!(journal::lookup(&conn, me, wrong_variant).unwrap(), None);
     }
 
     #[test]

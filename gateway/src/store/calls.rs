@@ -171,13 +171,6 @@ pub fn over(conn: &Connection, request_id: RequestId) -> Result<(), StoreError> 
     Ok(())
 }
 
-/// Forgets a call that was never sent after all.
-pub fn forget(conn: &Connection, request_id: RequestId) -> Result<(), StoreError> {
-    conn.prepare_cached("DELETE FROM calls WHERE request_id = ?1")?
-        .execute([request_id.to_string()])?;
-    Ok(())
-}
-
 pub fn get(conn: &Connection, request_id: RequestId) -> Result<Option<CallRow>, StoreError> {
     conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM calls WHERE request_id = ?1"

@@ -7,29 +7,13 @@ use super::StoreError;
 
 /// The current ticket epoch (0 until the first `ferry tickets rotate`).
 pub fn ticket_epoch(conn: &Connection) -> Result<u64, StoreError> {
-    let value: Option<String> = conn
-        .query_row(
-            "SELECT value FROM meta WHERE key = 'ticket_epoch'",
-            [],
-            |row| row.get(0),
-        )
-        .optional()?;
-    match value {
-        None => Ok(0),
-        Some(text) => text.parse().map_err(|_| StoreError::Corrupt {
-            detail: format!("ticket epoch {text:?}"),
-        }),
-    }
+    number(conn, "ticket_epoch", "ticket epoch", 0)
 }
 
 /// Moves the epoch on by one; every ticket issued before is refused at the door from now on.
 pub fn rotate_ticket_epoch(conn: &Connection) -> Result<u64, StoreError> {
     let next = ticket_epoch(conn)? + 1;
-    conn.execute(
-        "INSERT INTO meta (key, value) VALUES ('ticket_epoch', ?1)
-         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [next.to_string()],
-    )?;
+    set(conn, "ticket_epoch", &next.to_string())?;
     Ok(next)
 }
 
@@ -39,6 +23,21 @@ fn get(conn: &Connection, key: &str) -> Result<Option<String>, StoreError> {
             row.get(0)
         })
         .optional()?)
+}
+
+/// The number kept under `key` (`absent` if there is none); a value that is not one is damage.
+fn number<N: std::str::FromStr>(
+    conn: &Connection,
+    key: &str,
+    what: &str,
+    absent: N,
+) -> Result<N, StoreError> {
+    match get(conn, key)? {
+        None => Ok(absent),
+        Some(text) => text.parse().map_err(|_| StoreError::Corrupt {
+            detail: format!("{what} {text:?}"),
+        }),
+    }
 }
 
 fn set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreError> {
@@ -52,12 +51,7 @@ fn set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreError> {
 
 /// The schema version the database says it has (1 if it predates versions).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {
-    match get(conn, "schema_version")? {
-        None => Ok(1),
-        Some(text) => text.parse().map_err(|_| StoreError::Corrupt {
-            detail: format!("schema version {text:?}"),
-        }),
-    }
+    number(conn, "schema_version", "schema version", 1)
 }
 
 pub fn set_schema_version(conn: &Connection, version: u32) -> Result<(), StoreError> {
@@ -67,12 +61,7 @@ pub fn set_schema_version(conn: &Connection, version: u32) -> Result<(), StoreEr
 /// Request ids dated before this (Unix ms) may have had their journal rows collected: the owner
 /// refuses them as stale whatever its clock says now (see `journal::collect`).
 pub fn journal_collected_before(conn: &Connection) -> Result<u64, StoreError> {
-    match get(conn, "journal_collected_before_ms")? {
-        None => Ok(0),
-        Some(text) => text.parse().map_err(|_| StoreError::Corrupt {
-            detail: format!("journal watermark {text:?}"),
-        }),
-    }
+    number(conn, "journal_collected_before_ms", "journal watermark", 0)
 }
 
 pub fn set_journal_collected_before(conn: &Connection, ms: u64) -> Result<(), StoreError> {

@@ -48,6 +48,10 @@ pub enum StoreError {
     /// moment.
     #[error("the owner's queue is full")]
     WriterBusy,
+    /// The store's one writer took the change and its answer was lost: it may have
+    /// committed. Look before doing it again.
+    #[error("the owner took the change and its answer was lost; check whether it took effect before doing it again")]
+    WriterLost,
     /// The thread that owns a writing connection could not be started (the system is out of
     /// threads or memory); the gateway cannot run.
     #[error("cannot start the {thread} thread: {source}")]

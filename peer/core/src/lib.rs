@@ -14,6 +14,7 @@
 //! - [`liveness`]: when a connection counts as alive for a write, and as dead to a call.
 //! - [`health`], [`routes`], [`route_table`]: route health over time, ranking, the table.
 //! - [`admission`]: whether the owner starts a request.
+//! - [`settle`]: what the answers of every gateway that could have received an id add up to.
 //! - [`clock`]: the clock seam.
 //! - [`bugs`]: known-wrong behaviours a test may switch on (feature `bug-injection`).
 //! - [`wire`], [`outcome`]: the types the decisions speak (the codec is `ferry-peer`'s).
@@ -27,6 +28,7 @@ pub mod outcome;
 pub mod read;
 pub mod route_table;
 pub mod routes;
+pub mod settle;
 pub mod wire;
 pub mod write;
 

@@ -12,7 +12,8 @@ pub const KEEP_ALIVE: Duration = Duration::from_millis(300);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A call waiting on a connection gives it up after this much silence: six keep-alive
 /// intervals (SPEC 8's silence rule, applied to the connection in hand).
-pub const SILENT_AFTER: Duration = Duration::from_millis(1_800);
+pub const SILENT_AFTER: Duration =
+    Duration::from_millis(KEEP_ALIVE.as_millis() as u64 * crate::health::SILENT_INTERVALS as u64);
 /// How often a call waiting on a connection looks at its receive counter.
 pub const SILENCE_CHECK: Duration = Duration::from_millis(100);
 

@@ -92,6 +92,14 @@ impl Refusal {
         }
     }
 
+    /// Busy: not carried out now; the same request id may be sent again after `retry_after`.
+    pub fn busy(detail: impl Into<String>, retry_after: std::time::Duration) -> Self {
+        Self {
+            retry_after_ms: Some(retry_after.as_millis() as u64),
+            ..Self::new(RefusalCode::Busy, detail)
+        }
+    }
+
     pub fn conflict(current_revision: u64) -> Self {
         Self {
             current_revision: Some(current_revision),

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::load::{request_once, LoadError};
+use crate::cpu::Sides;
+use crate::load::{request_once, LoadError, Target};
 
 /// How long a gateway may take to start listening, and a CLI command to finish.
 const START_BOUND: Duration = Duration::from_secs(15);
@@ -373,6 +374,24 @@ impl Pair {
         caller.trust(&owner)?;
         owner.cli(&["vault", "create", vault])?;
         Ok(Self { owner, caller })
+    }
+
+    /// What the load generator calls: the caller's local API, as `app`, on `vault`.
+    pub fn target(&self, app: &str, vault: &str) -> Target {
+        Target {
+            api: self.caller.api,
+            token: self.caller.token.clone(),
+            app: app.into(),
+            vault: vault.into(),
+        }
+    }
+
+    /// Both processes, for CPU accounting (unknown if either has exited).
+    pub fn sides(&self) -> Option<Sides> {
+        self.caller
+            .pid()
+            .zip(self.owner.pid())
+            .map(|(caller, owner)| Sides::Processes { caller, owner })
     }
 
     /// Stops both, the caller first; both are stopped (or killed) whatever happens.

@@ -310,17 +310,8 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
         .and_then(|()| start_ferry(&binary, &plan, &mut ferry_notes).map_err(|err| err.to_string()))
     {
         Ok(pair) => {
-            let target = Target {
-                api: pair.caller.api,
-                token: pair.caller.token.clone(),
-                app: APP.into(),
-                vault: VAULT.into(),
-            };
-            let sides = pair
-                .caller
-                .pid()
-                .zip(pair.owner.pid())
-                .map(|(caller, owner)| Sides::Processes { caller, owner });
+            let target = pair.target(APP, VAULT);
+            let sides = pair.sides();
             subjects.push(Subject::new(
                 Kind::Hits,
                 None,

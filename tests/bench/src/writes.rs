@@ -273,17 +273,8 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
 
 fn start_ferry(binary: &Path) -> Result<Slot, WritesError> {
     let pair = Pair::start(binary, VAULT)?;
-    let target = Target {
-        api: pair.caller.api,
-        token: pair.caller.token.clone(),
-        app: APP.into(),
-        vault: VAULT.into(),
-    };
-    let sides = pair
-        .caller
-        .pid()
-        .zip(pair.owner.pid())
-        .map(|(caller, owner)| Sides::Processes { caller, owner });
+    let target = pair.target(APP, VAULT);
+    let sides = pair.sides();
     Ok(Slot {
         system: System::Ferry(Box::new(pair)),
         target,

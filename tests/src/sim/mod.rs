@@ -543,11 +543,7 @@ fn others_indexed(host: usize) -> impl Iterator<Item = (usize, &'static str)> {
 
 /// Every host but `host`.
 fn others(host: usize) -> impl Iterator<Item = &'static str> {
-    HOSTS
-        .iter()
-        .enumerate()
-        .filter(move |(i, _)| *i != host)
-        .map(|(_, name)| *name)
+    others_indexed(host).map(|(_, name)| name)
 }
 
 /// Ends every fault: routes, partitions, holds, loss; crashed hosts start again.

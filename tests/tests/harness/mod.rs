@@ -33,26 +33,8 @@ pub const STOP_BOUND: Duration = Duration::from_secs(10);
 
 /// A fresh UUIDv7 in its text form, stamped with the current time.
 pub fn fresh_request_id() -> String {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!(
-        "{:08x}-{:04x}-7{:03x}-8{:03x}-{:012x}",
-        ms >> 16,
-        ms & 0xffff,
-        nanos & 0xfff,
-        count & 0xfff,
-        (u64::from(std::process::id()) << 24) | (count & 0xff_ffff)
-    )
+    uuid::Uuid::now_v7().to_string()
 }
-
-static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Two gateways that trust each other, with vault `notes` owned by `a`.
 pub fn two_with_notes() -> (Gateway, Gateway) {
@@ -526,6 +508,34 @@ impl Gateway {
     /// The gateway's log so far (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.home.join("serve.log")).unwrap_or_default()
+    }
+
+    /// Waits (bounded by `bound`) until one line of the log holds every one of `parts`, and
+    /// returns it; fails with the lines that hold the first part.
+    pub fn wait_for_log_line(&self, parts: &[&str], bound: Duration) -> String {
+        let started = std::time::Instant::now();
+        loop {
+            let log = self.log();
+            if let Some(line) = log
+                .lines()
+                .find(|line| parts.iter().all(|part| line.contains(part)))
+            {
+                return line.to_string();
+            }
+            if started.elapsed() >= bound {
+                let near: Vec<&str> = log
+                    .lines()
+                    .filter(|line| parts.first().is_some_and(|first| line.contains(first)))
+                    .collect();
+                panic!(
+                    "after {bound:?}, no line of {}'s log holds all of {parts:?}; the lines holding {:?}:\n{}",
+                    self.label,
+                    parts.first(),
+                    near.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
