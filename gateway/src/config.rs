@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use ferry_core::capacity::CapacityRules;
 use serde::Deserialize;
 
 /// The largest value the owner accepts unless the config says otherwise (SPEC 4).
@@ -55,6 +56,92 @@ pub struct Config {
     /// Who may write which vault this gateway owns: vault name to the peer labels allowed. A
     /// vault not listed is open to every trusted peer (SPEC 3).
     pub writers: std::collections::BTreeMap<String, Vec<String>>,
+    /// The owner's capacity budget (SPEC 7 rule 7), the `[capacity]` table.
+    pub capacity: CapacityConfig,
+    /// Background reads (a replica's change pages) this owner serves at once; more wait, so a
+    /// replica catching up cannot crowd out apps' reads and writes.
+    pub background_reads: usize,
+}
+
+/// The owner's capacity budget: what it admits and in what order (SPEC 7 rule 7).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CapacityConfig {
+    /// Off: one first-come-first-served queue, no per-caller cap, no rate limit.
+    pub enabled: bool,
+    /// Writes of one caller node and app queued or running at once.
+    pub per_caller: u32,
+    /// Writes one caller node and app may send per minute (0: no limit).
+    pub rate_per_minute: u32,
+    /// How many of them may come at once after a quiet spell.
+    pub rate_burst: u32,
+    /// How long a background write waits before it goes ahead of interactive ones.
+    pub aging_ms: u64,
+    /// Writes waiting at once, both classes together.
+    pub queue_depth: usize,
+    /// Background writes queued or running at once, from every caller together (0: no bound).
+    pub background_in_flight: u32,
+}
+
+impl Default for CapacityConfig {
+    fn default() -> Self {
+        let rules = CapacityRules::default();
+        Self {
+            enabled: rules.enabled,
+            per_caller: rules.per_caller,
+            rate_per_minute: rules.rate_per_minute,
+            rate_burst: rules.rate_burst,
+            aging_ms: rules.aging.as_millis() as u64,
+            queue_depth: rules.queue_depth,
+            background_in_flight: rules.background_in_flight,
+        }
+    }
+}
+
+impl CapacityConfig {
+    pub fn rules(&self) -> CapacityRules {
+        CapacityRules {
+            enabled: self.enabled,
+            per_caller: self.per_caller,
+            rate_per_minute: self.rate_per_minute,
+            rate_burst: self.rate_burst,
+            aging: Duration::from_millis(self.aging_ms),
+            queue_depth: self.queue_depth,
+            background_in_flight: self.background_in_flight,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, detail: &str| ConfigError::Invalid {
+            key,
+            detail: detail.to_string(),
+        };
+        if self.per_caller == 0 {
+            return Err(invalid(
+                "capacity.per_caller",
+                "must be at least 1 (else no app could write)",
+            ));
+        }
+        if self.rate_per_minute > 0 && self.rate_burst == 0 {
+            return Err(invalid(
+                "capacity.rate_burst",
+                "must be at least 1 when rate_per_minute is set",
+            ));
+        }
+        if self.queue_depth == 0 || self.queue_depth > 1_000_000 {
+            return Err(invalid(
+                "capacity.queue_depth",
+                "must be between 1 and 1000000",
+            ));
+        }
+        if self.aging_ms > 600_000 {
+            return Err(invalid(
+                "capacity.aging_ms",
+                "must be at most 600000 (ten minutes)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Config {
@@ -78,6 +165,8 @@ impl Default for Config {
             cache_max_entries: ferry_cache::DEFAULT_MAX_ENTRIES,
             cache_fresh_ms: 1_000,
             replica_fresh_ms: 2_000,
+            capacity: CapacityConfig::default(),
+            background_reads: 2,
         }
     }
 }
@@ -148,6 +237,13 @@ impl Config {
                 detail: "must be at least 1".into(),
             });
         }
+        self.capacity.validate()?;
+        if self.background_reads == 0 {
+            return Err(ConfigError::Invalid {
+                key: "background_reads",
+                detail: "must be at least 1 (else no replica could catch up)".into(),
+            });
+        }
         if let Some(label) = &self.label {
             crate::names::check_label(label).map_err(|err| ConfigError::Invalid {
                 key: "label",
@@ -201,6 +297,20 @@ mod tests {
     fn a_typo_is_an_error_naming_the_key() {
         let err = toml::from_str::<Config>("max_valu_bytes = 3").unwrap_err();
         assert!(err.to_string().contains("max_valu_bytes"), "{err}");
+    }
+
+    #[test]
+    fn the_capacity_table_is_read_and_checked() {
+        let config: Config =
+            toml::from_str("[capacity]\nper_caller = 8\nrate_per_minute = 0").unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.capacity.rules().per_caller, 8);
+        assert_eq!(config.capacity.rules().queue_depth, 4096);
+        let config: Config = toml::from_str("[capacity]\nper_caller = 0").unwrap();
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("capacity.per_caller"), "{err}");
+        let err = toml::from_str::<Config>("[capacity]\nper_callr = 3").unwrap_err();
+        assert!(err.to_string().contains("per_callr"), "{err}");
     }
 
     #[test]

@@ -14,8 +14,8 @@ use ferry_peer::door::Service;
 use ferry_peer::outcome::{Refusal, RefusalCode};
 use ferry_peer::tls::TrustedKeys;
 use ferry_peer::wire::{
-    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, TicketAnswer, TicketRequest,
-    WriteAnswer, WriteRequest,
+    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, ReadVerb, TicketAnswer,
+    TicketRequest, WriteAnswer, WriteRequest,
 };
 use ferry_ticket::NodeId;
 use tracing::Instrument;
@@ -34,6 +34,9 @@ pub struct PeerService {
     vaults: Arc<Vaults>,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
+    /// Background reads (replicas' change pages) served at once: a replica catching up reads
+    /// as fast as this lets it, and no faster, so apps' calls keep the owner's time.
+    background_reads: Arc<tokio::sync::Semaphore>,
 }
 
 fn untrusted() -> Refusal {
@@ -57,6 +60,7 @@ impl PeerService {
         vaults: Arc<Vaults>,
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
+        background_reads: usize,
     ) -> Self {
         Self {
             owner,
@@ -64,6 +68,7 @@ impl PeerService {
             vaults,
             metrics,
             clock,
+            background_reads: Arc::new(tokio::sync::Semaphore::new(background_reads)),
         }
     }
 
@@ -133,7 +138,31 @@ impl Service for PeerService {
             return ReadAnswer::Refused(untrusted());
         }
         self.metrics.peer_read_served();
-        let ReadRequest { vault, verb, .. } = request;
+        let ReadRequest {
+            vault,
+            verb,
+            deadline_ms,
+            ..
+        } = request;
+        // A change page is background work (a replica syncing): it waits for its turn, and a
+        // page that cannot get one before its deadline is `busy` (the puller asks again).
+        let _turn = match verb {
+            ReadVerb::Changes { .. } => {
+                let wait = Duration::from_millis(u64::from(deadline_ms));
+                match tokio::time::timeout(wait, self.background_reads.clone().acquire_owned())
+                    .await
+                {
+                    Ok(Ok(permit)) => Some(permit),
+                    _ => {
+                        return ReadAnswer::Refused(Refusal::busy(
+                            "the owner is serving other replicas' change pages; ask again",
+                            Duration::from_millis(200),
+                        ))
+                    }
+                }
+            }
+            _ => None,
+        };
         match self.vaults.read_verb(vault.clone(), verb).await {
             Ok(Some(answer)) => answer,
             Ok(None) => ReadAnswer::Refused(Refusal::new(

@@ -45,7 +45,7 @@ use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::network::book::PeerBook;
 use crate::network::{Network, NetworkParts, DIRECTORY_REFRESH_BOUND};
-use crate::owner::executor::Executor;
+use crate::owner::executor::{Executor, ExecutorSettings};
 use crate::owner::verbs::WriteLimits;
 use crate::owner::Owner;
 use crate::reader::Reader;
@@ -127,15 +127,20 @@ impl Gateway {
         let local_vaults = store::vaults::list(&setup)?;
         drop(setup);
         let config = parts.config;
+        let metrics = Arc::new(Metrics::default());
         let executor = Arc::new(Executor::start(
             &parts.db_path,
-            WriteLimits {
-                max_value_bytes: config.max_value_bytes,
-                journal_retention: config.journal_retention(),
-                collected_before_ms: 0,
+            ExecutorSettings {
+                limits: WriteLimits {
+                    max_value_bytes: config.max_value_bytes,
+                    journal_retention: config.journal_retention(),
+                    collected_before_ms: 0,
+                },
+                rules: config.capacity.rules(),
+                blocking: env.blocking,
+                clock: clock.clone(),
+                metrics: metrics.clone(),
             },
-            env.blocking,
-            clock.clone(),
         )?);
         let reader = Reader::open(&parts.db_path, env.blocking)?;
         let call_log = Arc::new(CallLog::start(
@@ -161,7 +166,6 @@ impl Gateway {
             env.probe.clone(),
         );
         let lifecycle = Lifecycle::new();
-        let metrics = Arc::new(Metrics::default());
         let vaults = Arc::new(Vaults::new(
             local_vaults,
             reader,
@@ -290,6 +294,7 @@ impl Gateway {
             self.vaults.clone(),
             self.metrics.clone(),
             self.env.clock.clone(),
+            self.config().background_reads,
         ));
         loop {
             tokio::select! {

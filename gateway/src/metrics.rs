@@ -1,9 +1,14 @@
 //! Counters and a latency histogram, rendered in the Prometheus text format at `/metrics`.
 //! Plain atomics: recording is a few nanoseconds on any path.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
+
+use ferry_core::capacity::Refused;
+use ferry_peer::wire::Priority;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -102,6 +107,33 @@ pub struct Metrics {
     door_refusals: AtomicU64,
     calls_settled: AtomicU64,
     cache_hits: AtomicU64,
+    owner: OwnerLoad,
+}
+
+/// The owner's queue (SPEC 7 rule 7), by class: what waits, how long it waited, what was
+/// refused and for whom.
+#[derive(Debug, Default)]
+struct OwnerLoad {
+    queued: [AtomicU64; 2],
+    waits: [Histogram; 2],
+    /// Refusals by reason and caller app; apps past [`MAX_APP_LABELS`] count as `other`, so a
+    /// caller inventing app names cannot grow this without bound.
+    refusals: Mutex<BTreeMap<(&'static str, String), u64>>,
+}
+
+/// Caller apps named in the refusal counters before the rest count as `other`.
+const MAX_APP_LABELS: usize = 256;
+
+const CLASSES: [(&str, Priority); 2] = [
+    ("interactive", Priority::Interactive),
+    ("background", Priority::Background),
+];
+
+fn class_slot(class: Priority) -> usize {
+    match class {
+        Priority::Interactive => 0,
+        Priority::Background => 1,
+    }
 }
 
 impl Metrics {
@@ -144,6 +176,65 @@ impl Metrics {
     /// A remembered `outcome_unknown` call got its definite answer.
     pub fn call_settled(&self) {
         self.calls_settled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes waiting in the owner's queue, by class (interactive, background).
+    pub fn owner_queued(&self, (interactive, background): (usize, usize)) {
+        self.owner.queued[0].store(interactive as u64, Ordering::Relaxed);
+        self.owner.queued[1].store(background as u64, Ordering::Relaxed);
+    }
+
+    /// A write left the owner's queue after waiting `waited`.
+    pub fn owner_wait(&self, class: Priority, waited: Duration) {
+        self.owner.waits[class_slot(class)].record(waited);
+    }
+
+    /// The owner refused a write of `app` for its capacity budget.
+    pub fn owner_refusal(&self, why: Refused, app: &str) {
+        let mut refusals = self
+            .owner
+            .refusals
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let known = refusals.contains_key(&(why.name(), app.to_string()));
+        let app = if known || refusals.len() < MAX_APP_LABELS {
+            app
+        } else {
+            "other"
+        };
+        *refusals.entry((why.name(), app.to_string())).or_default() += 1;
+    }
+
+    fn render_owner(&self, out: &mut String) {
+        out.push_str("# HELP ferry_owner_queue_depth Writes waiting in this owner's queue, by class.\n# TYPE ferry_owner_queue_depth gauge\n");
+        for ((name, _), queued) in CLASSES.iter().zip(&self.owner.queued) {
+            let _ = writeln!(
+                out,
+                "ferry_owner_queue_depth{{class=\"{name}\"}} {}",
+                queued.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP ferry_owner_queue_wait_seconds How long writes waited in this owner's queue, by class.\n# TYPE ferry_owner_queue_wait_seconds histogram\n");
+        for ((name, _), waits) in CLASSES.iter().zip(&self.owner.waits) {
+            waits.render(
+                out,
+                "ferry_owner_queue_wait_seconds",
+                &format!("class=\"{name}\","),
+            );
+        }
+        out.push_str("# HELP ferry_owner_refusals_total Writes this owner refused for its capacity budget (busy or rate_limited), by reason and caller app.\n# TYPE ferry_owner_refusals_total counter\n");
+        let refusals = self
+            .owner
+            .refusals
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for ((reason, app), count) in refusals.iter() {
+            let _ = writeln!(
+                out,
+                "ferry_owner_refusals_total{{reason=\"{reason}\",app=\"{}\"}} {count}",
+                escape_label(app)
+            );
+        }
     }
 
     pub fn render(&self) -> String {
@@ -213,8 +304,17 @@ impl Metrics {
             .render(&mut out, "ferry_call_latency_seconds", "call=\"write\",");
         self.read_latency
             .render(&mut out, "ferry_call_latency_seconds", "call=\"read\",");
+        self.render_owner(&mut out);
         out
     }
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped (app names come from apps).
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -234,6 +334,31 @@ mod tests {
         assert!(text.contains("ferry_writes_total{outcome=\"outcome_unknown\"} 1"));
         assert!(text.contains("ferry_call_latency_seconds_bucket{call=\"write\",le=\"0.001\"} 1"));
         assert!(text.contains("ferry_call_latency_seconds_count{call=\"write\"} 2"));
+    }
+
+    #[test]
+    fn owner_refusals_render_by_reason_and_app_with_odd_names_escaped() {
+        let metrics = Metrics::default();
+        metrics.owner_refusal(Refused::CallerCap, "notes");
+        metrics.owner_refusal(Refused::CallerCap, "notes");
+        metrics.owner_refusal(Refused::RateLimited, "a\"b");
+        metrics.owner_queued((3, 1));
+        metrics.owner_wait(Priority::Background, Duration::from_millis(3));
+        let text = metrics.render();
+        assert!(
+            text.contains("ferry_owner_refusals_total{reason=\"caller_cap\",app=\"notes\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reason=\"rate_limited\",app=\"a\\\"b\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("ferry_owner_queue_depth{class=\"interactive\"} 3"));
+        assert!(text.contains("ferry_owner_queue_wait_seconds_count{class=\"background\"} 1"));
+        for n in 0..MAX_APP_LABELS + 5 {
+            metrics.owner_refusal(Refused::QueueFull, &format!("app{n}"));
+        }
+        assert!(metrics.render().contains("app=\"other\"} "));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ferry_core::clock::Clock;
 use ferry_peer::call::ReadError;
-use ferry_peer::outcome::Refusal;
+use ferry_peer::outcome::{Refusal, RefusalCode};
 use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb};
 use ferry_ticket::NodeId;
 use tracing::{debug, info};
@@ -35,6 +35,12 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const PAGE_DEADLINE: Duration = Duration::from_secs(10);
 /// The app name replication reads as.
 const APP: &str = "ferry-replication";
+
+/// The pause after a page pulled while catching up: as long as the page took (pull and
+/// apply), at most a second.
+fn catch_up_pause(page_took: Duration) -> Duration {
+    page_took.min(Duration::from_secs(1))
+}
 
 /// Why `ferry vault follow` did not start a replica. Nothing was replicated.
 #[derive(Debug, thiserror::Error)]
@@ -154,13 +160,28 @@ impl Replication {
             if self.lifecycle.is_stopping() {
                 return;
             }
+            let started = self.clock.now();
             let wait = match self.pull_once(&vault, owner, cursor).await {
                 Ok((next, more)) => {
                     cursor = next;
                     if more {
-                        continue;
+                        // Catching up is background work: pause as long as the page took, so
+                        // a replica syncing a large vault takes at most half of what the
+                        // owner, the network and this machine have for it.
+                        catch_up_pause(self.clock.now().saturating_duration_since(started))
+                    } else {
+                        PULL_INTERVAL
                     }
-                    PULL_INTERVAL
+                }
+                // The owner is busy (it serves apps first): ask again when it says, same page.
+                Err(PullError::Refused { refusal })
+                    if matches!(refusal.code, RefusalCode::Busy | RefusalCode::RateLimited) =>
+                {
+                    debug!(%vault, detail = %refusal.detail, "owner busy; the page is asked again");
+                    refusal
+                        .retry_after_ms
+                        .map_or(RETRY_AFTER, Duration::from_millis)
+                        .min(RETRY_AFTER)
                 }
                 Err(err) => {
                     debug!(%vault, %err, "replica pull failed");

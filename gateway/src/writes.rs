@@ -93,13 +93,17 @@ impl Writes {
         vault: String,
         verb: WriteVerb,
         request_id: RequestId,
+        class: Priority,
         deadline: Instant,
     ) -> tokio::task::JoinHandle<Written> {
         let writes = self.clone();
         // Boxed: a write's future is kilobytes of state, and spawning moves what it is given;
         // a box moves as a pointer.
-        let write =
-            Box::pin(async move { writes.write(app, vault, verb, request_id, deadline).await });
+        let write = Box::pin(async move {
+            writes
+                .write(app, vault, verb, request_id, class, deadline)
+                .await
+        });
         self.tasks.spawn(write)
     }
 
@@ -111,6 +115,7 @@ impl Writes {
         vault: String,
         verb: WriteVerb,
         request_id: RequestId,
+        class: Priority,
         deadline: Instant,
     ) -> Written {
         if self.lifecycle.is_stopping() {
@@ -127,7 +132,7 @@ impl Writes {
             app,
             vault,
             verb,
-            priority: Priority::Interactive,
+            priority: class,
         };
         let target = match place {
             Place::Local(row) if row.role == Role::Owner => {

@@ -66,10 +66,11 @@ impl WriteCall {
             app: self.app.clone(),
             vault: self.vault.clone(),
             verb: self.verb.clone(),
-            deadline_ms: deadline
-                .saturating_duration_since(clock::now())
-                .as_millis()
-                .min(u128::from(u32::MAX)) as u32,
+            deadline_ms: ferry_core::capacity::owner_budget(
+                deadline.saturating_duration_since(clock::now()),
+            )
+            .as_millis()
+            .min(u128::from(u32::MAX)) as u32,
             priority: self.priority,
             ticket,
         }

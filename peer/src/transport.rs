@@ -55,12 +55,23 @@ impl Default for TransportTuning {
     }
 }
 
+/// Concurrent bidirectional streams a peer may open on one connection.
+pub const MAX_STREAMS: u32 = 1024;
+/// Bytes a peer may have in flight to this side on one connection, all streams together.
+const RECEIVE_WINDOW: u32 = 64 * 1024 * 1024;
+
 impl TransportTuning {
     fn config(&self) -> Arc<quinn::TransportConfig> {
         let mut config = quinn::TransportConfig::default();
         config.keep_alive_interval(Some(self.keep_alive));
         // An idle timeout this small always fits a VarInt.
         config.max_idle_timeout(quinn::IdleTimeout::try_from(self.idle_timeout).ok());
+        // Enough streams that a caller's writes never queue for stream credit on its side
+        // (where a wait would end as "nothing sent" or, late, as unknown): an overloaded owner
+        // answers `busy` at once instead (SPEC 7 rule 7). What a peer may make this side buffer
+        // stays bounded by the connection's receive window.
+        config.max_concurrent_bidi_streams(quinn::VarInt::from_u32(MAX_STREAMS));
+        config.receive_window(quinn::VarInt::from_u32(RECEIVE_WINDOW));
         Arc::new(config)
     }
 }

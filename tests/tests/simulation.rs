@@ -28,7 +28,8 @@ fn bug_named(name: &str) -> ferry_core::bugs::Bug {
         "nothing-sent" => Bug::NothingSentAfterSend,
         "tombstone" => Bug::SkippedTombstone,
         "older-read" => Bug::OlderRead,
-        other => panic!("FERRY_SIM_BUG={other}: use resend, nothing-sent, tombstone or older-read"),
+        "run-after-busy" => Bug::RunAfterBusy,
+        other => panic!("FERRY_SIM_BUG={other}: use resend, nothing-sent, tombstone, older-read or run-after-busy"),
     }
 }
 
@@ -177,6 +178,8 @@ fn the_checker_catches_each_injected_bug() {
         (Bug::SkippedTombstone, "settled NotCarriedOut"),
         // An app saw a revision go back.
         (Bug::OlderRead, "after it had seen"),
+        // The owner said busy (not carried out) and ran it anyway.
+        (Bug::RunAfterBusy, "Refused(\"busy\")"),
     ] {
         let caught = first_catch(bug, names, 1000, CI_SEEDS);
         eprintln!("{bug:?}: {caught:?}");

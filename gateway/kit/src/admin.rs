@@ -23,6 +23,38 @@ pub struct Status {
     pub peers: usize,
     pub home: String,
     pub version: String,
+    /// The owner's write queue and its busiest callers (SPEC 7 rule 7).
+    pub owner_queue: OwnerQueue,
+}
+
+/// The owner's write queue now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerQueue {
+    /// Whether the capacity rules are on (config `capacity.enabled`).
+    pub rules_on: bool,
+    pub interactive: usize,
+    pub background: usize,
+    /// Writes of one caller node and app queued or running at once.
+    pub per_caller: u32,
+    /// Writes of one caller node and app per minute (0: no limit).
+    pub rate_per_minute: u32,
+    pub queue_depth: usize,
+    /// The callers with the most writes in flight, then the most sent.
+    pub top_callers: Vec<QueueCaller>,
+}
+
+/// One caller (node and app) at the owner's queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueCaller {
+    /// The caller gateway's label (this gateway's own for local apps).
+    pub node: String,
+    pub app: String,
+    /// Queued or running now.
+    pub in_flight: u32,
+    /// Admitted since it was last idle long enough to be forgotten.
+    pub admitted: u64,
+    /// Refused busy or rate_limited since then.
+    pub refused: u64,
 }
 
 /// A route as configured or announced: `lan`, `tailnet`, `thunderbolt` and an address.

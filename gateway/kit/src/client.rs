@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::contract::{
     parse_timeout, CallAnswer, CallStateName, ErrorBody, ErrorCode, ListPage, ListedKey, WriteDone,
-    DEFAULT_TIMEOUT, HEADER_IF_MATCH, HEADER_REQUEST_ID, HEADER_REVISION, HEADER_SOURCE,
-    HEADER_STALE, HEADER_TIMEOUT, QUERY_VAULT,
+    DEFAULT_TIMEOUT, HEADER_CLASS, HEADER_IF_MATCH, HEADER_REQUEST_ID, HEADER_REVISION,
+    HEADER_SOURCE, HEADER_STALE, HEADER_TIMEOUT, MAX_TIMEOUT, QUERY_VAULT,
 };
 use crate::http::{self, encode_segment, query, Answer, Call, Failure};
 use crate::outcome::{KitError, ReadRecord, Settlement, WriteResult};
@@ -41,6 +41,30 @@ pub struct WriteOptions {
     /// `OutcomeUnknown`, and the gateway still carries it through and remembers it). Default:
     /// the timeout plus a few seconds, so the gateway's own answer comes first.
     pub client_timeout: Option<Duration>,
+    /// Sends `X-Ferry-Class: background`: a bulk import or other work that may wait behind
+    /// apps' writes at the owner (never more than its aging time, 10 s by default).
+    pub background: bool,
+}
+
+/// How [`Kit::put_retrying`] and [`Kit::delete_retrying`] retry `busy` and `rate_limited`.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// The whole budget: no attempt starts, and no wait runs, past it.
+    pub within: Duration,
+    /// The first wait when the owner gave no `Retry-After`; it doubles each time.
+    pub first_backoff: Duration,
+    /// The longest wait between two attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            within: DEFAULT_TIMEOUT,
+            first_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
 }
 
 /// A read straight from a trusted peer's gateway, for when the local gateway is down (SPEC 9,
@@ -231,6 +255,95 @@ impl Kit {
             .await
     }
 
+    /// [`Kit::put`], sent again under the same request id while the owner answers `busy` or
+    /// `rate_limited` (and only then: those two certify the write was not carried out), after
+    /// the owner's `Retry-After` or a doubling backoff with jitter, within `policy.within`.
+    /// Every other result is returned as it came, `outcome_unknown` above all: that one is
+    /// settled, never sent again.
+    pub async fn put_retrying(
+        &self,
+        vault: &str,
+        key: &str,
+        value: impl Into<Bytes>,
+        options: &WriteOptions,
+        policy: RetryPolicy,
+    ) -> WriteResult {
+        self.retrying(Method::PUT, vault, key, value.into(), options, policy)
+            .await
+    }
+
+    /// [`Kit::delete`] with [`Kit::put_retrying`]'s retries.
+    pub async fn delete_retrying(
+        &self,
+        vault: &str,
+        key: &str,
+        options: &WriteOptions,
+        policy: RetryPolicy,
+    ) -> WriteResult {
+        self.retrying(Method::DELETE, vault, key, Bytes::new(), options, policy)
+            .await
+    }
+
+    async fn retrying(
+        &self,
+        method: Method,
+        vault: &str,
+        key: &str,
+        body: Bytes,
+        options: &WriteOptions,
+        policy: RetryPolicy,
+    ) -> WriteResult {
+        let started = tokio::time::Instant::now();
+        let deadline = started + policy.within;
+        let mut options = options.clone();
+        // One id for every attempt: the owner runs it at most once, whichever attempt lands.
+        let request_id = options
+            .request_id
+            .get_or_insert_with(|| uuid::Uuid::now_v7().hyphenated().to_string())
+            .clone();
+        // A timeout the gateway would refuse is refused here the same way: nothing sent.
+        let asked = match options.timeout.as_deref() {
+            None => None,
+            Some(raw) => match parse_timeout(raw) {
+                Some(asked) => Some(asked),
+                None => {
+                    return WriteResult::Invalid {
+                        status: 400,
+                        code: ErrorCode::BadRequest,
+                        detail: format!(
+                            "timeout {raw:?} is not a decimal number of seconds greater than 0 and at most 600; nothing was sent"
+                        ),
+                    }
+                }
+            },
+        };
+        let mut backoff = policy.first_backoff;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // Each attempt's own timeout ends with the budget (so the last one cannot overrun),
+            // and is one the gateway accepts: at most MAX_TIMEOUT, at least a millisecond.
+            let attempt_timeout = asked
+                .map_or(left, |asked| asked.min(left))
+                .clamp(Duration::from_millis(1), MAX_TIMEOUT);
+            let mut attempt = options.clone();
+            attempt.timeout = Some(format!("{:.3}", attempt_timeout.as_secs_f64()));
+            let result = self
+                .write(method.clone(), vault, key, body.clone(), &attempt)
+                .await;
+            let Some(retry_after) = result.may_resend_after() else {
+                return result;
+            };
+            let wait = retry_after.max(backoff) + jitter(&request_id, backoff);
+            backoff = (backoff * 2).min(policy.max_backoff);
+            let now = tokio::time::Instant::now();
+            // The wait and a useful attempt after it must fit (a millisecond is no attempt).
+            if now + wait + Duration::from_millis(10) >= deadline {
+                return result;
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     async fn write(
         &self,
         method: Method,
@@ -249,6 +362,9 @@ impl Kit {
         }
         if let Some(timeout) = &options.timeout {
             headers.push((HEADER_TIMEOUT, timeout.clone()));
+        }
+        if options.background {
+            headers.push((HEADER_CLASS, "background".to_string()));
         }
         let bound = options.client_timeout.unwrap_or_else(|| {
             options
@@ -666,6 +782,18 @@ fn write_result(answer: Answer, request_id: String, vault: &str) -> WriteResult 
             error.error, error.detail
         )),
     }
+}
+
+/// Up to a quarter of `backoff`, from the request id's random bits and the backoff, so callers
+/// refused together do not come back together.
+fn jitter(request_id: &str, backoff: Duration) -> Duration {
+    let seed = request_id
+        .bytes()
+        .fold(backoff.as_millis() as u64, |acc, b| {
+            acc.wrapping_mul(31).wrapping_add(u64::from(b))
+        });
+    let quarter = (backoff.as_millis() as u64 / 4).max(1);
+    Duration::from_millis(seed % quarter)
 }
 
 fn settlement(call: CallAnswer) -> Settlement {

@@ -16,6 +16,9 @@ pub const HEADER_APP: &str = "x-ferry-app";
 pub const HEADER_REQUEST_ID: &str = "x-ferry-request-id";
 /// Header: a compare-and-swap's expected revision (`If-Match`).
 pub const HEADER_IF_MATCH: &str = "if-match";
+/// Header: the write's capacity class (`X-Ferry-Class`): `interactive` (default) or
+/// `background` (SPEC 7 rule 7).
+pub const HEADER_CLASS: &str = "x-ferry-class";
 /// Header: seconds the call may take (`X-Ferry-Timeout`).
 pub const HEADER_TIMEOUT: &str = "x-ferry-timeout";
 /// Header: a record's revision on a read.

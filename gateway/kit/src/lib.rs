@@ -23,5 +23,5 @@ pub mod contract;
 pub mod http;
 mod outcome;
 
-pub use client::{AroundError, AroundRead, Kit, ReadAround, WriteOptions};
+pub use client::{AroundError, AroundRead, Kit, ReadAround, RetryPolicy, WriteOptions};
 pub use outcome::{KitError, ReadRecord, Settlement, WriteResult};

@@ -53,6 +53,20 @@ pub enum WriteResult {
 }
 
 impl WriteResult {
+    /// When the owner refused it `busy` or `rate_limited` (so it was not carried out and the
+    /// same request id may be sent again): how long to wait first. `None` for every other
+    /// result, which must not be sent again as it is.
+    pub fn may_resend_after(&self) -> Option<Duration> {
+        match self {
+            Self::Refused {
+                code: ErrorCode::Busy | ErrorCode::RateLimited,
+                retry_after,
+                ..
+            } => Some(retry_after.unwrap_or(Duration::from_secs(1))),
+            _ => None,
+        }
+    }
+
     /// The request id the write carried, when it was handed to the gateway.
     pub fn request_id(&self) -> Option<&str> {
         match self {
@@ -120,4 +134,49 @@ pub enum KitError {
     /// The call could not be made from what the app gave (a bad request id, say).
     #[error("{detail}")]
     Invalid { detail: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: ErrorCode, retry_after: Option<Duration>) -> WriteResult {
+        WriteResult::Refused {
+            status: 503,
+            code,
+            detail: String::new(),
+            request_id: "id".into(),
+            current_revision: None,
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn only_busy_and_rate_limited_may_be_sent_again() {
+        let second = Some(Duration::from_secs(2));
+        assert_eq!(refused(ErrorCode::Busy, second).may_resend_after(), second);
+        assert_eq!(
+            refused(ErrorCode::RateLimited, None).may_resend_after(),
+            Some(Duration::from_secs(1))
+        );
+        for not_again in [
+            refused(ErrorCode::Conflict, second),
+            refused(ErrorCode::TicketRefused, second),
+            WriteResult::OutcomeUnknown {
+                request_id: "id".into(),
+                vault: "v".into(),
+                owner: None,
+                detail: String::new(),
+            },
+            WriteResult::Unavailable {
+                request_id: "id".into(),
+                detail: String::new(),
+            },
+            WriteResult::LocalGatewayDown {
+                detail: String::new(),
+            },
+        ] {
+            assert_eq!(not_again.may_resend_after(), None, "{not_again:?}");
+        }
+    }
 }

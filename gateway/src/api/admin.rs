@@ -8,8 +8,8 @@ use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ferry_kit::admin::{
-    CreateVault, FollowVault, Peer, RouteAddress, RouteHealth, Status, Stopping, SyncProgress,
-    TrustRequest, UntrustRequest, Untrusted, Vault, VaultHeld,
+    CreateVault, FollowVault, OwnerQueue, Peer, QueueCaller, RouteAddress, RouteHealth, Status,
+    Stopping, SyncProgress, TrustRequest, UntrustRequest, Untrusted, Vault, VaultHeld,
 };
 use ferry_kit::contract::ErrorCode;
 use ferry_peer::routes::{Route, RouteState};
@@ -61,7 +61,32 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Json<Status> {
         peers: gateway.network().book().all().len(),
         home: gateway.home().root().display().to_string(),
         version: env!("CARGO_PKG_VERSION").to_string(),
+        owner_queue: owner_queue(&gateway),
     })
+}
+
+/// The owner's queue and its five busiest callers.
+fn owner_queue(gateway: &Gateway) -> OwnerQueue {
+    let load = gateway.owner().executor().load(5);
+    OwnerQueue {
+        rules_on: load.rules.enabled,
+        interactive: load.interactive,
+        background: load.background,
+        per_caller: load.rules.per_caller,
+        rate_per_minute: load.rules.rate_per_minute,
+        queue_depth: load.rules.queue_depth,
+        top_callers: load
+            .top_callers
+            .into_iter()
+            .map(|caller| QueueCaller {
+                node: gateway.network().label_of(&caller.caller.0),
+                app: caller.caller.1,
+                in_flight: caller.in_flight,
+                admitted: caller.admitted,
+                refused: caller.refused,
+            })
+            .collect(),
+    }
 }
 
 fn route_address(kind: &str, addr: impl ToString) -> RouteAddress {

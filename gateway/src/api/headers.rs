@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use ferry_peer::wire::RequestId;
+use ferry_peer::wire::{Priority, RequestId};
 
 use super::ApiError;
 use crate::names;
@@ -30,6 +30,18 @@ pub fn app(headers: &HeaderMap) -> Result<String, ApiError> {
     })?;
     names::check_app(app).map_err(ApiError::bad_request)?;
     Ok(app.to_string())
+}
+
+/// `X-Ferry-Class`: `interactive` (the default) or `background` (bulk imports and the like:
+/// the owner runs it after apps' writes, but never more than its aging time after them).
+pub fn class(headers: &HeaderMap) -> Result<Priority, ApiError> {
+    match text(headers, "x-ferry-class")? {
+        None | Some("interactive") => Ok(Priority::Interactive),
+        Some("background") => Ok(Priority::Background),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "X-Ferry-Class {other:?} is neither interactive nor background; nothing was sent"
+        ))),
+    }
 }
 
 /// `X-Ferry-Timeout`: decimal seconds, greater than 0, at most 600; default 30.

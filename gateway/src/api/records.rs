@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ferry_kit::contract::{ErrorCode, ListPage, ListedKey, WriteDone};
 use ferry_peer::outcome::{Refusal, UnknownReason, WriteOutcome};
-use ferry_peer::wire::{ReadAnswer, ReadVerb, RequestId, WriteAnswer, WriteVerb};
+use ferry_peer::wire::{Priority, ReadAnswer, ReadVerb, RequestId, WriteAnswer, WriteVerb};
 use serde::Deserialize;
 
 use super::error::refusal_code;
@@ -215,6 +215,7 @@ pub async fn put_record(
             gateway.clock().unix_ms(),
         )?;
         let timeout = headers::timeout(&headers)?;
+        let class = headers::class(&headers)?;
         let if_revision = headers::if_match(&headers)?;
         check_vault_and_key(&vault, &key)?;
         let value = read_value(body, gateway.config().max_value_bytes).await?;
@@ -222,6 +223,7 @@ pub async fn put_record(
             app,
             request_id,
             timeout,
+            class,
             WriteVerb::Put {
                 key,
                 value: value.to_vec(),
@@ -247,12 +249,14 @@ pub async fn delete_record(
             gateway.clock().unix_ms(),
         )?;
         let timeout = headers::timeout(&headers)?;
+        let class = headers::class(&headers)?;
         let if_revision = headers::if_match(&headers)?;
         check_vault_and_key(&vault, &key)?;
         Ok::<_, ApiError>((
             app,
             request_id,
             timeout,
+            class,
             WriteVerb::Delete { key, if_revision },
         ))
     })();
@@ -268,7 +272,7 @@ async fn read_value(body: Body, max: usize) -> Result<Bytes, ApiError> {
     })
 }
 
-type Prepared = Result<(String, RequestId, std::time::Duration, WriteVerb), ApiError>;
+type Prepared = Result<(String, RequestId, std::time::Duration, Priority, WriteVerb), ApiError>;
 
 async fn write(
     gateway: Arc<Gateway>,
@@ -277,7 +281,7 @@ async fn write(
     headers: &HeaderMap,
     prepared: Prepared,
 ) -> Response {
-    let (app, request_id, timeout, verb) = match prepared {
+    let (app, request_id, timeout, class, verb) = match prepared {
         Ok(prepared) => prepared,
         Err(error) => {
             gateway
@@ -300,7 +304,7 @@ async fn write(
     // write reaches its outcome and the call log records it for settling.
     let task = gateway
         .writes()
-        .spawn_write(app, vault.clone(), verb, request_id, deadline);
+        .spawn_write(app, vault.clone(), verb, request_id, class, deadline);
     let (kind, mut response) = match task.await {
         Err(refusal_or_panic) => {
             // The task panicked: whether it sent anything is not known.

@@ -14,7 +14,7 @@ use crate::home::Home;
 use crate::names;
 use crate::store::{self, trust, vaults};
 use ferry_kit::admin::{
-    CreateVault, FollowVault, HeldTicket, Peer, Rotated, RouteHealth, Status, Stopping,
+    CreateVault, FollowVault, HeldTicket, OwnerQueue, Peer, Rotated, RouteHealth, Status, Stopping,
     TrustRequest, UntrustRequest, Untrusted, Vault, VaultHeld,
 };
 use ferry_kit::{Kit, KitError, Settlement, WriteOptions, WriteResult};
@@ -208,10 +208,41 @@ async fn status(kit: &Kit, json: bool) -> Exit {
                 ] {
                     println!("{field:<10} {}", cell(status.get(field)));
                 }
+                print_owner_queue(status.get("owner_queue"));
             }
             Exit::Done
         }
         Err(err) => kit_failure(err, json),
+    }
+}
+
+/// The owner's queue in `ferry status`: depth by class, the rules, the busiest callers.
+fn print_owner_queue(queue: Option<&Value>) {
+    let Some(queue) = queue.and_then(|q| serde_json::from_value::<OwnerQueue>(q.clone()).ok())
+    else {
+        return;
+    };
+    let rules = if queue.rules_on {
+        let rate = match queue.rate_per_minute {
+            0 => "no rate limit".to_string(),
+            n => format!("{n} a minute"),
+        };
+        format!(
+            "{} per caller app, {rate}, depth {}",
+            queue.per_caller, queue.queue_depth
+        )
+    } else {
+        format!("capacity rules off, depth {}", queue.queue_depth)
+    };
+    println!(
+        "{:<10} {} interactive, {} background waiting ({rules})",
+        "queue", queue.interactive, queue.background
+    );
+    for caller in &queue.top_callers {
+        println!(
+            "{:<10} {}/{}: {} in flight, {} admitted, {} refused",
+            "caller", caller.node, caller.app, caller.in_flight, caller.admitted, caller.refused
+        );
     }
 }
 
@@ -521,6 +552,7 @@ fn options(flags: WriteFlags) -> WriteOptions {
         ),
         timeout: flags.timeout,
         client_timeout: None,
+        background: flags.background,
     }
 }
 
@@ -603,6 +635,12 @@ fn report_write(result: WriteResult, json: bool, elapsed: std::time::Duration) -
         } = &result
         {
             eprintln!("ferry: the write may or may not have happened; do not resend it under a new id; `ferry settle {request_id} --vault {vault}` says what became of it");
+        }
+        if let (Some(after), Some(request_id)) = (result.may_resend_after(), result.request_id()) {
+            eprintln!(
+                "ferry: nothing was written; the owner asks to wait {} s, then send it again with --request-id {request_id}",
+                after.as_secs().max(1)
+            );
         }
     }
     exit

@@ -156,6 +156,10 @@ pub struct WriteFlags {
     /// Seconds the write may take (0 < t <= 600; default 30).
     #[arg(long)]
     pub timeout: Option<String>,
+    /// Send it in the background class (a bulk import): the owner runs apps' writes first,
+    /// but never more than its aging time (10 s) before this one.
+    #[arg(long)]
+    pub background: bool,
 }
 
 #[derive(Debug, Subcommand)]

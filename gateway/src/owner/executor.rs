@@ -14,21 +14,24 @@
 //!    wrote follows that durable commit: a tombstone answered `never_arrived` before its fsync
 //!    could be lost to a power cut, and the id could then run after all.
 //!
-//! The queue in front of the thread is bounded; a full queue answers `busy` at once (not
-//! carried out, the same id may be sent again). The capacity rules of SPEC 7 rule 7 (two
-//! classes with aging, a per-caller cap, rate limits) slot in as the admission step in front of
-//! this queue.
+//! In front of the thread sits the capacity budget (SPEC 7 rule 7, decided in
+//! `ferry_core::capacity`): a write is admitted at arrival only within its caller's cap (node
+//! and app), its rate budget and the queue's bound, else it is answered `busy` or
+//! `rate_limited` at once (not carried out, not journaled, the same id may be sent again). The
+//! admitted ones wait in two classes, interactive first with aging for background; a write
+//! taken out of the queue starts only if it can still finish before its deadline, else it is
+//! `busy` and never runs afterwards.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferry_core::admission::{self, BusyReason, QUEUE_FULL_RETRY};
+use ferry_core::capacity::{self, CallerLoad, CapacityRules, ClassQueue, Gate, ServiceTime};
 use ferry_core::clock::Clock;
 
 use ferry_peer::call::WriteCall;
 use ferry_peer::outcome::{NotCarriedOutReason, Refusal};
-use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
+use ferry_peer::wire::{CallState, Priority, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
@@ -37,21 +40,35 @@ use tracing::{debug, error, info};
 use super::fault;
 use super::verbs::{self, Admission, Execution, WriteLimits};
 use crate::env::Blocking;
+use crate::metrics::Metrics;
 use crate::store::{self, journal, StoreError};
 
-/// How many jobs may wait for the executor.
-const QUEUE_DEPTH: usize = 4096;
+/// Jobs other than writes (settle queries, collections, changes) that may wait for the
+/// executor; writes are bounded by the capacity budget's queue depth.
+const OTHER_JOBS: usize = 1024;
 /// The most jobs in one batch: large enough to amortise the fsync, small enough that the first
 /// write in a batch does not wait long for the last.
 const MAX_BATCH: usize = 256;
 
+/// Background writes (not yet aged) in one batch at most: a batch's time is what an app's
+/// write arriving during it waits, so background work comes in small batches.
+const MAX_BACKGROUND_PER_BATCH: usize = 32;
+
+/// A caller of the owner as the capacity budget counts it: its node and its app.
+pub type CallerKey = (NodeId, String);
+
 /// One piece of work for the owner thread.
+// Writes are nearly every job, so boxing their variant would add an allocation to the common
+// case to save bytes in the rare ones.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Job {
     Write {
         caller: NodeId,
         request: WriteCall,
         deadline: Instant,
+        /// Its place in the capacity budget, given back when the job is answered or dropped.
+        slot: Slot,
         reply: oneshot::Sender<WriteAnswer>,
     },
     Status {
@@ -79,12 +96,130 @@ impl std::fmt::Debug for Apply {
     }
 }
 
+/// The capacity budget's state, shared by the callers (admission) and the thread (start,
+/// finish).
+#[derive(Debug)]
+struct Budget {
+    gate: Mutex<Gate<CallerKey>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Budget {
+    fn with_gate<R>(&self, f: impl FnOnce(&mut Gate<CallerKey>) -> R) -> R {
+        let mut gate = self
+            .gate
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let result = f(&mut gate);
+        self.metrics.owner_queued(gate.queued());
+        result
+    }
+}
+
+/// An admitted write's place in the budget: counted as queued until it leaves the queue, and
+/// against its caller's cap until it is answered or dropped (whatever path that takes).
+#[derive(Debug)]
+struct Slot {
+    budget: Arc<Budget>,
+    caller: CallerKey,
+    class: Priority,
+    arrived: Instant,
+    queued: bool,
+    /// Who decides the write's fate: the executor starting it, or the caller's side
+    /// withdrawing it (answering `busy`) when its deadline comes while it still waits.
+    claim: Arc<Claim>,
+}
+
+/// A queued write's one decision, taken once: started (it will run) or withdrawn (it never
+/// will). A compare-and-swap, so the executor and the waiting caller cannot both win.
+#[derive(Debug, Default)]
+struct Claim(std::sync::atomic::AtomicU8);
+
+const WAITING: u8 = 0;
+/// The executor started it: it runs, and is answered after its commit.
+const STARTED: u8 = 1;
+/// The waiting caller's side withdrew it (its deadline came): answered `busy` there, its place
+/// in the budget given back there, dropped unrun when the executor reaches it.
+const WITHDRAWN: u8 = 2;
+/// The executor refused it at its start (it could not finish before its deadline).
+const REFUSED_AT_START: u8 = 3;
+
+impl Claim {
+    fn take(&self, to: u8) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0
+            .compare_exchange(WAITING, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    fn withdrawn_by_caller(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire) == WITHDRAWN
+    }
+}
+
+/// How long before its deadline a write still waiting in the queue is withdrawn and answered
+/// `busy`: room for the answer to travel back before the caller's deadline passes, so a full
+/// queue reads as busy, never as `outcome_unknown`.
+const ANSWER_MARGIN: Duration = Duration::from_millis(50);
+
+impl Slot {
+    /// It left the queue to start.
+    fn started(&mut self) {
+        self.queued = false;
+        let class = self.class;
+        self.budget.with_gate(|gate| gate.dequeued(class));
+    }
+
+    /// It was refused at its start: it spent nothing of its caller's rate budget.
+    fn refund(&self) {
+        self.budget.with_gate(|gate| gate.refund(&self.caller));
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The waiting caller's side withdrew it and gave its place back then.
+        if self.claim.withdrawn_by_caller() {
+            return;
+        }
+        let (queued, class) = (self.queued, self.class);
+        self.budget.with_gate(|gate| {
+            if queued {
+                gate.dequeued(class);
+            }
+            gate.finished(&self.caller, class);
+        });
+    }
+}
+
+/// What the owner's queue holds now, for `ferry status`.
+#[derive(Debug, Clone)]
+pub struct QueueLoad {
+    pub rules: CapacityRules,
+    pub interactive: usize,
+    pub background: usize,
+    pub top_callers: Vec<CallerLoad<CallerKey>>,
+}
+
 /// The handle apps' and peers' writes go through.
 #[derive(Debug)]
 pub struct Executor {
     queue: std::sync::Mutex<Option<mpsc::Sender<Job>>>,
     finished: tokio::sync::Mutex<Option<oneshot::Receiver<()>>>,
+    budget: Arc<Budget>,
+    /// Reads the journal for copies of answered writes that the budget would refuse.
+    journal_reader: Mutex<Connection>,
     clock: Arc<dyn Clock>,
+}
+
+/// How the executor runs: its limits, its capacity budget, where it reports.
+#[derive(Debug, Clone)]
+pub struct ExecutorSettings {
+    pub limits: WriteLimits,
+    pub rules: CapacityRules,
+    pub blocking: Blocking,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why a job could not be handed to the executor: it did not run.
@@ -128,13 +263,16 @@ enum StatusFailed {
 impl Executor {
     /// Opens the writing connection, settles what a crash left running, starts the thread (a
     /// task with [`Blocking::Inline`]).
-    pub fn start(
-        db_path: &Path,
-        mut limits: WriteLimits,
-        blocking: Blocking,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, StoreError> {
+    pub fn start(db_path: &Path, settings: ExecutorSettings) -> Result<Self, StoreError> {
+        let ExecutorSettings {
+            mut limits,
+            rules,
+            blocking,
+            clock,
+            metrics,
+        } = settings;
         let conn = store::open(db_path)?;
+        let journal_reader = Mutex::new(store::open(db_path)?);
         limits.collected_before_ms = limits
             .collected_before_ms
             .max(store::meta::journal_collected_before(&conn)?);
@@ -145,12 +283,19 @@ impl Executor {
                 "writes left running by a crash are now not_carried_out: interrupted"
             );
         }
-        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let (tx, rx) = mpsc::channel(rules.queue_depth.saturating_add(OTHER_JOBS));
         let (done_tx, done_rx) = oneshot::channel();
+        let budget = Arc::new(Budget {
+            gate: Mutex::new(Gate::new(rules)),
+            metrics: metrics.clone(),
+        });
         let work = Work {
             conn,
             limits,
             clock: clock.clone(),
+            waiting: ClassQueue::new(&rules),
+            service: ServiceTime::default(),
+            metrics,
         };
         match blocking {
             Blocking::Threads => {
@@ -177,8 +322,26 @@ impl Executor {
         Ok(Self {
             queue: std::sync::Mutex::new(Some(tx)),
             finished: tokio::sync::Mutex::new(Some(done_rx)),
+            budget,
+            journal_reader,
             clock,
         })
+    }
+
+    /// The owner's queue by class and its busiest callers.
+    pub fn load(&self, top: usize) -> QueueLoad {
+        let gate = self
+            .budget
+            .gate
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (interactive, background) = gate.queued();
+        QueueLoad {
+            rules: *gate.rules(),
+            interactive,
+            background,
+            top_callers: gate.top_callers(top),
+        }
     }
 
     fn sender(&self) -> Result<mpsc::Sender<Job>, SubmitError> {
@@ -204,29 +367,136 @@ impl Executor {
         deadline: Instant,
     ) -> Result<WriteAnswer, SubmitError> {
         let sender = self.sender()?;
-        let queued = sender.max_capacity() - sender.capacity();
-        if let admission::Admission::Busy { why, retry_after } =
-            admission::on_arrival(deadline, self.clock.now(), queued, QUEUE_DEPTH)
+        let now = self.clock.now();
+        let caller_key = (caller, request.app.clone());
+        let class = request.priority;
+        if let Err(refusal) = self
+            .budget
+            .with_gate(|gate| gate.arrive(&caller_key, class, deadline, now))
         {
-            return Ok(busy_answer(why, retry_after));
+            // A copy of a write the journal already answered gets that answer (SPEC 7 rule 2),
+            // not a refusal saying it was not carried out.
+            if let Some(answer) = self.journal_answer(caller, request.request_id) {
+                return Ok(answer);
+            }
+            self.budget.metrics.owner_refusal(refusal.why, &request.app);
+            if refusal.why == capacity::Refused::CallerCap
+                && ferry_core::bugs::on(ferry_core::bugs::Bug::RunAfterBusy)
+            {
+                self.queue_unanswered(caller, request.clone(), deadline, now);
+            }
+            return Ok(WriteAnswer::Refused(refusal.answer()));
         }
+        let claim = Arc::new(Claim::default());
+        let slot = Slot {
+            budget: self.budget.clone(),
+            caller: caller_key.clone(),
+            class,
+            arrived: now,
+            queued: true,
+            claim: claim.clone(),
+        };
+        let app = request.app.clone();
+        let request_id = request.request_id;
         let (reply, answer) = oneshot::channel();
-        match self.enqueue(Job::Write {
+        let job = Job::Write {
             caller,
             request,
             deadline,
+            slot,
             reply,
-        }) {
-            Ok(()) => {}
-            // Filled up since it was counted (another caller was quicker).
-            Err(SubmitError::Full) => {
-                return Ok(busy_answer(BusyReason::QueueFull, QUEUE_FULL_RETRY))
-            }
-            Err(err) => return Err(err),
+        };
+        // The channel holds the budget's queue and more; settle queries and changes share it,
+        // so a flood of those can fill it too. Either way the job (and its slot) is dropped
+        // unsent, and its rate budget given back.
+        if let Err(err) = sender.try_send(job) {
+            self.budget.with_gate(|gate| gate.refund(&caller_key));
+            return match err {
+                mpsc::error::TrySendError::Full(_) => {
+                    let refusal = capacity::Refusal {
+                        why: capacity::Refused::QueueFull,
+                        retry_after: capacity::BUSY_RETRY,
+                    };
+                    self.budget.metrics.owner_refusal(refusal.why, &app);
+                    Ok(WriteAnswer::Refused(refusal.answer()))
+                }
+                mpsc::error::TrySendError::Closed(_) => Err(SubmitError::Stopping),
+            };
         }
-        // The executor answers every job it takes; a dropped reply means it died mid-batch or
-        // could not say how the batch ended: the write may have run.
+        let mut answer = std::pin::pin!(answer);
+        // A short budget keeps three quarters of itself for the queue.
+        let margin = ANSWER_MARGIN.min(deadline.saturating_duration_since(now) / 4);
+        let withdraw_at = deadline.checked_sub(margin).unwrap_or(now).max(now);
+        tokio::select! {
+            biased;
+            // The executor answers every job it takes; a dropped reply means it died
+            // mid-batch or could not say how the batch ended: the write may have run.
+            answered = &mut answer => return answered.map_err(|_| SubmitError::Lost),
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(withdraw_at)) => {}
+        }
+        if claim.take(WITHDRAWN) {
+            // It never started and now never will (the executor drops it unrun when it comes
+            // to it): its place in the budget and its rate budget are given back now.
+            self.budget.with_gate(|gate| {
+                gate.dequeued(class);
+                gate.finished(&caller_key, class);
+                gate.refund(&caller_key);
+            });
+            if let Some(answer) = self.journal_answer(caller, request_id) {
+                return Ok(answer);
+            }
+            let refusal = capacity::Refusal {
+                why: capacity::Refused::DeadlinePassed,
+                retry_after: capacity::LATE_RETRY,
+            };
+            self.budget.metrics.owner_refusal(refusal.why, &app);
+            return Ok(WriteAnswer::Refused(refusal.answer()));
+        }
+        // It started: its answer follows its commit.
         answer.await.map_err(|_| SubmitError::Lost)
+    }
+
+    /// The journal's answer for a copy of `request_id` that the owner is about to refuse for
+    /// its budget: the first answer (or the fence) if the journal has one. Read on a
+    /// connection of its own (a point lookup, on the refusal path only).
+    fn journal_answer(&self, caller: NodeId, request_id: RequestId) -> Option<WriteAnswer> {
+        let conn = self
+            .journal_reader
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        journal_answer(&conn, caller, request_id)
+    }
+
+    /// The injected bug `RunAfterBusy`: a refused write queued anyway, its answer dropped.
+    fn queue_unanswered(
+        &self,
+        caller: NodeId,
+        request: WriteCall,
+        deadline: Instant,
+        now: Instant,
+    ) {
+        let caller_key = (caller, request.app.clone());
+        let class = request.priority;
+        self.budget
+            .with_gate(|gate| gate.admit_unchecked(&caller_key, class));
+        let (reply, _) = oneshot::channel();
+        let job = Job::Write {
+            caller,
+            request,
+            deadline,
+            slot: Slot {
+                budget: self.budget.clone(),
+                caller: caller_key,
+                class,
+                arrived: now,
+                queued: true,
+                claim: Arc::new(Claim::default()),
+            },
+            reply,
+        };
+        if let Ok(sender) = self.sender() {
+            let _ = sender.try_send(job);
+        }
     }
 
     /// What became of `caller`'s `request_id`; tombstones an id never seen.
@@ -297,31 +567,105 @@ fn busy(detail: &str, retry_after: Duration) -> WriteAnswer {
     ))
 }
 
-/// The answer to a request the admission decision refused.
-fn busy_answer(why: BusyReason, retry_after: Duration) -> WriteAnswer {
-    busy(why.detail(), retry_after)
+/// The journal's first answer (or fence) for `request_id`, if it has one; `None` when it has
+/// none, it is running, or the lookup failed (the caller then gets the refusal it had).
+fn journal_answer(conn: &Connection, caller: NodeId, request_id: RequestId) -> Option<WriteAnswer> {
+    match journal::lookup(conn, caller, request_id) {
+        Ok(entry) => entry.and_then(|entry| entry.to_write_answer()),
+        Err(err) => {
+            debug!(%err, %request_id, "journal lookup for a refused copy failed");
+            None
+        }
+    }
 }
 
-/// The executor's side of the queue: its connection, its limits, its clock.
+/// The executor's side of the queue: its connection, its limits, its clock, the admitted
+/// writes waiting in their classes.
 struct Work {
     conn: Connection,
     limits: WriteLimits,
     clock: Arc<dyn Clock>,
+    waiting: ClassQueue<Job>,
+    /// What a batch takes now: a write starts only if it can finish before its deadline.
+    service: ServiceTime,
+    metrics: Arc<Metrics>,
 }
 
 impl Work {
+    /// A job from the channel: writes wait in their class; anything else joins the batch.
+    fn intake(&mut self, job: Job, batch: &mut Vec<Job>) {
+        match job {
+            Job::Write { ref slot, .. } => {
+                let (class, arrived) = (slot.class, slot.arrived);
+                self.waiting.push(class, arrived, job);
+            }
+            other => batch.push(other),
+        }
+    }
+
+    /// Fills `batch` with waiting writes in the classes' order. A write that can no longer
+    /// finish before its deadline is answered `busy` here and never runs.
+    fn pick(&mut self, batch: &mut Vec<Job>) {
+        let now = self.clock.now();
+        let mut background = 0;
+        while batch.len() < MAX_BATCH {
+            let room = background < MAX_BACKGROUND_PER_BATCH;
+            let Some((arrived, mut job)) = self.waiting.pop(now, room) else {
+                break;
+            };
+            let Job::Write {
+                ref mut slot,
+                deadline,
+                ref request,
+                ..
+            } = job
+            else {
+                continue;
+            };
+            let late = capacity::at_start(deadline, now, self.service.estimate());
+            let to = if late.is_ok() {
+                STARTED
+            } else {
+                REFUSED_AT_START
+            };
+            if !slot.claim.take(to) {
+                // Its caller's side withdrew it (answered busy, gave its place back) while it
+                // waited: it never runs.
+                continue;
+            }
+            slot.started();
+            if slot.class == Priority::Background {
+                background += 1;
+            }
+            self.metrics
+                .owner_wait(slot.class, now.saturating_duration_since(arrived));
+            if let Err(refusal) = late {
+                slot.refund();
+                self.metrics.owner_refusal(refusal.why, &request.app);
+                // A copy of a write the journal already answered gets that answer, not busy.
+                let answer = journal_answer(&self.conn, slot.caller.0, request.request_id)
+                    .unwrap_or_else(|| WriteAnswer::Refused(refusal.answer()));
+                if let Job::Write { reply, slot, .. } = job {
+                    drop(slot);
+                    let _ = reply.send(answer);
+                }
+                continue;
+            }
+            batch.push(job);
+        }
+    }
+
+    /// Whether anything waits to be picked.
+    fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
     /// Runs one batch: collections and other changes first, each alone, then the writes and
     /// settle queries.
     fn take(&mut self, batch: &mut Vec<Job>) {
         self.take_alone(batch);
         if !batch.is_empty() {
-            run_batch(
-                &mut self.conn,
-                batch,
-                &self.limits,
-                self.clock.now(),
-                self.clock.unix_ms(),
-            );
+            run_batch(&mut self.conn, batch, &self.limits, self.clock.unix_ms());
         }
     }
 
@@ -334,13 +678,7 @@ impl Work {
             return;
         }
         let now_ms = self.clock.unix_ms();
-        if let Some(admitted) = admit_step(
-            &mut self.conn,
-            batch,
-            &self.limits,
-            self.clock.now(),
-            now_ms,
-        ) {
+        if let Some(admitted) = admit_step(&mut self.conn, batch, &self.limits, now_ms) {
             tokio::task::yield_now().await;
             execute_step(&mut self.conn, batch, admitted, &self.limits, now_ms);
         }
@@ -365,32 +703,52 @@ impl Work {
     }
 }
 
-/// Takes what is waiting, up to a batch.
-fn fill(batch: &mut Vec<Job>, queue: &mut mpsc::Receiver<Job>) {
-    while batch.len() < MAX_BATCH {
-        match queue.try_recv() {
-            Ok(job) => batch.push(job),
-            Err(_) => break,
-        }
+/// Takes everything the channel holds into the classes (writes) or the batch (the rest).
+fn fill(work: &mut Work, batch: &mut Vec<Job>, queue: &mut mpsc::Receiver<Job>) {
+    while let Ok(job) = queue.try_recv() {
+        work.intake(job, batch);
     }
 }
 
 fn run_thread(mut work: Work, mut queue: mpsc::Receiver<Job>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.blocking_recv() {
-        batch.push(first);
-        fill(&mut batch, &mut queue);
-        work.take(&mut batch);
+    loop {
+        if !work.has_waiting() {
+            // Nothing waits: sleep until a job comes; a closed channel (a stop) ends the loop
+            // once every admitted write has run.
+            let Some(first) = queue.blocking_recv() else {
+                break;
+            };
+            work.intake(first, &mut batch);
+        }
+        fill(&mut work, &mut batch, &mut queue);
+        work.pick(&mut batch);
+        if !batch.is_empty() {
+            let started = Instant::now();
+            work.take(&mut batch);
+            work.service.observe(started.elapsed());
+        }
     }
     debug!("owner executor stopped");
 }
 
 async fn run_task(mut work: Work, mut queue: mpsc::Receiver<Job>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.recv().await {
-        batch.push(first);
-        fill(&mut batch, &mut queue);
-        work.take_yielding(&mut batch).await;
+    loop {
+        if !work.has_waiting() {
+            let Some(first) = queue.recv().await else {
+                break;
+            };
+            work.intake(first, &mut batch);
+        }
+        fill(&mut work, &mut batch, &mut queue);
+        work.pick(&mut batch);
+        if !batch.is_empty() {
+            let started = work.clock.now();
+            work.take_yielding(&mut batch).await;
+            work.service
+                .observe(work.clock.now().saturating_duration_since(started));
+        }
     }
     debug!("owner executor stopped");
 }
@@ -434,14 +792,8 @@ enum Pending {
     StatusAfterRun,
 }
 
-fn run_batch(
-    conn: &mut Connection,
-    batch: &mut Vec<Job>,
-    limits: &WriteLimits,
-    now: Instant,
-    now_ms: u64,
-) {
-    if let Some(admitted) = admit_step(conn, batch, limits, now, now_ms) {
+fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, limits: &WriteLimits, now_ms: u64) {
+    if let Some(admitted) = admit_step(conn, batch, limits, now_ms) {
         execute_step(conn, batch, admitted, limits, now_ms);
     }
 }
@@ -451,10 +803,9 @@ fn admit_step(
     conn: &mut Connection,
     batch: &mut Vec<Job>,
     limits: &WriteLimits,
-    now: Instant,
     now_ms: u64,
 ) -> Option<Vec<Pending>> {
-    match admit_all(conn, batch, limits, now, now_ms) {
+    match admit_all(conn, batch, limits, now_ms) {
         Ok(pending) => Some(pending),
         Err(err) => {
             error!(%err, "write batch could not be admitted; none of it ran");
@@ -491,7 +842,10 @@ fn execute_step(
     for (job, outcome) in batch.drain(..).zip(pending) {
         // A caller that went away (its connection broke) finds the answer in the journal.
         match (job, outcome) {
-            (Job::Write { reply, .. }, Pending::Answered(answer)) => {
+            // The caller's place in the budget is given back before the answer leaves, so
+            // its next write cannot arrive to find its own last one still counted.
+            (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
+                drop(slot);
                 let _ = reply.send(answer);
             }
             (Job::Status { reply, .. }, Pending::Status(state)) => {
@@ -515,11 +869,10 @@ fn admit_all(
     conn: &mut Connection,
     batch: &[Job],
     limits: &WriteLimits,
-    now: Instant,
     now_ms: u64,
 ) -> Result<Vec<Pending>, StoreError> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
-    let admitted = admit_in_transaction(conn, batch, limits, now, now_ms);
+    let admitted = admit_in_transaction(conn, batch, limits, now_ms);
     // Back to FULL on every path, failed ones included: every later commit on this connection
     // (the execute step, tickets, trust, vaults) answers as durable. A connection that cannot
     // be put back can make no durable promise at all, so the process stops rather than lie;
@@ -535,30 +888,18 @@ fn admit_in_transaction(
     conn: &mut Connection,
     batch: &[Job],
     limits: &WriteLimits,
-    now: Instant,
     now_ms: u64,
 ) -> Result<Vec<Pending>, StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut pending = Vec::with_capacity(batch.len());
     for job in batch {
         pending.push(match job {
+            // The budget's deadline check ran when the write left the queue (`Work::pick`).
             Job::Write {
-                caller,
-                request,
-                deadline,
-                ..
-            } => match admission::at_start(*deadline, now) {
-                // SPEC 7 rule 5: a request whose deadline passed before it starts is not
-                // carried out.
-                admission::Admission::Busy { why, retry_after } => {
-                    Pending::Answered(busy_answer(why, retry_after))
-                }
-                admission::Admission::Admit => {
-                    match verbs::admit(&tx, *caller, request, limits, now_ms)? {
-                        Admission::Answer(answer) => Pending::Answered(answer),
-                        Admission::Run => Pending::Run,
-                    }
-                }
+                caller, request, ..
+            } => match verbs::admit(&tx, *caller, request, limits, now_ms)? {
+                Admission::Answer(answer) => Pending::Answered(answer),
+                Admission::Run => Pending::Run,
             },
             Job::Status {
                 caller, request_id, ..
@@ -687,7 +1028,10 @@ fn answer_after_failed_commit(batch: &mut Vec<Job>, admitted: Vec<Pending>, fenc
 fn answer_all_failed(batch: &mut Vec<Job>) {
     for job in batch.drain(..) {
         match job {
-            Job::Write { reply, .. } => {
+            Job::Write { reply, slot, .. } => {
+                // Nothing ran: its rate budget back, its place given up before the answer.
+                slot.refund();
+                drop(slot);
                 let _ = reply.send(busy("the owner could not commit", Duration::from_secs(1)));
             }
             Job::Status { reply, .. } => {
@@ -710,6 +1054,20 @@ mod tests {
 
     fn clock() -> Arc<dyn Clock> {
         Arc::new(ferry_core::clock::SystemClock)
+    }
+
+    fn start(db: &Path, limits: WriteLimits, rules: CapacityRules) -> Executor {
+        Executor::start(
+            db,
+            ExecutorSettings {
+                limits,
+                rules,
+                blocking: Blocking::Threads,
+                clock: clock(),
+                metrics: Arc::new(Metrics::default()),
+            },
+        )
+        .unwrap()
     }
 
     fn limits() -> WriteLimits {
@@ -756,7 +1114,7 @@ mod tests {
             journal::record_answer(&conn, me, old, &WriteAnswer::Done { revision: 1 }, now)
                 .unwrap();
         }
-        let executor = Executor::start(&db, limits(), Blocking::Threads, clock()).unwrap();
+        let executor = start(&db, limits(), CapacityRules::default());
         assert_eq!(executor.collect(now - 7 * DAY_MS).await.unwrap(), 1);
         let deadline = Instant::now() + Duration::from_secs(5);
         let again = executor
@@ -779,7 +1137,7 @@ mod tests {
             journal_retention: Duration::from_secs(9 * 86_400),
             ..limits()
         };
-        let executor = Executor::start(&db, longer, Blocking::Threads, clock()).unwrap();
+        let executor = start(&db, longer, CapacityRules::default());
         let again = executor
             .submit(me, put(old, "again"), deadline)
             .await
@@ -802,7 +1160,7 @@ mod tests {
         let db = dir.path().join("ferry.db");
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
         vaults::create_owned(&store::open(&db).unwrap(), "v", me, 0).unwrap();
-        let executor = Executor::start(&db, limits(), Blocking::Threads, clock()).unwrap();
+        let executor = start(&db, limits(), CapacityRules::default());
         let future = id_at(store::unix_ms() + 10 * 60_000);
         let mut wrong_variant = RequestId::generate();
         wrong_variant.0[8] = (wrong_variant.0[8] & 0x3f) | 0xc0;
@@ -818,5 +1176,270 @@ mod tests {
         let conn = store::open(&db).unwrap();
         assert_eq!(journal::lookup(&conn, me, future).unwrap(), None);
         assert_eq!(crate::store::records::get(&conn, "v", "k").unwrap(), None);
+    }
+
+    /// A clock a test moves by hand (the Unix time stays the system's).
+    #[derive(Debug)]
+    struct ManualClock(std::sync::Mutex<Instant>);
+
+    impl ManualClock {
+        fn advance(&self, by: Duration) {
+            *self.0.lock().unwrap() += by;
+        }
+    }
+
+    impl Clock for ManualClock {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+        fn unix_ms(&self) -> u64 {
+            store::unix_ms()
+        }
+    }
+
+    /// Holds the executor's thread in a change until the returned sender is dropped or sent to.
+    async fn hold(executor: &Arc<Executor>) -> std::sync::mpsc::Sender<()> {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (entered_tx, entered) = oneshot::channel();
+        let executor = executor.clone();
+        tokio::spawn(async move {
+            executor
+                .apply(move |_| {
+                    let _ = entered_tx.send(());
+                    let _ = held.recv();
+                    Ok(())
+                })
+                .await
+        });
+        entered.await.unwrap();
+        release
+    }
+
+    /// Waits (bounded) until the owner's queue holds `interactive` and `background` writes.
+    async fn until_queued(executor: &Executor, interactive: usize, background: usize) {
+        let wait = async {
+            loop {
+                let load = executor.load(4);
+                if (load.interactive, load.background) == (interactive, background) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "the queue never held {interactive}+{background} writes: {:?}",
+                    executor.load(4)
+                )
+            });
+    }
+
+    fn revision(answer: &WriteAnswer) -> u64 {
+        match answer {
+            WriteAnswer::Done { revision } => *revision,
+            other => panic!("not done: {other:?}"),
+        }
+    }
+
+    fn started_with(
+        dir: &Path,
+        rules: CapacityRules,
+        clock: Arc<dyn Clock>,
+    ) -> (Arc<Executor>, NodeId) {
+        let db = dir.join("ferry.db");
+        let me = NodeKey::from_secret_bytes([1; 32]).node_id();
+        vaults::create_owned(&store::open(&db).unwrap(), "v", me, 0).unwrap();
+        let executor = Executor::start(
+            &db,
+            ExecutorSettings {
+                limits: limits(),
+                rules,
+                blocking: Blocking::Threads,
+                clock,
+                metrics: Arc::new(Metrics::default()),
+            },
+        )
+        .unwrap();
+        (Arc::new(executor), me)
+    }
+
+    fn spawn_put(
+        executor: &Arc<Executor>,
+        me: NodeId,
+        call: WriteCall,
+        deadline: Instant,
+    ) -> tokio::task::JoinHandle<Result<WriteAnswer, SubmitError>> {
+        let executor = executor.clone();
+        tokio::spawn(async move { executor.submit(me, call, deadline).await })
+    }
+
+    /// Four writes of keys `prefix0..3`, each on a task of its own.
+    fn spawn_puts(
+        executor: &Arc<Executor>,
+        me: NodeId,
+        prefix: &str,
+        deadline: Instant,
+    ) -> Vec<tokio::task::JoinHandle<Result<WriteAnswer, SubmitError>>> {
+        (0..4)
+            .map(|n| {
+                spawn_put(
+                    executor,
+                    me,
+                    put(RequestId::generate(), &format!("{prefix}{n}")),
+                    deadline,
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_background_write_that_waited_ten_seconds_goes_before_new_interactive_ones() {
+        for (waited, background_first) in [(11, true), (5, false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let clock = Arc::new(ManualClock(std::sync::Mutex::new(Instant::now())));
+            let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock.clone());
+            let release = hold(&executor).await;
+            let far = clock.now() + Duration::from_secs(3600);
+            let mut bulk = put(RequestId::generate(), "bulk");
+            bulk.priority = Priority::Background;
+            bulk.app = "importer".into();
+            let bulk = spawn_put(&executor, me, bulk, far);
+            until_queued(&executor, 0, 1).await;
+            clock.advance(Duration::from_secs(waited));
+            let app = spawn_put(&executor, me, put(RequestId::generate(), "app"), far);
+            until_queued(&executor, 1, 1).await;
+            drop(release);
+            let bulk = revision(&bulk.await.unwrap().unwrap());
+            let app = revision(&app.await.unwrap().unwrap());
+            assert_eq!(
+                bulk < app,
+                background_first,
+                "waited {waited} s: bulk at {bulk}, app at {app}"
+            );
+            assert!(executor.drain(Duration::from_secs(5)).await);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_whose_deadline_comes_while_it_waits_is_busy_and_never_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+        let release = hold(&executor).await;
+        let id = RequestId::generate();
+        let asked = Instant::now();
+        let answer = executor
+            .submit(me, put(id, "late"), asked + Duration::from_millis(300))
+            .await
+            .unwrap();
+        // Answered busy before its deadline, while the executor was still held.
+        assert!(
+            asked.elapsed() < Duration::from_millis(300),
+            "{:?}",
+            asked.elapsed()
+        );
+        let WriteAnswer::Refused(refusal) = &answer else {
+            panic!("{answer:?}");
+        };
+        assert_eq!(refusal.code, RefusalCode::Busy, "{refusal:?}");
+        assert!(refusal.retry_after_ms.is_some());
+        drop(release);
+        // Settling it says it was not carried out (and fences it), and it never ran.
+        assert_eq!(
+            executor.status(me, id).await.unwrap(),
+            CallState::NotCarriedOut {
+                reason: NotCarriedOutReason::NeverArrived
+            }
+        );
+        assert!(executor.drain(Duration::from_secs(5)).await);
+        let conn = store::open(&dir.path().join("ferry.db")).unwrap();
+        assert_eq!(
+            crate::store::records::get(&conn, "v", "late").unwrap(),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_fifth_write_of_one_caller_is_busy_and_runs_when_sent_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+        let release = hold(&executor).await;
+        let far = Instant::now() + Duration::from_secs(60);
+        let first = spawn_puts(&executor, me, "k", far);
+        until_queued(&executor, 4, 0).await;
+        let fifth = RequestId::generate();
+        let answer = executor.submit(me, put(fifth, "k4"), far).await.unwrap();
+        assert!(
+            matches!(&answer, WriteAnswer::Refused(r) if r.code == RefusalCode::Busy && r.retry_after_ms.is_some()),
+            "{answer:?}"
+        );
+        // Another app of the same caller is not held back by the first's cap.
+        let mut other = put(RequestId::generate(), "other");
+        other.app = "other".into();
+        let other = spawn_put(&executor, me, other, far);
+        until_queued(&executor, 5, 0).await;
+        drop(release);
+        for write in first {
+            revision(&write.await.unwrap().unwrap());
+        }
+        revision(&other.await.unwrap().unwrap());
+        // Refused busy, it was not journaled: the same id runs now.
+        revision(&executor.submit(me, put(fifth, "k4"), far).await.unwrap());
+        assert!(executor.drain(Duration::from_secs(5)).await);
+    }
+
+    #[tokio::test]
+    async fn a_copy_of_an_answered_write_gets_its_answer_even_when_its_app_is_at_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+        let far = Instant::now() + Duration::from_secs(60);
+        let done = RequestId::generate();
+        let first = revision(&executor.submit(me, put(done, "k"), far).await.unwrap());
+        let release = hold(&executor).await;
+        let queued = spawn_puts(&executor, me, "q", far);
+        until_queued(&executor, 4, 0).await;
+        // At its cap, the app sends the answered write again: it hears its first answer, not
+        // "busy, not carried out".
+        let again = executor.submit(me, put(done, "k"), far).await.unwrap();
+        assert_eq!(again, WriteAnswer::Done { revision: first });
+        drop(release);
+        for write in queued {
+            revision(&write.await.unwrap().unwrap());
+        }
+        assert!(executor.drain(Duration::from_secs(5)).await);
+    }
+
+    #[tokio::test]
+    async fn a_withdrawn_write_gives_its_place_back_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+        let release = hold(&executor).await;
+        // Four writes withdrawn at their deadline while the executor is held...
+        for n in 0..4 {
+            let id = RequestId::generate();
+            let soon = Instant::now() + Duration::from_millis(100);
+            let answer = executor
+                .submit(me, put(id, &format!("late{n}")), soon)
+                .await
+                .unwrap();
+            assert!(
+                matches!(&answer, WriteAnswer::Refused(r) if r.code == RefusalCode::Busy),
+                "{answer:?}"
+            );
+        }
+        // ...hold none of the app's four places: four more are admitted, not refused.
+        let far = Instant::now() + Duration::from_secs(60);
+        let admitted = spawn_puts(&executor, me, "k", far);
+        until_queued(&executor, 4, 0).await;
+        assert_eq!(executor.load(1).top_callers[0].in_flight, 4);
+        drop(release);
+        for write in admitted {
+            revision(&write.await.unwrap().unwrap());
+        }
+        assert!(executor.drain(Duration::from_secs(5)).await);
+        let load = executor.load(1);
+        assert_eq!((load.interactive, load.background), (0, 0));
+        assert_eq!(load.top_callers[0].in_flight, 0);
     }
 }

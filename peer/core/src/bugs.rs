@@ -15,6 +15,8 @@ pub enum Bug {
     SkippedTombstone,
     /// The read path gives an app an answer older than one it already saw.
     OlderRead,
+    /// The owner answers `busy` for a write over its caller's cap, and queues it all the same.
+    RunAfterBusy,
 }
 
 #[cfg(feature = "bug-injection")]

@@ -13,14 +13,15 @@
 //!   the attempts of any call that is safe to repeat (pooled, then fresh).
 //! - [`liveness`]: when a connection counts as alive for a write, and as dead to a call.
 //! - [`health`], [`routes`], [`route_table`]: route health over time, ranking, the table.
-//! - [`admission`]: whether the owner starts a request.
+//! - [`capacity`]: whether the owner takes and starts a request (its budget: the deadline, the
+//!   per-caller cap, the rate limit, the two classes with aging).
 //! - [`settle`]: what the answers of every gateway that could have received an id add up to.
 //! - [`clock`]: the clock seam.
 //! - [`bugs`]: known-wrong behaviours a test may switch on (feature `bug-injection`).
 //! - [`wire`], [`outcome`]: the types the decisions speak (the codec is `ferry-peer`'s).
 
-pub mod admission;
 pub mod bugs;
+pub mod capacity;
 pub mod clock;
 pub mod health;
 pub mod liveness;

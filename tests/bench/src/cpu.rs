@@ -127,6 +127,20 @@ fn threads(tasks: &Path) -> Option<Vec<(String, Duration)>> {
     )
 }
 
+/// A whole process's CPU time so far (user + system, every thread); `None` where `/proc`
+/// cannot tell (not Linux, or the process is gone).
+pub fn process_cpu(pid: u32) -> Option<Duration> {
+    let text =
+        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
+    parse_stat(&text).map(|(_, cpu)| cpu)
+}
+
+/// The calling thread's CPU time so far; `None` where `/proc` cannot tell.
+pub fn this_thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    parse_stat(&text).map(|(_, cpu)| cpu)
+}
+
 /// The machine's busy CPU time and this process's own (its threads, and the children it has
 /// waited for: the `ferry` processes once stopped), to tell how much other work ran beside a
 /// run.

@@ -179,10 +179,22 @@ impl Gateway {
     /// Starts `ferry serve` labelled `label` in a fresh temporary home and waits (bounded) for
     /// its API, then reads its node id and QUIC address from `/v1/status`.
     pub fn start(binary: &Path, label: &str) -> Result<Self, ProcError> {
+        Self::start_with_config(binary, label, None)
+    }
+
+    /// [`Gateway::start`] with `config` as the home's `config.toml` (read once, at start).
+    pub fn start_with_config(
+        binary: &Path,
+        label: &str,
+        config: Option<&str>,
+    ) -> Result<Self, ProcError> {
         let home = tempfile::Builder::new()
             .prefix(&format!("ferry-bench-{label}-"))
             .tempdir()
             .map_err(ProcError::Home)?;
+        if let Some(config) = config {
+            std::fs::write(home.path().join("config.toml"), config).map_err(ProcError::Home)?;
+        }
         let log = File::create(home.path().join("serve.log")).map_err(ProcError::Home)?;
         let child = Command::new(binary)
             .arg("--home")
@@ -366,9 +378,15 @@ pub struct Pair {
     pub caller: Gateway,
 }
 
+/// The owner's capacity rules in the writes and reads benchmarks: sized not to bind, since
+/// they measure what the path costs with one app's 64 writers, which the shipped rules (4 writes
+/// of one app at once, 600 a minute) would hold back by design. `ferry-bench overload`
+/// measures the rules themselves.
+pub const PATH_OWNER_CONFIG: &str = "[capacity]\nper_caller = 4096\nrate_per_minute = 0\n";
+
 impl Pair {
     pub fn start(binary: &Path, vault: &str) -> Result<Self, ProcError> {
-        let owner = Gateway::start(binary, "a")?;
+        let owner = Gateway::start_with_config(binary, "a", Some(PATH_OWNER_CONFIG))?;
         let caller = Gateway::start(binary, "b")?;
         owner.trust(&caller)?;
         caller.trust(&owner)?;

@@ -61,6 +61,13 @@ pub fn reads(report: &ReadsReport) -> Result<String, serde_json::Error> {
     })
 }
 
+/// `ferry-bench overload --json`: the report as it is (it is made to be serialized).
+pub fn overload(
+    report: &crate::overload::report::OverloadReport,
+) -> Result<String, serde_json::Error> {
+    serde_json::to_string(report)
+}
+
 /// A reads table: a row per bare layout, then Ferry's.
 fn table<'a>(
     bare_name: &'static str,

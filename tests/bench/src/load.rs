@@ -259,8 +259,8 @@ enum Answer {
 
 /// One keep-alive HTTP/1.1 connection.
 #[derive(Debug)]
-struct Conn {
-    sender: http1::SendRequest<Full<Bytes>>,
+pub struct Conn {
+    pub sender: http1::SendRequest<Full<Bytes>>,
     driver: JoinHandle<()>,
 }
 
@@ -270,7 +270,8 @@ impl Drop for Conn {
     }
 }
 
-async fn connect(addr: SocketAddr) -> Result<Conn, String> {
+/// Opens a keep-alive connection to `addr` (`TCP_NODELAY`), bounded by the connect timeout.
+pub async fn connect(addr: SocketAddr) -> Result<Conn, String> {
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
@@ -559,6 +560,19 @@ pub fn request_once(
     token: &str,
     app: Option<&str>,
 ) -> Result<(u16, Bytes), LoadError> {
+    request_once_limited(api, method, path, token, app, MAX_ANSWER_BYTES)
+}
+
+/// [`request_once`], reading an answer of up to `max_bytes` (`/metrics` is longer than an
+/// answer to a record call).
+pub fn request_once_limited(
+    api: SocketAddr,
+    method: &'static str,
+    path: &str,
+    token: &str,
+    app: Option<&str>,
+    max_bytes: usize,
+) -> Result<(u16, Bytes), LoadError> {
     let fail = |detail: String| LoadError::Request {
         method,
         path: path.to_string(),
@@ -593,7 +607,7 @@ pub fn request_once(
                 .await
                 .map_err(|err| fail(err.to_string()))?;
             let status = response.status().as_u16();
-            let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+            let body = Limited::new(response.into_body(), max_bytes)
                 .collect()
                 .await
                 .map_err(|err| fail(err.to_string()))?

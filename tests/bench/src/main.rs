@@ -6,11 +6,15 @@
 //! `cargo run --release -p ferry-bench -- reads` does the same for reads: cache hits on the
 //! calling gateway against a hyper server answering from memory, and reads from the owner
 //! against a bare relay whose owner answers from memory.
+//! `cargo run --release -p ferry-bench -- overload` measures the owner's capacity budget under
+//! overload: five `ferry serve` processes, offered loads past the peak, a background flood, a
+//! greedy app, a replica catching up.
 //! `--quick` runs a few hundred requests per system, for smoke tests. `--json` prints one JSON
 //! object instead of the markdown: the same figures, and every target with its judgement. See
 //! `docs/performance.md`.
 //!
 //! - `writes`, `reads`: orchestration and options; `load`: the load generator and percentiles;
+//!   `overload`: the overload benchmark, with its own traffic, gateways and report;
 //!   `bare_relay`: the yardsticks; `ferry_procs`: the gateways; `sqlite`: durable SQLite and the
 //!   floor; `cpu`: CPU per side from `/proc`; `report`, `reads_report`: the tables, with `figures`
 //!   formatting them for people; `targets`: the targets, judged once for both outputs; `json`:
@@ -24,6 +28,7 @@ mod figures;
 mod fixtures;
 mod json;
 mod load;
+mod overload;
 mod reads;
 mod reads_report;
 mod report;
@@ -60,6 +65,26 @@ enum Bench {
     Reads {
         #[command(flatten)]
         flags: Flags,
+    },
+    /// The owner's capacity budget under overload: offered load past the peak with the rules
+    /// on and off, a background flood, a greedy app beside polite ones, a replica catching up.
+    /// (`--layouts` is ignored.)
+    Overload {
+        #[command(flatten)]
+        flags: Flags,
+        /// `X-Ferry-Timeout` of interactive writes and of the offered load, in seconds
+        /// (background writes: 30).
+        #[arg(long, value_name = "SECONDS", default_value_t = 2.0,
+              value_parser = overload::parse_timeout)]
+        write_timeout: f64,
+        /// The most writes of the offered load out at once; arrivals past it are skipped and
+        /// counted. The default is the owner's queue bound.
+        #[arg(long, value_name = "N", default_value_t = 4096,
+              value_parser = clap::value_parser!(u32).range(1..=65_536))]
+        max_outstanding: u32,
+        /// Also write the markdown report to this file (with `--json`: both from one run).
+        #[arg(long, value_name = "FILE")]
+        markdown: Option<PathBuf>,
     },
 }
 
@@ -136,6 +161,27 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
                 print!("{}", report.render());
             }
             report.ferry_clean()
+        }
+        Bench::Overload {
+            flags,
+            write_timeout,
+            max_outstanding,
+            markdown,
+        } => {
+            let as_json = flags.json;
+            let mut options = flags.options(overload::Plan::quick, overload::Plan::full);
+            options.plan.timeout = std::time::Duration::from_secs_f64(write_timeout);
+            options.plan.max_outstanding = max_outstanding as usize;
+            let report = overload::run(&options)?;
+            if let Some(path) = markdown {
+                std::fs::write(&path, report.render())?;
+            }
+            if as_json {
+                println!("{}", json::overload(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            report.clean
         }
     };
     Ok(if clean {

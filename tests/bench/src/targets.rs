@@ -24,6 +24,10 @@ pub enum Unit {
     Share,
     /// Requests per second: `12,345/s`.
     PerSecond,
+    /// How many: `0`, `12,345`.
+    Count,
+    /// A duration in seconds: `10.21 s`.
+    Seconds,
 }
 
 impl Unit {
@@ -33,6 +37,8 @@ impl Unit {
             Unit::Ratio => format!("{value:.2}x"),
             Unit::Share => format!("{:.0}%", value * 100.0),
             Unit::PerSecond => rate(value),
+            Unit::Count => crate::figures::count(value.max(0.0).round() as u64),
+            Unit::Seconds => format!("{value:.2} s"),
         }
     }
 
@@ -41,7 +47,8 @@ impl Unit {
     fn limit(self, value: f64) -> String {
         match self {
             Unit::Ratio => format!("{value}x"),
-            Unit::Share | Unit::PerSecond => self.figure(value),
+            Unit::Seconds => format!("{value} s"),
+            Unit::Share | Unit::PerSecond | Unit::Count => self.figure(value),
         }
     }
 }
@@ -114,9 +121,15 @@ impl Judged {
     }
 
     /// The target as the table writes it: `<= 2x`, `>= 50%`.
-    fn shown(&self) -> String {
+    pub fn shown(&self) -> String {
         let (op, limit) = self.bound.parts();
         format!("{op} {}", self.unit.limit(limit))
+    }
+
+    /// The figure as the table writes it: `2.50x`, `55%`, `-` when not measured.
+    pub fn value_shown(&self) -> String {
+        self.value
+            .map_or_else(|| "-".to_string(), |value| self.unit.figure(value))
     }
 }
 
@@ -214,8 +227,8 @@ pub fn render(out: &mut String, corner: &str, layouts: &[Layout], lines: &[Line]
     let _ = writeln!(out);
 }
 
-/// The table's `met` cell.
-fn met(ok: Option<bool>) -> &'static str {
+/// The table's `met` cell: `yes`, `**no**`, or `-` when there was nothing to judge.
+pub fn met(ok: Option<bool>) -> &'static str {
     match ok {
         Some(true) => "yes",
         Some(false) => "**no**",
@@ -248,5 +261,17 @@ mod tests {
         let judged = Judged::new("z", Unit::PerSecond, Bound::AtLeast(10_000.0), Some(1.0));
         assert_eq!(judged.shown(), ">= 10,000/s");
         assert_eq!(judged.bound.to_string(), ">= 10000");
+        let judged = Judged::new("n", Unit::Count, Bound::AtMost(0.0), Some(3.0));
+        assert_eq!(
+            (judged.shown(), judged.value_shown()),
+            ("<= 0".into(), "3".into())
+        );
+        assert_eq!(judged.met, Some(false));
+        let judged = Judged::new("s", Unit::Seconds, Bound::AtMost(10.5), Some(0.25));
+        assert_eq!(
+            (judged.shown(), judged.value_shown()),
+            ("<= 10.5 s".into(), "0.25 s".into())
+        );
+        assert_eq!(judged.met, Some(true));
     }
 }

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ferry_core::bugs::Bug;
-use ferry_gateway::config::Config;
+use ferry_gateway::config::{CapacityConfig, Config};
 use ferry_gateway::env::{Blocking, Env};
 use ferry_gateway::gateway::{Gateway, Parts};
 use ferry_gateway::home::Home;
@@ -397,7 +397,10 @@ fn run_inner(options: &Options) -> Result<Report, String> {
         let name = match &write.told {
             None => "write: never heard (host crashed)",
             Some(WriteFate::Done(_)) => "write: done",
-            Some(WriteFate::Refused(_)) => "write: refused",
+            Some(WriteFate::Refused(code)) => {
+                *counts.entry(format!("write: refused {code}")).or_insert(0) += 1;
+                continue;
+            }
             Some(WriteFate::NothingSent(_)) => "write: nothing sent",
             Some(WriteFate::NotCarriedOut(_)) => "write: not carried out",
             Some(WriteFate::Unknown) => "write: outcome unknown",
@@ -771,6 +774,15 @@ async fn start_gateway(
     let config = Config {
         mdns: false,
         label: Some(HOSTS[i].to_string()),
+        // A tight budget, so the owners refuse busy (an app's next write while its last one,
+        // which outlived the app's patience, still runs) and rate_limited, and the checker
+        // sees that none of those ever ran.
+        capacity: CapacityConfig {
+            per_caller: 1,
+            rate_per_minute: 600,
+            rate_burst: 8,
+            ..CapacityConfig::default()
+        },
         ..Config::default()
     };
     let elapsed = turmoil::sim_elapsed().unwrap_or_default().as_millis() as u64;
@@ -949,7 +961,14 @@ async fn app_main(
         let deadline = gateway.clock().now() + rng.millis(WRITE_TIMEOUT_MS.0, WRITE_TIMEOUT_MS.1);
         let written = gateway
             .writes()
-            .spawn_write(name.clone(), vault.clone(), verb, id, deadline)
+            .spawn_write(
+                name.clone(),
+                vault.clone(),
+                verb,
+                id,
+                ferry_peer::wire::Priority::Interactive,
+                deadline,
+            )
             .await;
         let fate = match written {
             Ok(Ok((outcome, _))) => fate_of(outcome),

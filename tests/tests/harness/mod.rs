@@ -105,6 +105,11 @@ impl Gateway {
         gateway
     }
 
+    /// Starts a gateway in a fresh temporary home with a `config.toml` and extra environment.
+    pub fn start_with(label: &str, config: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_fresh(label, Some(config), env)
+    }
+
     /// Starts a gateway in a fresh temporary home whose `config.toml` is `config`.
     pub fn start_with_config(label: &str, config: &str) -> Self {
         Self::start_fresh(label, Some(config), &[])

@@ -1,0 +1,463 @@
+//! The owner's capacity budget (SPEC 7 rules 5 and 7): which write the owner takes, which it
+//! refuses `busy` or `rate_limited` (both not carried out, neither journaled, the same id may
+//! be sent again), and in what order the ones it takes run.
+//!
+//! Three pieces, each a plain state machine with time passed in:
+//! - [`Gate`]: at arrival, the per-caller cap (writes of one caller node and app queued or
+//!   running), the bound of the queue, and the per-caller rate limit. A refusal `busy` spends
+//!   nothing of the rate budget, and a request the owner later refuses `busy` (it waited past
+//!   its deadline) gets its spending back: a busy write costs the caller nothing.
+//! - [`ClassQueue`]: two classes, interactive first, except that a background request that has
+//!   waited [`CapacityRules::aging`] goes before them (aging instead of absolute priority, so a
+//!   replica's catch-up is slowed by apps' writes, never starved by them).
+//! - [`at_start`]: the budget per request: a write starts only if it can still finish and be
+//!   answered before its deadline.
+//!
+//! Why a hand-written limiter and not `governor`: the limit must give a refused request its
+//! spending back (governor has no refund), and it must read the same clock as every other
+//! decision here (the simulation's virtual one); the GCRA below is governor's algorithm in
+//! twenty lines.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::outcome::{self, RefusalCode};
+use crate::wire::Priority;
+
+/// The capacity rules, with SPEC 7's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapacityRules {
+    /// Off: one first-come-first-served queue, no per-caller cap, no rate limit (what the
+    /// overload benchmark compares against). Deadlines and the queue's bound still hold.
+    pub enabled: bool,
+    /// Writes of one caller node and app queued or running at once.
+    pub per_caller: u32,
+    /// Writes one caller node and app may start per minute; 0: no limit.
+    pub rate_per_minute: u32,
+    /// How many of them may come at once after a quiet spell.
+    pub rate_burst: u32,
+    /// How long a background request waits before it goes ahead of interactive ones.
+    pub aging: Duration,
+    /// Writes queued (both classes together) before more are refused `busy`.
+    pub queue_depth: usize,
+    /// Background writes queued or running at once, from every caller together (0: no bound
+    /// but the queue's): a bounded share of the owner for bulk work, for an owner whose own
+    /// time is what apps wait for.
+    pub background_in_flight: u32,
+}
+
+impl Default for CapacityRules {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            per_caller: 4,
+            rate_per_minute: 600,
+            rate_burst: 600,
+            aging: Duration::from_secs(10),
+            queue_depth: 4096,
+            background_in_flight: 0,
+        }
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Refused {
+    /// `503 busy`: its deadline passed (or would pass) before it could start and be answered.
+    DeadlinePassed,
+    /// `503 busy`: the queue is full.
+    QueueFull,
+    /// `503 busy`: this caller node and app already has [`CapacityRules::per_caller`] writes
+    /// queued or running.
+    CallerCap,
+    /// `503 busy`: [`CapacityRules::background_in_flight`] background writes are already
+    /// queued or running.
+    BackgroundFull,
+    /// `429 rate_limited`: this caller node and app spent its rate budget.
+    RateLimited,
+}
+
+impl Refused {
+    /// The refusal's reason as metrics and logs name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::DeadlinePassed => "deadline",
+            Self::QueueFull => "queue_full",
+            Self::CallerCap => "caller_cap",
+            Self::BackgroundFull => "background_full",
+            Self::RateLimited => "rate_limited",
+        }
+    }
+
+    /// One sentence for the refusal's detail.
+    pub fn detail(self) -> &'static str {
+        match self {
+            Self::DeadlinePassed => {
+                "the request's deadline would pass before the owner could run and answer it"
+            }
+            Self::QueueFull => "the owner's write queue is full",
+            Self::CallerCap => "this app already has as many writes waiting at the owner as it may",
+            Self::BackgroundFull => {
+                "the owner is already running as much background work as it takes at once"
+            }
+            Self::RateLimited => "this app has sent more writes than the owner's rate limit allows",
+        }
+    }
+
+    /// Whether the answer is `429 rate_limited` (else `503 busy`).
+    pub fn is_rate_limited(self) -> bool {
+        self == Self::RateLimited
+    }
+}
+
+/// A refusal and when the same request may usefully be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub why: Refused,
+    pub retry_after: Duration,
+}
+
+impl Refusal {
+    /// The owner's answer: `busy`, or `rate_limited` when the caller spent its rate budget.
+    /// Not carried out, not journaled; the same request id may be sent again after
+    /// `retry_after`.
+    pub fn answer(self) -> outcome::Refusal {
+        let detail = format!(
+            "{}; not carried out, send it again with the same request id",
+            self.why.detail()
+        );
+        let code = if self.why.is_rate_limited() {
+            RefusalCode::RateLimited
+        } else {
+            RefusalCode::Busy
+        };
+        outcome::Refusal {
+            retry_after_ms: Some(self.retry_after.as_millis() as u64),
+            ..outcome::Refusal::new(code, detail)
+        }
+    }
+}
+
+/// How long a caller refused `busy` for a full queue or its cap waits: about a batch or two.
+pub const BUSY_RETRY: Duration = Duration::from_millis(100);
+/// How long a caller whose request waited past its deadline waits before sending again.
+pub const LATE_RETRY: Duration = Duration::from_secs(1);
+/// How many callers' rate state the gate keeps before it forgets the idle ones.
+const MAX_TRACKED: usize = 4096;
+
+/// One caller's state at the gate.
+#[derive(Debug, Clone, Copy, Default)]
+struct CallerState {
+    /// Writes queued or running.
+    in_flight: u32,
+    /// GCRA's theoretical arrival time: the rate budget is spent up to here.
+    tat: Option<Instant>,
+    admitted: u64,
+    refused: u64,
+}
+
+/// What the gate knows of one caller, for `ferry status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallerLoad<K> {
+    pub caller: K,
+    pub in_flight: u32,
+    pub admitted: u64,
+    pub refused: u64,
+}
+
+/// The gate in front of the owner's queue: the per-caller cap, the queue's bound, the rate
+/// limit. `K` names a caller (its node and app).
+#[derive(Debug)]
+pub struct Gate<K> {
+    rules: CapacityRules,
+    callers: BTreeMap<K, CallerState>,
+    queued: [usize; 2],
+    /// Background writes admitted and not yet finished.
+    background: u32,
+}
+
+fn class_index(class: Priority) -> usize {
+    match class {
+        Priority::Interactive => 0,
+        Priority::Background => 1,
+    }
+}
+
+impl<K: Ord + Clone> Gate<K> {
+    pub fn new(rules: CapacityRules) -> Self {
+        Self {
+            rules,
+            callers: BTreeMap::new(),
+            queued: [0, 0],
+            background: 0,
+        }
+    }
+
+    pub fn rules(&self) -> &CapacityRules {
+        &self.rules
+    }
+
+    /// The time between two writes at the sustained rate.
+    fn emission(&self) -> Duration {
+        Duration::from_secs(60) / self.rules.rate_per_minute.max(1)
+    }
+
+    /// A request arrives: admitted (it now counts as queued, and against its caller's cap and
+    /// rate budget) or refused (it counts for nothing).
+    pub fn arrive(
+        &mut self,
+        caller: &K,
+        class: Priority,
+        deadline: Instant,
+        now: Instant,
+    ) -> Result<(), Refusal> {
+        if deadline <= now {
+            return Err(Refusal {
+                why: Refused::DeadlinePassed,
+                retry_after: LATE_RETRY,
+            });
+        }
+        if self.queued[0] + self.queued[1] >= self.rules.queue_depth {
+            return self.refuse(caller, Refused::QueueFull, BUSY_RETRY);
+        }
+        if !self.rules.enabled {
+            self.queued[class_index(class)] += 1;
+            return Ok(());
+        }
+        let state = self.callers.get(caller).copied().unwrap_or_default();
+        if state.in_flight >= self.rules.per_caller {
+            return self.refuse(caller, Refused::CallerCap, BUSY_RETRY);
+        }
+        if class == Priority::Background
+            && self.rules.background_in_flight > 0
+            && self.background >= self.rules.background_in_flight
+        {
+            return self.refuse(caller, Refused::BackgroundFull, BUSY_RETRY);
+        }
+        let tat = match self.spend(state.tat, now) {
+            Ok(tat) => tat,
+            Err(wait) => return self.refuse(caller, Refused::RateLimited, wait),
+        };
+        if self.callers.len() >= MAX_TRACKED && !self.callers.contains_key(caller) {
+            self.forget_idle(now);
+        }
+        let entry = self.callers.entry(caller.clone()).or_default();
+        entry.in_flight += 1;
+        entry.tat = tat;
+        entry.admitted += 1;
+        self.queued[class_index(class)] += 1;
+        if class == Priority::Background {
+            self.background += 1;
+        }
+        Ok(())
+    }
+
+    /// Counts a request as admitted without any check: only for the injected bug
+    /// `RunAfterBusy` (a write refused and queued anyway), so its place is given back like any
+    /// other's.
+    #[doc(hidden)]
+    pub fn admit_unchecked(&mut self, caller: &K, class: Priority) {
+        if self.rules.enabled {
+            self.callers.entry(caller.clone()).or_default().in_flight += 1;
+            if class == Priority::Background {
+                self.background += 1;
+            }
+        }
+        self.queued[class_index(class)] += 1;
+    }
+
+    /// GCRA: the new theoretical arrival time, or how long until the budget allows one more.
+    fn spend(&self, tat: Option<Instant>, now: Instant) -> Result<Option<Instant>, Duration> {
+        if self.rules.rate_per_minute == 0 {
+            return Ok(tat);
+        }
+        let emission = self.emission();
+        let tolerance = emission * self.rules.rate_burst.max(1).saturating_sub(1);
+        let tat = tat.map_or(now, |tat| tat.max(now));
+        let ahead = tat - now;
+        if ahead > tolerance {
+            return Err(ahead - tolerance);
+        }
+        Ok(Some(tat + emission))
+    }
+
+    fn refuse(&mut self, caller: &K, why: Refused, retry_after: Duration) -> Result<(), Refusal> {
+        if let Some(state) = self.callers.get_mut(caller) {
+            state.refused += 1;
+        }
+        Err(Refusal { why, retry_after })
+    }
+
+    /// Forgets callers with nothing in flight whose rate budget has refilled: they are
+    /// indistinguishable from callers never seen.
+    fn forget_idle(&mut self, now: Instant) {
+        self.callers
+            .retain(|_, state| state.in_flight > 0 || state.tat.is_some_and(|tat| tat > now));
+    }
+
+    /// An admitted request left the queue (to run, or refused at its start).
+    pub fn dequeued(&mut self, class: Priority) {
+        let queued = &mut self.queued[class_index(class)];
+        *queued = queued.saturating_sub(1);
+    }
+
+    /// An admitted request was refused `busy` after all (it waited past its deadline): it
+    /// spent nothing, so its rate budget is given back.
+    pub fn refund(&mut self, caller: &K) {
+        if !self.rules.enabled || self.rules.rate_per_minute == 0 {
+            return;
+        }
+        let emission = self.emission();
+        if let Some(state) = self.callers.get_mut(caller) {
+            state.admitted = state.admitted.saturating_sub(1);
+            state.refused += 1;
+            state.tat = state.tat.and_then(|tat| tat.checked_sub(emission));
+        }
+    }
+
+    /// An admitted request was answered (or dropped): it no longer counts against its
+    /// caller's cap (nor, if it was background work, against the background bound).
+    pub fn finished(&mut self, caller: &K, class: Priority) {
+        if !self.rules.enabled {
+            return;
+        }
+        if class == Priority::Background {
+            self.background = self.background.saturating_sub(1);
+        }
+        if let Some(state) = self.callers.get_mut(caller) {
+            state.in_flight = state.in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Requests waiting in each class: (interactive, background).
+    pub fn queued(&self) -> (usize, usize) {
+        (self.queued[0], self.queued[1])
+    }
+
+    /// The `n` callers with the most writes in flight, then the most admitted.
+    pub fn top_callers(&self, n: usize) -> Vec<CallerLoad<K>> {
+        let mut all: Vec<CallerLoad<K>> = self
+            .callers
+            .iter()
+            .map(|(caller, state)| CallerLoad {
+                caller: caller.clone(),
+                in_flight: state.in_flight,
+                admitted: state.admitted,
+                refused: state.refused,
+            })
+            .collect();
+        all.sort_by(|a, b| {
+            (b.in_flight, b.admitted + b.refused).cmp(&(a.in_flight, a.admitted + a.refused))
+        });
+        all.truncate(n);
+        all
+    }
+}
+
+/// The owner's queue: interactive first, but a background request that waited `aging` goes
+/// before them. First come, first served within a class.
+#[derive(Debug)]
+pub struct ClassQueue<T> {
+    interactive: VecDeque<(Instant, T)>,
+    background: VecDeque<(Instant, T)>,
+    aging: Duration,
+    /// Rules off: one queue in arrival order, whatever the class.
+    fifo: bool,
+}
+
+impl<T> ClassQueue<T> {
+    pub fn new(rules: &CapacityRules) -> Self {
+        Self {
+            interactive: VecDeque::new(),
+            background: VecDeque::new(),
+            aging: rules.aging,
+            fifo: !rules.enabled,
+        }
+    }
+
+    pub fn push(&mut self, class: Priority, arrived: Instant, item: T) {
+        match class {
+            Priority::Background if !self.fifo => self.background.push_back((arrived, item)),
+            _ => self.interactive.push_back((arrived, item)),
+        }
+    }
+
+    /// The next request to run, with the instant it arrived. `background_room`: whether a
+    /// background request that has not aged may be taken now (the executor keeps background
+    /// work to a part of each batch, so an app's write arriving during one waits little).
+    pub fn pop(&mut self, now: Instant, background_room: bool) -> Option<(Instant, T)> {
+        let aged = self
+            .background
+            .front()
+            .is_some_and(|(arrived, _)| now.saturating_duration_since(*arrived) >= self.aging);
+        if aged {
+            return self.background.pop_front();
+        }
+        match self.interactive.pop_front() {
+            Some(next) => Some(next),
+            None if background_room => self.background.pop_front(),
+            None => None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.interactive.len() + self.background.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The budget per request, at the head of the queue: a write starts only if it can still run
+/// and be answered before its deadline, `service` being what a batch takes now. A request
+/// refused here never runs afterwards (it has left the queue).
+pub fn at_start(deadline: Instant, now: Instant, service: Duration) -> Result<(), Refusal> {
+    if deadline <= now + service {
+        return Err(Refusal {
+            why: Refused::DeadlinePassed,
+            retry_after: LATE_RETRY,
+        });
+    }
+    Ok(())
+}
+
+/// The most a caller keeps back of its deadline for the owner's answer to come home.
+const RETURN_ALLOWANCE: Duration = Duration::from_millis(250);
+
+/// The budget a caller gives the owner (the frame's `deadline_ms`) when `remaining` is left of
+/// its own deadline: less by a return allowance (a fifth of it, at most 250 ms), so an owner that
+/// refuses a write `busy` at its budget's end is heard before the caller's deadline passes,
+/// even on a loaded caller, and overload reads as busy rather than `outcome_unknown`.
+pub fn owner_budget(remaining: Duration) -> Duration {
+    remaining.saturating_sub(RETURN_ALLOWANCE.min(remaining / 5))
+}
+
+/// A smoothed estimate of how long a batch takes (start to durable commit), the `service` of
+/// [`at_start`]. Capped, so one stall (a slow fsync) does not refuse every request behind it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServiceTime {
+    micros: u64,
+}
+
+/// The most [`ServiceTime`] assumes a batch takes.
+const SERVICE_CAP: Duration = Duration::from_millis(250);
+
+impl ServiceTime {
+    /// Adds one batch's duration (an exponentially weighted average, 1/8 per batch).
+    pub fn observe(&mut self, batch: Duration) {
+        let sample = batch.min(SERVICE_CAP).as_micros() as u64;
+        self.micros = if self.micros == 0 {
+            sample
+        } else {
+            (self.micros * 7 + sample) / 8
+        };
+    }
+
+    pub fn estimate(&self) -> Duration {
+        Duration::from_micros(self.micros)
+    }
+}
+
+#[cfg(test)]
+mod tests;

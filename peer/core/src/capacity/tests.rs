@@ -1,0 +1,249 @@
+use super::*;
+
+const I: Priority = Priority::Interactive;
+const B: Priority = Priority::Background;
+
+fn later(now: Instant) -> Instant {
+    now + Duration::from_secs(30)
+}
+
+#[test]
+fn a_fifth_write_of_one_app_is_busy_and_the_cap_frees_as_writes_finish() {
+    let mut gate = Gate::new(CapacityRules::default());
+    let now = Instant::now();
+    let app = ("node-a", "notes");
+    for _ in 0..4 {
+        gate.arrive(&app, I, later(now), now).unwrap();
+    }
+    let refused = gate.arrive(&app, I, later(now), now).unwrap_err();
+    assert_eq!(refused.why, Refused::CallerCap);
+    assert!(refused.retry_after > Duration::ZERO);
+    // Another app of the same node, and the same app on another node, are not held back.
+    gate.arrive(&("node-a", "photos"), I, later(now), now)
+        .unwrap();
+    gate.arrive(&("node-b", "notes"), I, later(now), now)
+        .unwrap();
+    gate.dequeued(I);
+    gate.finished(&app, I);
+    gate.arrive(&app, I, later(now), now).unwrap();
+}
+
+#[test]
+fn the_601st_write_of_a_minute_is_rate_limited_and_the_budget_refills() {
+    let rules = CapacityRules {
+        per_caller: u32::MAX,
+        queue_depth: usize::MAX,
+        ..CapacityRules::default()
+    };
+    let mut gate = Gate::new(rules);
+    let now = Instant::now();
+    let app = "a";
+    for n in 0..600 {
+        assert!(gate.arrive(&app, I, later(now), now).is_ok(), "write {n}");
+    }
+    let refused = gate.arrive(&app, I, later(now), now).unwrap_err();
+    assert_eq!(refused.why, Refused::RateLimited);
+    assert_eq!(refused.retry_after, Duration::from_millis(100));
+    // A tenth of a second later, one more fits (600 a minute), and only one.
+    let then = now + Duration::from_millis(100);
+    gate.arrive(&app, I, later(then), then).unwrap();
+    assert!(gate.arrive(&app, I, later(then), then).is_err());
+}
+
+#[test]
+fn a_busy_refusal_spends_nothing_of_the_rate_budget() {
+    let rules = CapacityRules {
+        per_caller: 2,
+        rate_per_minute: 60,
+        rate_burst: 3,
+        ..CapacityRules::default()
+    };
+    let mut gate = Gate::new(rules);
+    let now = Instant::now();
+    let app = "a";
+    gate.arrive(&app, I, later(now), now).unwrap();
+    gate.arrive(&app, I, later(now), now).unwrap();
+    // Over the cap: busy, many times; none of it is spent.
+    for _ in 0..10 {
+        assert_eq!(
+            gate.arrive(&app, I, later(now), now).unwrap_err().why,
+            Refused::CallerCap
+        );
+    }
+    gate.finished(&app, I);
+    gate.finished(&app, I);
+    // The third of the burst is still there.
+    gate.arrive(&app, I, later(now), now).unwrap();
+    gate.finished(&app, I);
+    assert_eq!(
+        gate.arrive(&app, I, later(now), now).unwrap_err().why,
+        Refused::RateLimited
+    );
+    // A write admitted and then refused busy at its start gets its spending back.
+    let then = now + Duration::from_secs(1);
+    gate.arrive(&app, I, later(then), then).unwrap();
+    gate.dequeued(I);
+    gate.refund(&app);
+    gate.finished(&app, I);
+    gate.arrive(&app, I, later(then), then).unwrap();
+}
+
+#[test]
+fn a_full_queue_or_a_passed_deadline_is_busy() {
+    let rules = CapacityRules {
+        queue_depth: 2,
+        ..CapacityRules::default()
+    };
+    let mut gate = Gate::new(rules);
+    let now = Instant::now();
+    assert_eq!(
+        gate.arrive(&"a", I, now, now).unwrap_err().why,
+        Refused::DeadlinePassed
+    );
+    gate.arrive(&"a", I, later(now), now).unwrap();
+    gate.arrive(&"b", B, later(now), now).unwrap();
+    assert_eq!(gate.queued(), (1, 1));
+    assert_eq!(
+        gate.arrive(&"c", I, later(now), now).unwrap_err().why,
+        Refused::QueueFull
+    );
+    gate.dequeued(B);
+    gate.arrive(&"c", I, later(now), now).unwrap();
+}
+
+#[test]
+fn with_the_rules_off_nothing_but_the_queue_bounds_a_caller() {
+    let rules = CapacityRules {
+        enabled: false,
+        queue_depth: 100,
+        ..CapacityRules::default()
+    };
+    let mut gate = Gate::new(rules);
+    let now = Instant::now();
+    for _ in 0..100 {
+        gate.arrive(&"greedy", I, later(now), now).unwrap();
+    }
+    assert_eq!(
+        gate.arrive(&"greedy", I, later(now), now).unwrap_err().why,
+        Refused::QueueFull
+    );
+}
+
+#[test]
+fn interactive_goes_first_until_a_background_request_has_waited_ten_seconds() {
+    let mut queue = ClassQueue::new(&CapacityRules::default());
+    let t0 = Instant::now();
+    queue.push(B, t0, "bulk-1");
+    queue.push(I, t0 + Duration::from_secs(1), "app-1");
+    queue.push(I, t0 + Duration::from_secs(2), "app-2");
+    let at = t0 + Duration::from_secs(3);
+    assert_eq!(queue.pop(at, true).map(|(_, item)| item), Some("app-1"));
+    // Ten seconds after it arrived, the background request goes before the waiting app write.
+    let aged = t0 + Duration::from_secs(10);
+    assert_eq!(queue.pop(aged, true).map(|(_, item)| item), Some("bulk-1"));
+    assert_eq!(queue.pop(aged, true).map(|(_, item)| item), Some("app-2"));
+    assert!(queue.is_empty());
+}
+
+#[test]
+fn with_the_rules_off_the_queue_is_first_come_first_served() {
+    let rules = CapacityRules {
+        enabled: false,
+        ..CapacityRules::default()
+    };
+    let mut queue = ClassQueue::new(&rules);
+    let t0 = Instant::now();
+    queue.push(B, t0, "bulk");
+    queue.push(I, t0, "app");
+    assert_eq!(queue.pop(t0, true).map(|(_, item)| item), Some("bulk"));
+}
+
+#[test]
+fn a_write_starts_only_if_it_can_finish_before_its_deadline() {
+    let now = Instant::now();
+    let service = Duration::from_millis(20);
+    assert!(at_start(now + Duration::from_millis(50), now, service).is_ok());
+    assert_eq!(
+        at_start(now + Duration::from_millis(10), now, service)
+            .unwrap_err()
+            .why,
+        Refused::DeadlinePassed
+    );
+    let mut estimate = ServiceTime::default();
+    estimate.observe(Duration::from_millis(8));
+    assert_eq!(estimate.estimate(), Duration::from_millis(8));
+    // One stall does not become the estimate, nor does it grow past the cap.
+    estimate.observe(Duration::from_secs(30));
+    assert!(estimate.estimate() < Duration::from_millis(50));
+}
+
+#[test]
+fn idle_callers_are_forgotten_when_too_many_are_tracked() {
+    let rules = CapacityRules {
+        queue_depth: usize::MAX,
+        ..CapacityRules::default()
+    };
+    let mut gate = Gate::new(rules);
+    let now = Instant::now();
+    for n in 0..MAX_TRACKED + 10 {
+        gate.arrive(&n, I, later(now), now).unwrap();
+        gate.dequeued(I);
+        gate.finished(&n, I);
+    }
+    // Their budgets refill within a minute; then a new caller makes room.
+    let much_later = now + Duration::from_secs(61);
+    gate.arrive(&usize::MAX, I, later(much_later), much_later)
+        .unwrap();
+    assert!(gate.callers.len() <= 2, "{}", gate.callers.len());
+}
+
+#[test]
+fn the_owner_is_given_less_than_the_callers_whole_deadline() {
+    assert_eq!(
+        owner_budget(Duration::from_secs(30)),
+        Duration::from_millis(29_750)
+    );
+    assert_eq!(
+        owner_budget(Duration::from_secs(1)),
+        Duration::from_millis(800)
+    );
+    assert_eq!(
+        owner_budget(Duration::from_millis(100)),
+        Duration::from_millis(80)
+    );
+    assert_eq!(owner_budget(Duration::ZERO), Duration::ZERO);
+}
+
+#[test]
+fn background_work_without_room_waits_unless_it_has_aged() {
+    let mut queue = ClassQueue::new(&CapacityRules::default());
+    let t0 = Instant::now();
+    queue.push(B, t0, "bulk-1");
+    queue.push(B, t0 + Duration::from_secs(5), "bulk-2");
+    assert!(queue.pop(t0 + Duration::from_secs(6), false).is_none());
+    let aged = t0 + Duration::from_secs(10);
+    assert_eq!(queue.pop(aged, false).map(|(_, item)| item), Some("bulk-1"));
+    assert!(queue.pop(aged, false).is_none());
+    assert_eq!(queue.pop(aged, true).map(|(_, item)| item), Some("bulk-2"));
+}
+
+#[test]
+fn background_work_from_every_caller_together_is_bounded() {
+    let rules = CapacityRules {
+        background_in_flight: 2,
+        ..CapacityRules::default()
+    };
+    let mut gate = Gate::new(rules);
+    let now = Instant::now();
+    gate.arrive(&"bulk-1", B, later(now), now).unwrap();
+    gate.arrive(&"bulk-2", B, later(now), now).unwrap();
+    assert_eq!(
+        gate.arrive(&"bulk-3", B, later(now), now).unwrap_err().why,
+        Refused::BackgroundFull
+    );
+    // Apps' writes are not held back by it.
+    gate.arrive(&"app", I, later(now), now).unwrap();
+    gate.dequeued(B);
+    gate.finished(&"bulk-1", B);
+    gate.arrive(&"bulk-3", B, later(now), now).unwrap();
+}

@@ -1,0 +1,315 @@
+//! The owner's capacity budget with real processes (SPEC 7 rule 7): the per-caller cap, the
+//! rate limit, and a deadline that comes while a write waits are all answered `busy` or
+//! `rate_limited` (never `outcome_unknown`), run nothing, journal nothing, and the same request
+//! id runs when sent again. The owner is made slow with the test-only fault point
+//! `before_commit=stall:MS`, so writes pile up in its queue for real. (Aging of background
+//! writes, which needs ten seconds to pass, is shown in virtual time by the executor's tests.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use harness::{fresh_request_id, pair_with_notes, wait_for, Gateway};
+use serde_json::Value;
+
+/// Each write batch on the owner takes this long.
+const STALL: &str = "before_commit=stall:1500";
+
+/// A PUT from `app` on `gateway`: status, `Retry-After`, JSON body.
+fn put_as(
+    gateway: &Gateway,
+    app: &str,
+    key: &str,
+    request_id: &str,
+    extra: &[(&str, &str)],
+) -> (u16, Option<u64>, Value) {
+    let mut request = gateway
+        .request_as(
+            app,
+            reqwest::Method::PUT,
+            &format!("/v1/vaults/notes/records/{key}"),
+        )
+        .header("x-ferry-request-id", request_id)
+        .body(format!("value of {key}"));
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().unwrap();
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    (status, retry_after, response.json().unwrap_or(Value::Null))
+}
+
+/// The owner's count of writes in flight for `node`/`app`, from its `/v1/status`.
+fn in_flight(owner: &Gateway, node: &str, app: &str) -> u64 {
+    let status = owner.get_json("/v1/status");
+    status["owner_queue"]["top_callers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["node"] == node && c["app"] == app)
+        .and_then(|c| c["in_flight"].as_u64())
+        .unwrap_or(0)
+}
+
+fn spawn_put(
+    gateway: &Gateway,
+    app: &'static str,
+    key: String,
+) -> std::thread::JoinHandle<(u16, Option<u64>, Value)> {
+    let request = gateway
+        .request_as(
+            app,
+            reqwest::Method::PUT,
+            &format!("/v1/vaults/notes/records/{key}"),
+        )
+        .header("x-ferry-request-id", fresh_request_id())
+        .body("v");
+    std::thread::spawn(move || {
+        let response = request.send().unwrap();
+        let status = response.status().as_u16();
+        (status, None, response.json().unwrap_or(Value::Null))
+    })
+}
+
+#[test]
+fn a_fifth_concurrent_write_of_one_app_is_busy_spends_nothing_and_runs_when_sent_again() {
+    // Five writes of burst and one more every ten seconds: if the busy refusal spent any of
+    // the budget, sending it again would be rate-limited.
+    let config = "[capacity]\nrate_per_minute = 6\nrate_burst = 5\n";
+    let (a, b) = pair_with_notes(
+        Gateway::start_with("a", config, &[("FERRY_DANGEROUS_FAULT", STALL)]),
+        Gateway::start("b"),
+    );
+    let greedy: Vec<_> = (0..4)
+        .map(|n| spawn_put(&b, "greedy", format!("g{n}")))
+        .collect();
+    wait_for(
+        "four writes of greedy in flight at a",
+        Duration::from_secs(10),
+        || (in_flight(&a, "b", "greedy") == 4).then_some(()),
+    );
+
+    let fifth = fresh_request_id();
+    let asked = Instant::now();
+    let (status, retry_after, body) = put_as(&b, "greedy", "g4", &fifth, &[]);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "busy", "{body}");
+    assert_eq!(body["request_id"], fifth.as_str(), "{body}");
+    assert!(retry_after.is_some(), "busy without Retry-After: {body}");
+    assert!(
+        asked.elapsed() < Duration::from_millis(1000),
+        "busy should be answered at once, took {:?}",
+        asked.elapsed()
+    );
+    // Not carried out and not journaled (so not fenced either).
+    assert_eq!(a.journal_row(&fifth), None);
+    assert_eq!(a.stored("notes", "g4"), None);
+    // Another app of the same caller gateway is not held back.
+    let polite = spawn_put(&b, "polite", "p0".into());
+
+    for write in greedy {
+        let (status, _, body) = write.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(polite.join().unwrap().0, 200);
+    let (status, _, body) = put_as(&b, "greedy", "g4", &fifth, &[]);
+    assert_eq!(
+        status, 200,
+        "the busy write sent again under its id: {body}"
+    );
+    assert_eq!(
+        a.metric("ferry_owner_refusals_total{reason=\"caller_cap\",app=\"greedy\"}"),
+        1
+    );
+    // And the budget is now spent: the next one is rate-limited.
+    let (status, _, body) = put_as(&b, "greedy", "g5", &fresh_request_id(), &[]);
+    assert_eq!(status, 429, "{body}");
+}
+
+#[test]
+fn the_write_past_the_rate_limit_is_429_costs_nothing_and_runs_when_sent_again() {
+    // Five at once, then one every two seconds.
+    let config = "[capacity]\nrate_per_minute = 30\nrate_burst = 5\n";
+    let (a, b) = pair_with_notes(Gateway::start_with_config("a", config), Gateway::start("b"));
+    for n in 0..5 {
+        let (status, _, body) = put_as(&b, "bursty", &format!("k{n}"), &fresh_request_id(), &[]);
+        assert_eq!(status, 200, "write {n}: {body}");
+    }
+    let sixth = fresh_request_id();
+    let (status, retry_after, body) = put_as(&b, "bursty", "k5", &sixth, &[]);
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"], "rate_limited", "{body}");
+    let retry_after = retry_after.expect("429 without Retry-After");
+    assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
+    assert_eq!(a.journal_row(&sixth), None);
+    assert_eq!(a.stored("notes", "k5"), None);
+    // The CLI reads it as the owner's refusal (exit 1), not as "nothing was sent" or unknown.
+    let (exit, json) = b.cli_json(&["put", "notes", "cli", "v"]);
+    assert_eq!(
+        exit, 0,
+        "the CLI is another app with its own budget: {json}"
+    );
+    // Another app of the same gateway is not limited by this one.
+    let (status, _, _) = put_as(&b, "other", "o", &fresh_request_id(), &[]);
+    assert_eq!(status, 200);
+
+    // After the owner's Retry-After (a time the owner names; nothing to await but the
+    // clock), the same id runs.
+    std::thread::sleep(Duration::from_secs(retry_after));
+    let (status, _, body) = put_as(&b, "bursty", "k5", &sixth, &[]);
+    assert_eq!(status, 200, "sent again after Retry-After: {body}");
+    assert_eq!(
+        a.metric("ferry_owner_refusals_total{reason=\"rate_limited\",app=\"bursty\"}"),
+        1
+    );
+}
+
+#[test]
+fn the_cli_says_busy_and_rate_limited_as_the_owners_refusal_with_when_to_resend() {
+    let config = "[capacity]\nrate_per_minute = 6\nrate_burst = 1\n";
+    let (_a, b) = pair_with_notes(Gateway::start_with_config("a", config), Gateway::start("b"));
+    let (exit, _) = b.cli_json(&["put", "notes", "one", "v"]);
+    assert_eq!(exit, 0);
+    let id = fresh_request_id();
+    let out = b.cli(&["put", "notes", "two", "v", "--request-id", &id]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "refused by the owner: {stderr}");
+    assert!(stderr.contains("rate_limited"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("send it again with --request-id {id}")),
+        "{stderr}"
+    );
+    let (exit, json) = b.cli_json(&["put", "notes", "two", "v", "--request-id", &id]);
+    assert_eq!(exit, 1, "{json}");
+    assert_eq!(json["error"], "rate_limited", "{json}");
+    assert!(json["retry_after_s"].as_u64().is_some(), "{json}");
+}
+
+#[test]
+fn a_write_whose_deadline_comes_while_it_waits_is_busy_in_time_and_never_runs() {
+    let (a, b) = pair_with_notes(
+        Gateway::start_with_env("a", &[("FERRY_DANGEROUS_FAULT", STALL)]),
+        Gateway::start("b"),
+    );
+    let slow = spawn_put(&b, "slow", "first".into());
+    wait_for(
+        "the slow write in flight at a",
+        Duration::from_secs(10),
+        || (in_flight(&a, "b", "slow") == 1).then_some(()),
+    );
+    let late = fresh_request_id();
+    let asked = Instant::now();
+    let (status, retry_after, body) =
+        put_as(&b, "late", "late", &late, &[("x-ferry-timeout", "0.6")]);
+    let took = asked.elapsed();
+    // Busy, answered before its deadline: not outcome_unknown, which is what a caller whose
+    // deadline passes first would have to say.
+    assert_eq!(status, 503, "after {took:?}: {body}");
+    assert_eq!(body["error"], "busy", "{body}");
+    assert!(retry_after.is_some());
+    assert!(took < Duration::from_millis(600), "answered after {took:?}");
+    assert_eq!(slow.join().unwrap().0, 200);
+
+    // Settling it says it was not carried out (and fences the id for good); it never ran.
+    let (status, settled) = b.settle(&format!("{late}?vault=notes"), None);
+    assert_eq!(status, 200, "{settled}");
+    assert_eq!(settled["state"], "not_carried_out", "{settled}");
+    assert_eq!(settled["reason"], "never_arrived", "{settled}");
+    assert_eq!(a.stored("notes", "late"), None);
+    let (status, _, body) = put_as(&b, "late", "late", &late, &[]);
+    assert_eq!(status, 503, "fenced by the settle: {body}");
+    assert_eq!(body["error"], "not_carried_out", "{body}");
+    assert_eq!(a.stored("notes", "late"), None);
+    assert!(
+        a.metric("ferry_owner_refusals_total{reason=\"deadline\",app=\"late\"}") == 1,
+        "{}",
+        a.get_json("/v1/status")
+    );
+}
+
+#[test]
+fn the_kits_retry_helper_sends_the_same_id_again_after_busy_and_nothing_else() {
+    // One write of an app at a time, and each batch of writes takes 700 ms.
+    let config = "[capacity]\nper_caller = 1\n";
+    let (a, b) = pair_with_notes(
+        Gateway::start_with(
+            "a",
+            config,
+            &[("FERRY_DANGEROUS_FAULT", "before_commit=stall:700")],
+        ),
+        Gateway::start("b"),
+    );
+    let home = ferry_gateway::home::Home::locate(Some(b.home.clone())).unwrap();
+    let kit = ferry_gateway::read_around::kit(&home, "retrier");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let first = spawn_put(&b, "retrier", "first".into());
+    wait_for(
+        "the first write in flight at a",
+        Duration::from_secs(10),
+        || (in_flight(&a, "b", "retrier") == 1).then_some(()),
+    );
+    let id = fresh_request_id();
+    let options = ferry_kit::WriteOptions {
+        request_id: Some(id.clone()),
+        ..ferry_kit::WriteOptions::default()
+    };
+    let policy = ferry_kit::RetryPolicy {
+        within: Duration::from_secs(20),
+        ..ferry_kit::RetryPolicy::default()
+    };
+    let result = runtime.block_on(kit.put_retrying("notes", "second", &b"v"[..], &options, policy));
+    assert!(
+        matches!(&result, ferry_kit::WriteResult::Done { request_id, .. } if *request_id == id),
+        "{result:?}"
+    );
+    assert_eq!(first.join().unwrap().0, 200);
+    // It was refused at least once, and ran once, under its one id.
+    assert!(a.metric("ferry_owner_refusals_total{reason=\"caller_cap\",app=\"retrier\"}") >= 1);
+    assert_eq!(
+        a.journal_row(&id).map(|row| row.0),
+        Some("answered".to_string())
+    );
+
+    // A refusal that is not busy or rate_limited is returned at once, never sent again.
+    let conflict = runtime.block_on(kit.put_retrying(
+        "notes",
+        "second",
+        &b"w"[..],
+        &ferry_kit::WriteOptions {
+            if_revision: Some(0),
+            ..ferry_kit::WriteOptions::default()
+        },
+        policy,
+    ));
+    assert!(
+        matches!(&conflict, ferry_kit::WriteResult::Refused { code, .. } if *code == ferry_kit::contract::ErrorCode::Conflict),
+        "{conflict:?}"
+    );
+    // A timeout the gateway would refuse is refused by the helper too, nothing sent.
+    let bad = runtime.block_on(kit.put_retrying(
+        "notes",
+        "third",
+        &b"v"[..],
+        &ferry_kit::WriteOptions {
+            timeout: Some("900".into()),
+            ..ferry_kit::WriteOptions::default()
+        },
+        policy,
+    ));
+    assert!(
+        matches!(&bad, ferry_kit::WriteResult::Invalid { status: 400, .. }),
+        "{bad:?}"
+    );
+    assert_eq!(a.stored("notes", "third"), None);
+    let status = a.cli(&["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("caller     b/retrier"), "{text}");
+    assert!(text.contains("1 per caller app"), "{text}");
+}
