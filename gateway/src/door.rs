@@ -149,9 +149,7 @@ impl Service for PeerService {
         let _turn = match verb {
             ReadVerb::Changes { .. } => {
                 let wait = Duration::from_millis(u64::from(deadline_ms));
-                match tokio::time::timeout(wait, self.background_reads.clone().acquire_owned())
-                    .await
-                {
+                match tokio::time::timeout(wait, self.background_reads.acquire()).await {
                     Ok(Ok(permit)) => Some(permit),
                     _ => {
                         return ReadAnswer::Refused(Refusal::busy(

@@ -118,7 +118,7 @@ struct OwnerLoad {
     waits: [Histogram; 2],
     /// Refusals by reason and caller app; apps past [`MAX_APP_LABELS`] count as `other`, so a
     /// caller inventing app names cannot grow this without bound.
-    refusals: Mutex<BTreeMap<(&'static str, String), u64>>,
+    refusals: Mutex<BTreeMap<&'static str, BTreeMap<String, u64>>>,
 }
 
 /// Caller apps named in the refusal counters before the rest count as `other`.
@@ -196,13 +196,15 @@ impl Metrics {
             .refusals
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let known = refusals.contains_key(&(why.name(), app.to_string()));
-        let app = if known || refusals.len() < MAX_APP_LABELS {
-            app
-        } else {
-            "other"
-        };
-        *refusals.entry((why.name(), app.to_string())).or_default() += 1;
+        // On the refusal path of an overloaded owner: no allocation once an app is named.
+        let named: usize = refusals.values().map(BTreeMap::len).sum();
+        let by_app = refusals.entry(why.name()).or_default();
+        if let Some(count) = by_app.get_mut(app) {
+            *count += 1;
+            return;
+        }
+        let app = if named < MAX_APP_LABELS { app } else { "other" };
+        *by_app.entry(app.to_string()).or_default() += 1;
     }
 
     fn render_owner(&self, out: &mut String) {
@@ -228,7 +230,10 @@ impl Metrics {
             .refusals
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        for ((reason, app), count) in refusals.iter() {
+        for (reason, app, count) in refusals
+            .iter()
+            .flat_map(|(reason, apps)| apps.iter().map(move |(app, count)| (reason, app, count)))
+        {
             let _ = writeln!(
                 out,
                 "ferry_owner_refusals_total{{reason=\"{reason}\",app=\"{}\"}} {count}",

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferry_core::capacity;
 use ferry_core::clock::Clock;
 use ferry_peer::call::ReadError;
 use ferry_peer::outcome::{Refusal, RefusalCode};
@@ -35,12 +36,6 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const PAGE_DEADLINE: Duration = Duration::from_secs(10);
 /// The app name replication reads as.
 const APP: &str = "ferry-replication";
-
-/// The pause after a page pulled while catching up: as long as the page took (pull and
-/// apply), at most a second.
-fn catch_up_pause(page_took: Duration) -> Duration {
-    page_took.min(Duration::from_secs(1))
-}
 
 /// Why `ferry vault follow` did not start a replica. Nothing was replicated.
 #[derive(Debug, thiserror::Error)]
@@ -165,10 +160,10 @@ impl Replication {
                 Ok((next, more)) => {
                     cursor = next;
                     if more {
-                        // Catching up is background work: pause as long as the page took, so
-                        // a replica syncing a large vault takes at most half of what the
-                        // owner, the network and this machine have for it.
-                        catch_up_pause(self.clock.now().saturating_duration_since(started))
+                        // Catching up is background work (`capacity::catch_up_pause`).
+                        capacity::catch_up_pause(
+                            self.clock.now().saturating_duration_since(started),
+                        )
                     } else {
                         PULL_INTERVAL
                     }

@@ -50,10 +50,6 @@ const OTHER_JOBS: usize = 1024;
 /// write in a batch does not wait long for the last.
 const MAX_BATCH: usize = 256;
 
-/// Background writes (not yet aged) in one batch at most: a batch's time is what an app's
-/// write arriving during it waits, so background work comes in small batches.
-const MAX_BACKGROUND_PER_BATCH: usize = 32;
-
 /// A caller of the owner as the capacity budget counts it: its node and its app.
 pub type CallerKey = (NodeId, String);
 
@@ -156,11 +152,6 @@ impl Claim {
         self.0.load(std::sync::atomic::Ordering::Acquire) == WITHDRAWN
     }
 }
-
-/// How long before its deadline a write still waiting in the queue is withdrawn and answered
-/// `busy`: room for the answer to travel back before the caller's deadline passes, so a full
-/// queue reads as busy, never as `outcome_unknown`.
-const ANSWER_MARGIN: Duration = Duration::from_millis(50);
 
 impl Slot {
     /// It left the queue to start.
@@ -330,18 +321,15 @@ impl Executor {
 
     /// The owner's queue by class and its busiest callers.
     pub fn load(&self, top: usize) -> QueueLoad {
-        let gate = self
-            .budget
-            .gate
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (interactive, background) = gate.queued();
-        QueueLoad {
-            rules: *gate.rules(),
-            interactive,
-            background,
-            top_callers: gate.top_callers(top),
-        }
+        self.budget.with_gate(|gate| {
+            let (interactive, background) = gate.queued();
+            QueueLoad {
+                rules: *gate.rules(),
+                interactive,
+                background,
+                top_callers: gate.top_callers(top),
+            }
+        })
     }
 
     fn sender(&self) -> Result<mpsc::Sender<Job>, SubmitError> {
@@ -424,9 +412,7 @@ impl Executor {
             };
         }
         let mut answer = std::pin::pin!(answer);
-        // A short budget keeps three quarters of itself for the queue.
-        let margin = ANSWER_MARGIN.min(deadline.saturating_duration_since(now) / 4);
-        let withdraw_at = deadline.checked_sub(margin).unwrap_or(now).max(now);
+        let withdraw_at = capacity::withdraw_at(deadline, now);
         tokio::select! {
             biased;
             // The executor answers every job it takes; a dropped reply means it died
@@ -609,7 +595,7 @@ impl Work {
         let now = self.clock.now();
         let mut background = 0;
         while batch.len() < MAX_BATCH {
-            let room = background < MAX_BACKGROUND_PER_BATCH;
+            let room = background < capacity::MAX_BACKGROUND_PER_BATCH;
             let Some((arrived, mut job)) = self.waiting.pop(now, room) else {
                 break;
             };

@@ -422,6 +422,30 @@ pub fn at_start(deadline: Instant, now: Instant, service: Duration) -> Result<()
     Ok(())
 }
 
+/// How long before its deadline a write still waiting in the queue is withdrawn and answered
+/// `busy`: room for the answer to travel back before the caller's deadline passes, so a full
+/// queue reads as busy, never as `outcome_unknown`.
+const ANSWER_MARGIN: Duration = Duration::from_millis(50);
+
+/// When a write admitted at `now` and still waiting is withdrawn: [`ANSWER_MARGIN`] before its
+/// deadline, or a quarter of its budget before it if that is less (a short budget keeps three
+/// quarters of itself for the queue); never before `now`.
+pub fn withdraw_at(deadline: Instant, now: Instant) -> Instant {
+    let margin = ANSWER_MARGIN.min(deadline.saturating_duration_since(now) / 4);
+    deadline.checked_sub(margin).unwrap_or(now).max(now)
+}
+
+/// Background writes (not yet aged) in one batch at most: a batch's time is what an app's
+/// write arriving during it waits, so background work comes in small batches.
+pub const MAX_BACKGROUND_PER_BATCH: usize = 32;
+
+/// The pause of a replica catching up after a page (pull and apply) that took `page_took`: as
+/// long again, at most a second, so catching up takes at most half of what the owner and the
+/// replica's machine have.
+pub fn catch_up_pause(page_took: Duration) -> Duration {
+    page_took.min(Duration::from_secs(1))
+}
+
 /// The most a caller keeps back of its deadline for the owner's answer to come home.
 const RETURN_ALLOWANCE: Duration = Duration::from_millis(250);
 

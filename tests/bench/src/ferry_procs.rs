@@ -371,6 +371,14 @@ impl Drop for Gateway {
     }
 }
 
+/// How the gateways under test run, for the reports.
+pub fn layout(binary: &Path) -> String {
+    format!(
+        "2 processes, each one multi-threaded runtime (default workers) + owner thread; binary {}",
+        binary.display()
+    )
+}
+
 /// Two gateways that trust each other, a vault on `owner`; writes go to `caller`'s API.
 #[derive(Debug)]
 pub struct Pair {

@@ -386,10 +386,7 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
         ferry_hits: Err(ferry_failed.clone().unwrap_or_default()),
         ferry_owner_reads: Err(ferry_failed.unwrap_or_default()),
         ferry_notes,
-        ferry_layout: format!(
-            "2 processes, each one multi-threaded runtime (default workers) + owner thread; binary {}",
-            binary.display()
-        ),
+        ferry_layout: ferry_procs::layout(&binary),
         load_before,
         load_after: cpu::load_average(),
         // The ferry processes were waited for above: their CPU counts as this run's.

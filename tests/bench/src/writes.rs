@@ -258,10 +258,7 @@ pub fn run(options: &Options) -> Result<Report, WritesError> {
         floor,
         bare,
         ferry,
-        ferry_layout: format!(
-            "2 processes, each one multi-threaded runtime (default workers) + owner thread; binary {}",
-            binary.display()
-        ),
+        ferry_layout: ferry_procs::layout(&binary),
         load_before,
         load_after: cpu::load_average(),
         // The ferry processes were waited for above: their CPU counts as this run's.

@@ -198,6 +198,24 @@ fn idle_callers_are_forgotten_when_too_many_are_tracked() {
 }
 
 #[test]
+fn a_waiting_write_is_withdrawn_in_time_for_its_answer_to_travel_back() {
+    let now = Instant::now();
+    let long = now + Duration::from_secs(30);
+    assert_eq!(withdraw_at(long, now), long - Duration::from_millis(50));
+    let short = now + Duration::from_millis(40);
+    assert_eq!(withdraw_at(short, now), now + Duration::from_millis(30));
+    assert_eq!(withdraw_at(now, now), now);
+    assert_eq!(
+        catch_up_pause(Duration::from_millis(8)),
+        Duration::from_millis(8)
+    );
+    assert_eq!(
+        catch_up_pause(Duration::from_secs(5)),
+        Duration::from_secs(1)
+    );
+}
+
+#[test]
 fn the_owner_is_given_less_than_the_callers_whole_deadline() {
     assert_eq!(
         owner_budget(Duration::from_secs(30)),
