@@ -57,12 +57,11 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     let key = home.node_key()?;
     let token = home.local_token()?;
     let book = Arc::new(PeerBook::default());
-    let endpoint = PeerEndpoint::bind(
-        config.listen,
-        key.clone(),
-        book.clone(),
-        TransportTuning::default(),
-    )?;
+    let mut tuning = TransportTuning::default();
+    if let Some(protocols) = crate::owner::fault::protocols() {
+        tuning.protocols = protocols;
+    }
+    let endpoint = PeerEndpoint::bind(config.listen, key.clone(), book.clone(), tuning)?;
     let listener = TcpListener::bind(config.api)
         .await
         .map_err(|source| StartError::Api {
@@ -147,6 +146,16 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     })
     .await;
     tasks.abort_all();
+    // The writers are done (unless the drain ran out: then one may still commit, and the
+    // checkpoint leaves what it cannot move): the log's changes go into the database file
+    // itself, off the async threads (it may wait up to a second on a busy connection).
+    let db = home.db_path();
+    match tokio::task::spawn_blocking(move || crate::store::checkpoint(&db)).await {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) => warn!("the database's write-ahead log was not emptied (another connection was busy); nothing is lost, the next start reads it; copy ferry.db-wal with ferry.db"),
+        Ok(Err(err)) => warn!(%err, "the database's write-ahead log could not be checkpointed; nothing is lost, the next start reads it"),
+        Err(err) => warn!(%err, "the checkpoint did not finish"),
+    }
     info!("stopped");
     Ok(())
 }
@@ -170,7 +179,7 @@ async fn start_discovery(
     }
     let announcement = Announcement {
         node: gateway.node_id(),
-        protocol: ferry_peer::wire::PROTOCOL_VERSION,
+        protocol: gateway.protocols().newest,
         quic_port: gateway.quic_addr().port(),
         label_hint: gateway.label().to_string(),
         tailnet,

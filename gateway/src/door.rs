@@ -109,10 +109,11 @@ impl PeerService {
 }
 
 impl Service for PeerService {
-    async fn hello(&self, from: NodeId, hello: Hello) -> Hello {
+    async fn hello(&self, from: NodeId, hello: Hello, version: u16) -> Hello {
         if self.trusted(&from) {
             self.network
                 .heard_hello(from, &hello.owned_vaults, &hello.replicated_vaults);
+            self.network.heard_version(from, version, hello.release);
         }
         self.vaults.hello(self.network.label())
     }
@@ -145,11 +146,14 @@ impl Service for PeerService {
             ..
         } = request;
         // A change page is background work (a replica syncing): it waits for its turn, and a
-        // page that cannot get one before its deadline is `busy` (the puller asks again).
+        // page that cannot get one in time is `busy` (the puller asks again), said early enough
+        // to reach the puller before its deadline (as a queued write is withdrawn).
         let _turn = match verb {
             ReadVerb::Changes { .. } => {
-                let wait = Duration::from_millis(u64::from(deadline_ms));
-                match tokio::time::timeout(wait, self.background_reads.acquire()).await {
+                let now = tokio::time::Instant::now();
+                let deadline = now + Duration::from_millis(u64::from(deadline_ms));
+                let until = ferry_core::capacity::withdraw_at(deadline.into_std(), now.into_std());
+                match tokio::time::timeout_at(until.into(), self.background_reads.acquire()).await {
                     Ok(Ok(permit)) => Some(permit),
                     _ => {
                         return ReadAnswer::Refused(Refusal::busy(

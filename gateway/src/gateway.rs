@@ -99,6 +99,8 @@ pub struct Gateway {
     token: String,
     started: Instant,
     quic_addr: SocketAddr,
+    /// The protocol versions the peer endpoint speaks.
+    protocols: ferry_peer::wire::ProtocolRange,
     api_addr: OnceLock<SocketAddr>,
     env: Env,
     lifecycle: Arc<Lifecycle>,
@@ -250,6 +252,7 @@ impl Gateway {
             token: parts.token,
             started: clock.now(),
             quic_addr,
+            protocols: parts.endpoint.protocols(),
             api_addr: OnceLock::new(),
             env,
             lifecycle,
@@ -273,6 +276,7 @@ impl Gateway {
     fn start_background(self: &Arc<Self>, endpoint: PeerEndpoint) {
         let lifecycle = &self.lifecycle;
         lifecycle.spawn(self.clone().accept_peers(endpoint));
+        lifecycle.spawn(self.clone().record_peer_versions());
         let network = self.network.clone();
         lifecycle.spawn(async move { network.hello_all(DIRECTORY_REFRESH_BOUND).await });
         lifecycle.spawn(self.settlement.clone().settle_in_background());
@@ -296,6 +300,7 @@ impl Gateway {
             self.env.clock.clone(),
             self.config().background_reads,
         ));
+        let protocols = endpoint.protocols();
         loop {
             tokio::select! {
                 // Biased: a stop is seen even under a flood of connections, and a simulation's
@@ -319,6 +324,12 @@ impl Gateway {
                                 return;
                             }
                         };
+                        // No protocol version in common: the peer is told this side's range
+                        // and reports the mismatch; nothing is served.
+                        if ferry_peer::transport::refuse_without_common_version(&conn, protocols).await {
+                            debug!(peer = ?peer_node_id(&conn).map(|id| id.short()), "no protocol version in common; told it ours");
+                            return;
+                        }
                         let Some(peer) = peer_node_id(&conn) else {
                             conn.close(
                                 quinn::VarInt::from_u32(ferry_peer::transport::CLOSE_UNTRUSTED),
@@ -351,6 +362,43 @@ impl Gateway {
         // Connections keep serving in-flight streams (new ones are answered "going away")
         // until the endpoint closes them.
         while connections.join_next().await.is_some() {}
+    }
+
+    /// Writes down what peers say of their versions (schema 3), so `ferry peers` still shows a
+    /// peer's release while it is off. Changes only, a handful per peer start.
+    async fn record_peer_versions(self: Arc<Self>) {
+        let Some(mut changes) = self.network.version_changes() else {
+            return;
+        };
+        let known = self
+            .vaults
+            .reader()
+            .run(trust::versions)
+            .await
+            .unwrap_or_else(|err| {
+                warn!(%err, "peers' versions could not be read; they are learned again");
+                Vec::new()
+            });
+        self.network.remember_versions(known);
+        let mut stopping = self.lifecycle.stopping();
+        loop {
+            let (node, version) = tokio::select! {
+                biased;
+                _ = stopping.wait_for(|stopping| *stopping) => return,
+                change = changes.recv() => match change {
+                    Some(change) => change,
+                    None => return,
+                },
+            };
+            let recorded = self
+                .owner
+                .executor()
+                .apply(move |conn| trust::record_version(conn, node, &version))
+                .await;
+            if let Err(err) = recorded {
+                debug!(%err, "a peer's version was not written down; it is heard again at its next hello");
+            }
+        }
     }
 
     /// SPEC 7 rule 3: forgets journal rows (and settled calls) of request ids older than the
@@ -397,6 +445,11 @@ impl Gateway {
 
     pub fn quic_addr(&self) -> SocketAddr {
         self.quic_addr
+    }
+
+    /// The protocol versions this gateway speaks to peers.
+    pub fn protocols(&self) -> ferry_peer::wire::ProtocolRange {
+        self.protocols
     }
 
     /// The local API's address, once it listens.

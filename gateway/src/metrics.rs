@@ -204,7 +204,13 @@ impl Metrics {
             return;
         }
         let app = if named < MAX_APP_LABELS { app } else { "other" };
-        *by_app.entry(app.to_string()).or_default() += 1;
+        // "other" is counted once it exists, allocating nothing more.
+        match by_app.get_mut(app) {
+            Some(count) => *count += 1,
+            None => {
+                by_app.insert(app.to_string(), 1);
+            }
+        }
     }
 
     fn render_owner(&self, out: &mut String) {

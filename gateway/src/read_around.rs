@@ -286,7 +286,10 @@ impl Ask {
             let hello = hello.clone();
             let deadline = self.deadline;
             hellos.spawn(async move {
-                let answer = caller.hello(&target, hello, deadline).await;
+                let answer = caller
+                    .hello(&target, hello, deadline)
+                    .await
+                    .map(|(theirs, _)| theirs);
                 (target, answer)
             });
         }
@@ -390,6 +393,7 @@ mod tests {
             label_hint: "p".into(),
             owned_vaults: owned.iter().map(|v| v.to_string()).collect(),
             replicated_vaults: replicated.iter().map(|v| v.to_string()).collect(),
+            release: None,
         }
     }
 

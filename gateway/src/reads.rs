@@ -76,10 +76,20 @@ pub struct LocalRefusal {
 }
 
 impl LocalRefusal {
-    pub fn unknown_vault(vault: &str) -> Self {
+    /// No trusted gateway said it owns `vault`. `unasked` are the trusted peers that could not
+    /// be asked because they speak no protocol version in common with this gateway (one line
+    /// each): the owner may be among them, and the app is told so.
+    pub fn unknown_vault(vault: &str, unasked: &[String]) -> Self {
+        let mut detail = format!("no trusted gateway owns a vault named {vault:?}; create it with `ferry vault create {vault}` on its owner, or trust the owner");
+        if !unasked.is_empty() {
+            detail.push_str(&format!(
+                ". Not asked, for lack of a common protocol version: {}",
+                unasked.join("; ")
+            ));
+        }
         Self {
             code: RefusalCode::UnknownVault,
-            detail: format!("no trusted gateway owns a vault named {vault:?}; create it with `ferry vault create {vault}` on its owner, or trust the owner"),
+            detail,
         }
     }
 }
@@ -224,7 +234,12 @@ impl Reads {
             .network
             .place_of(vault, deadline)
             .await
-            .ok_or_else(|| ReadFailure::Refused(LocalRefusal::unknown_vault(vault)))?;
+            .ok_or_else(|| {
+                ReadFailure::Refused(LocalRefusal::unknown_vault(
+                    vault,
+                    &self.network.version_mismatches(),
+                ))
+            })?;
         match place {
             // Owned here: the local copy is the truth.
             Place::Local(row) if row.role == Role::Owner => {
@@ -643,7 +658,10 @@ impl Reads {
         deadline: Instant,
     ) -> Result<(ReadAnswer, ListSource), ReadFailure> {
         match self.network.place_of(&vault, deadline).await {
-            None => Err(ReadFailure::Refused(LocalRefusal::unknown_vault(&vault))),
+            None => Err(ReadFailure::Refused(LocalRefusal::unknown_vault(
+                &vault,
+                &self.network.version_mismatches(),
+            ))),
             Some(Place::Local(_)) => {
                 let answer = self
                     .vaults

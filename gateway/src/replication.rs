@@ -13,7 +13,7 @@ use std::time::Duration;
 use ferry_core::capacity;
 use ferry_core::clock::Clock;
 use ferry_peer::call::ReadError;
-use ferry_peer::outcome::{Refusal, RefusalCode};
+use ferry_peer::outcome::Refusal;
 use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb};
 use ferry_ticket::NodeId;
 use tracing::{debug, info};
@@ -169,9 +169,7 @@ impl Replication {
                     }
                 }
                 // The owner is busy (it serves apps first): ask again when it says, same page.
-                Err(PullError::Refused { refusal })
-                    if matches!(refusal.code, RefusalCode::Busy | RefusalCode::RateLimited) =>
-                {
+                Err(PullError::Refused { refusal }) if refusal.code.may_resend() => {
                     debug!(%vault, detail = %refusal.detail, "owner busy; the page is asked again");
                     refusal
                         .retry_after_ms

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use ferry_core::clock::Clock;
 use ferry_core::settle::{self, Verdict};
-use ferry_peer::outcome::{NotCarriedOutReason, RefusalCode, WriteOutcome};
+use ferry_peer::outcome::{NotCarriedOutReason, WriteOutcome};
 use ferry_peer::wire::{CallState, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
 use tokio::sync::Notify;
@@ -61,11 +61,7 @@ pub enum SettleError {
 /// (unknown, not sent, or a refusal that lets the same id be sent again).
 pub fn definite_state(outcome: &WriteOutcome) -> Option<CallState> {
     match outcome {
-        WriteOutcome::Answered(WriteAnswer::Refused(refusal))
-            if matches!(refusal.code, RefusalCode::Busy | RefusalCode::RateLimited) =>
-        {
-            None
-        }
+        WriteOutcome::Answered(WriteAnswer::Refused(refusal)) if refusal.code.may_resend() => None,
         WriteOutcome::Answered(answer) => Some(CallState::Answered(answer.clone())),
         WriteOutcome::NotCarriedOut { reason } => {
             Some(CallState::NotCarriedOut { reason: *reason })

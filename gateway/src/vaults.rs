@@ -150,5 +150,6 @@ pub fn hello_of(label: String, vaults: &[VaultRow]) -> Hello {
         label_hint: label,
         owned_vaults: names(Role::Owner),
         replicated_vaults: names(Role::Replica),
+        release: Some(ferry_peer::wire::RELEASE.to_string()),
     }
 }

@@ -125,7 +125,10 @@ impl Writes {
             ));
         }
         let Some(place) = self.network.place_of(&vault, deadline).await else {
-            return Err(LocalRefusal::unknown_vault(&vault));
+            return Err(LocalRefusal::unknown_vault(
+                &vault,
+                &self.network.version_mismatches(),
+            ));
         };
         let call = WriteCall {
             request_id,

@@ -20,6 +20,7 @@ use ferry_core::liveness::{self, PooledView, SIDE_PROBE_AFTER, SIDE_PROBE_WAIT, 
 use ferry_core::read::{attempts, Attempt};
 
 use crate::clock;
+use crate::frames;
 use crate::health::Failure;
 use crate::outcome::{NotSentReason, Refusal, UnknownReason, WriteOutcome};
 use crate::pool::Pool;
@@ -29,8 +30,8 @@ use crate::routes::Route;
 use crate::transport::{self, DialError, PeerEndpoint, ReadFrameError};
 use crate::wire::{
     CallState, CallStatusRequest, Extensions, Heartbeat, Hello, Priority, ProtocolFailure,
-    ReadAnswer, ReadRequest, Request, RequestFrame, RequestId, Response, ResponseFrame,
-    TicketAnswer, TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
+    ReadAnswer, ReadRequest, Request, RequestFrame, RequestId, Response, TicketAnswer,
+    TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
 };
 use crate::write_machine::{Event, Race, Step, WriteMachine};
 
@@ -186,23 +187,21 @@ impl Caller {
         timeout: Duration,
     ) -> Result<Duration, Option<Failure>> {
         let deadline = clock::now() + timeout;
-        let frame = transport::encode(&RequestFrame {
+        let frame = RequestFrame {
             body: Request::Heartbeat(Heartbeat {
                 interval_ms: interval.as_millis().min(u128::from(u32::MAX)) as u32,
             }),
             ext: Extensions::default(),
-        })
-        .map_err(|err| Some(Failure::Failed(err.to_string())))?;
+        };
         let conn = match self.pool.get(peer, route.addr) {
             Some(pooled) => pooled.conn,
             None => match self.dial(peer, route.addr, deadline).await {
                 Ok(conn) => conn,
                 Err((reason, detail)) => {
                     return Err(match reason {
-                        NotSentReason::PortClosed => Some(Failure::PortClosed),
                         // A slow handshake is no verdict on the route; silence decides.
                         NotSentReason::ConnectTimedOut | NotSentReason::DeadlineSpent => None,
-                        _ => Some(Failure::Failed(detail)),
+                        _ => Some(Failure::of_dial(reason, detail)),
                     });
                 }
             },
@@ -294,15 +293,22 @@ impl Caller {
                         )
                         .await
                     }
-                    (None, _) => Event::NotSent {
-                        reason: NotSentReason::NoRoute,
-                        detail: if target.down_routes.is_empty() {
-                            format!("no route to {} is known", target.label)
-                        } else {
-                            format!(
-                                "every route to {} is down (see `ferry routes`)",
-                                target.label
-                            )
+                    (None, _) => match self.routes.version_mismatch(target.node, clock::now()) {
+                        // Down for a protocol mismatch: say so, with both ranges.
+                        Some(detail) => Event::NotSent {
+                            reason: NotSentReason::VersionMismatch,
+                            detail,
+                        },
+                        None => Event::NotSent {
+                            reason: NotSentReason::NoRoute,
+                            detail: if target.down_routes.is_empty() {
+                                format!("no route to {} is known", target.label)
+                            } else {
+                                format!(
+                                    "every route to {} is down (see `ferry routes`)",
+                                    target.label
+                                )
+                            },
                         },
                     },
                     (_, None) => Event::TicketUnavailable {
@@ -339,17 +345,9 @@ impl Caller {
         request: WriteRequest,
         deadline: Instant,
     ) -> Event {
-        let frame = match transport::encode(&RequestFrame {
+        let frame = RequestFrame {
             body: Request::Write(Box::new(request)),
             ext: Extensions::default(),
-        }) {
-            Ok(frame) => frame,
-            Err(err) => {
-                return Event::NotSent {
-                    reason: NotSentReason::ConnectFailed,
-                    detail: err.to_string(),
-                }
-            }
         };
         let (conn, route) = match self
             .connection_for_write(target, route, race, deadline)
@@ -449,9 +447,8 @@ impl Caller {
     ) -> (NotSentReason, String) {
         debug!(peer = %target.label, route = %route, %detail, "route failed before a send");
         let why = match reason {
-            NotSentReason::PortClosed => Some(Failure::PortClosed),
             NotSentReason::DeadlineSpent => None,
-            _ => Some(Failure::Failed(detail.clone())),
+            _ => Some(Failure::of_dial(reason, detail.clone())),
         };
         if let Some(why) = why {
             self.routes
@@ -525,6 +522,7 @@ impl Caller {
                     DialError::Refused { .. } | DialError::Failed { .. } => {
                         NotSentReason::ConnectFailed
                     }
+                    DialError::NoCommonVersion { .. } => NotSentReason::VersionMismatch,
                 };
                 Err((reason, err.to_string()))
             }
@@ -547,20 +545,34 @@ impl Caller {
         }
     }
 
-    /// Tells a peer who this gateway is and which vaults it has; learns the same of the peer.
+    /// Tells a peer who this gateway is and which vaults it has; learns the same of the peer,
+    /// and the protocol version their connection agreed on.
     pub async fn hello(
         &self,
         target: &Target,
         hello: Hello,
         deadline: Instant,
-    ) -> Result<Hello, ReadError> {
+    ) -> Result<(Hello, u16), ReadError> {
         match self
-            .idempotent(target, Request::Hello(hello), deadline, false)
+            .idempotent_on(target, Request::Hello(hello), deadline, false)
             .await?
         {
-            Response::Hello(theirs) => Ok(theirs),
-            other => Err(unexpected(target, "a hello", &other)),
+            (Response::Hello(theirs), version) => Ok((theirs, version)),
+            (other, _) => Err(unexpected(target, "a hello", &other)),
         }
+    }
+
+    /// Sends a request that is safe to repeat, trying routes in order.
+    async fn idempotent(
+        &self,
+        target: &Target,
+        body: Request,
+        deadline: Instant,
+        fresh_only: bool,
+    ) -> Result<Response, ReadError> {
+        self.idempotent_on(target, body, deadline, fresh_only)
+            .await
+            .map(|(response, _)| response)
     }
 
     /// Asks the owner for a ticket (safe to repeat).
@@ -599,22 +611,19 @@ impl Caller {
         }
     }
 
-    /// Sends a request that is safe to repeat, trying routes in order.
-    async fn idempotent(
+    /// Sends a request that is safe to repeat, trying routes in order; the answer comes with
+    /// the protocol version of the connection that carried it.
+    async fn idempotent_on(
         &self,
         target: &Target,
         body: Request,
         deadline: Instant,
         fresh_only: bool,
-    ) -> Result<Response, ReadError> {
-        let frame = transport::encode(&RequestFrame {
+    ) -> Result<(Response, u16), ReadError> {
+        let frame = RequestFrame {
             body,
             ext: Extensions::default(),
-        })
-        .map_err(|err| ReadError::Unavailable {
-            label: target.label.clone(),
-            detail: err.to_string(),
-        })?;
+        };
         let mut last_error = None;
         // Ranked now, not when the call started: a retry after a break (a settle query above
         // all) must not go back to the route that just died.
@@ -643,11 +652,7 @@ impl Caller {
                     {
                         Ok(conn) => (conn, deadline),
                         Err((reason, detail)) => {
-                            let why = if reason == NotSentReason::PortClosed {
-                                Failure::PortClosed
-                            } else {
-                                Failure::Failed(detail.clone())
-                            };
+                            let why = Failure::of_dial(reason, detail.clone());
                             self.routes
                                 .failed(target.node, route.addr, clock::now(), why);
                             last_error = Some(detail);
@@ -669,7 +674,8 @@ impl Caller {
                     }
                     Exchange::Answered(response) => {
                         self.routes.carried(target.node, route.addr, clock::now());
-                        return Ok(response);
+                        let version = transport::protocol_of(&conn).unwrap_or_default();
+                        return Ok((response, version));
                     }
                     Exchange::NotSent { detail } | Exchange::Lost { detail, .. } => {
                         last_error = Some(detail);
@@ -700,8 +706,23 @@ fn unexpected(target: &Target, request: &str, answer: &Response) -> ReadError {
     }
 }
 
-/// One request and one answer on a new bidirectional stream, within `deadline`.
-async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchange {
+/// One request and one answer on a new bidirectional stream, within `deadline`, in the
+/// protocol version the connection agreed on.
+async fn exchange(conn: &Connection, frame: &RequestFrame, deadline: Instant) -> Exchange {
+    let Some(version) = transport::protocol_of(conn) else {
+        return Exchange::NotSent {
+            detail: "the connection agreed on no protocol version".into(),
+        };
+    };
+    let frame = match frames::encode_request(version, frame) {
+        Ok(frame) => frame,
+        Err(err) => {
+            return Exchange::NotSent {
+                detail: err.to_string(),
+            }
+        }
+    };
+    let frame = frame.as_slice();
     let deadline = tokio::time::Instant::from_std(deadline);
     let (mut send, mut recv) = match tokio::time::timeout_at(deadline, conn.open_bi()).await {
         Err(_) => {
@@ -739,7 +760,7 @@ async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchang
         transport::write_frame(&mut send, &frame[first..])
             .await
             .map_err(|err| err.to_string())?;
-        transport::read_frame::<ResponseFrame>(&mut recv)
+        transport::read_response(&mut recv, version)
             .await
             .map_err(|err| match err {
                 ReadFrameError::Broken { source } => source.to_string(),
@@ -772,7 +793,7 @@ async fn exchange(conn: &Connection, frame: &[u8], deadline: Instant) -> Exchang
                 detail,
             },
         },
-        Ok(Ok((_, response))) => Exchange::Answered(response.body),
+        Ok(Ok(response)) => Exchange::Answered(response.body),
     }
 }
 

@@ -51,6 +51,26 @@ pub enum EncodeError {
     TooLong { len: usize, cap: usize },
     #[error("frame body could not be encoded: {reason}")]
     Unencodable { reason: String },
+    /// The frame holds something the connection's protocol version cannot carry (a bug: such
+    /// values are sent only to peers that speak a version that has them).
+    #[error("not sent: {what} in protocol {version}")]
+    NotInVersion { what: String, version: u16 },
+}
+
+/// Encodes `value` alone (no header), under the frame cap: a part of a frame (an envelope's
+/// payload) or a value sized as one.
+pub fn encode_body<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
+    let out =
+        bincode::serde::encode_to_vec(value, config()).map_err(|err| EncodeError::Unencodable {
+            reason: err.to_string(),
+        })?;
+    if out.len() > MAX_FRAME_LEN {
+        return Err(EncodeError::TooLong {
+            len: out.len(),
+            cap: MAX_FRAME_LEN,
+        });
+    }
+    Ok(out)
 }
 
 /// Encodes `body` as a complete frame (header included) for protocol `version`.
@@ -125,9 +145,10 @@ pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
     Ok(value)
 }
 
-/// Decodes one complete frame held in memory: prefix, version, body, nothing after.
-/// Used by tests and fuzzers; streams use [`frame_len`], [`split_version`] and [`decode_body`].
-pub fn decode_frame<T: DeserializeOwned>(bytes: &[u8]) -> Result<(u16, T), DecodeError> {
+/// Splits one complete frame held in memory (tests, fixtures, fuzzers; streams use
+/// [`frame_len`] and [`split_version`]) into its version and body, checking the prefix
+/// against the frame's length.
+pub fn split_frame(bytes: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
     let Some((prefix, rest)) = bytes.split_first_chunk::<4>() else {
         return Err(DecodeError::Truncated {
             expected: 4,
@@ -146,6 +167,5 @@ pub fn decode_frame<T: DeserializeOwned>(bytes: &[u8]) -> Result<(u16, T), Decod
             extra: rest.len() - len,
         });
     }
-    let (version, body) = split_version(rest)?;
-    Ok((version, decode_body(body)?))
+    split_version(rest)
 }

@@ -18,11 +18,12 @@ use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{watch, Notify};
 use tracing::{debug, error, warn};
 
+use crate::frames;
 use crate::transport::{self, ReadFrameError, RESET_MALFORMED, RESET_UNANSWERED};
 use crate::wire::{
     CallState, CallStatusRequest, Extensions, Hello, ProtocolFailure, ReadAnswer, ReadRequest,
-    Request, RequestFrame, Response, ResponseFrame, TicketAnswer, TicketRequest, WriteAnswer,
-    WriteRequest, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    Request, Response, ResponseFrame, TicketAnswer, TicketRequest, WriteAnswer, WriteRequest,
+    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 /// A peer that opens a stream must send its whole request within this time, or the stream is
@@ -34,8 +35,10 @@ const ANSWER_ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// What a gateway does with the requests peers send it.
 pub trait Service: Send + Sync + 'static {
-    /// A peer introduced itself; answer with this gateway's own account.
-    fn hello(&self, from: NodeId, hello: Hello) -> impl Future<Output = Hello> + Send;
+    /// A peer introduced itself, on a connection of protocol `version`; answer with this
+    /// gateway's own account.
+    fn hello(&self, from: NodeId, hello: Hello, version: u16)
+        -> impl Future<Output = Hello> + Send;
     /// A write for a vault this gateway owns. The caller's key is the TLS-proven `from`.
     /// `None`: the gateway cannot say whether it ran; the stream is reset unanswered
     /// ([`RESET_UNANSWERED`]) and the caller settles by id.
@@ -114,6 +117,16 @@ pub async fn serve_connection<S: Service>(
     mut stopping: watch::Receiver<bool>,
     in_flight: Arc<InFlight>,
 ) {
+    // The handshake agreed on it; a connection without one (`ferry/versions`) was closed at
+    // accept and never gets here, but a connection of no known version is served nothing.
+    let Some(version) = transport::protocol_of(&conn) else {
+        debug!(peer = %peer.short(), "connection without a protocol version; closed");
+        conn.close(
+            quinn::VarInt::from_u32(crate::wire::CLOSE_NO_COMMON_VERSION),
+            b"",
+        );
+        return;
+    };
     let mut streams = FuturesUnordered::new();
     loop {
         tokio::select! {
@@ -134,7 +147,7 @@ pub async fn serve_connection<S: Service>(
                 streams.push(async move {
                     // A panic stays with its stream, as it would in a task of its own: the
                     // connection's other streams (writes among them) go on.
-                    let served = AssertUnwindSafe(serve_stream(service, peer, send, recv, going_away))
+                    let served = AssertUnwindSafe(serve_stream(service, peer, version, send, recv, going_away))
                         .catch_unwind()
                         .await;
                     if served.is_err() {
@@ -156,13 +169,14 @@ pub async fn serve_connection<S: Service>(
 async fn serve_stream<S: Service>(
     service: Arc<S>,
     peer: NodeId,
+    version: u16,
     mut send: SendStream,
     mut recv: RecvStream,
     going_away: bool,
 ) {
     let read = tokio::time::timeout(
         REQUEST_READ_TIMEOUT,
-        transport::read_frame::<RequestFrame>(&mut recv),
+        transport::read_request(&mut recv, version),
     )
     .await;
     let response = match read {
@@ -172,8 +186,8 @@ async fn serve_stream<S: Service>(
             let _ = send.reset(quinn::VarInt::from_u32(RESET_MALFORMED));
             return;
         }
-        Ok(Err(ReadFrameError::UnsupportedVersion { version })) => {
-            debug!(peer = %peer.short(), version, "request in an unsupported protocol version");
+        Ok(Err(ReadFrameError::UnsupportedVersion { version: sent, .. })) => {
+            debug!(peer = %peer.short(), sent, version, "request in another protocol version than the connection's");
             Response::Failed(ProtocolFailure::UnsupportedVersion {
                 oldest: OLDEST_PROTOCOL_VERSION,
                 newest: PROTOCOL_VERSION,
@@ -186,8 +200,8 @@ async fn serve_stream<S: Service>(
             return;
         }
         Ok(Ok(_)) if going_away => Response::Failed(ProtocolFailure::GoingAway),
-        Ok(Ok((_, frame))) => match frame.body {
-            Request::Hello(hello) => Response::Hello(service.hello(peer, hello).await),
+        Ok(Ok(frame)) => match frame.body {
+            Request::Hello(hello) => Response::Hello(service.hello(peer, hello, version).await),
             Request::Write(request) => match service.write(peer, *request).await {
                 Some(answer) => Response::Write(answer),
                 None => {
@@ -205,6 +219,11 @@ async fn serve_stream<S: Service>(
                 Some(state) => Response::CallStatus(state),
                 None => Response::Failed(ProtocolFailure::GoingAway),
             },
+            // A newer peer's request: read whole, not understood, not run.
+            Request::Unknown { kind } => {
+                debug!(peer = %peer.short(), kind, "request of an unknown kind; answered, nothing ran");
+                Response::Failed(ProtocolFailure::UnknownRequest { kind })
+            }
         },
     };
     // A write's answer, and "going away" (a stopping gateway's answer to anything, writes
@@ -217,7 +236,7 @@ async fn serve_stream<S: Service>(
         body: response,
         ext: Extensions::default(),
     };
-    match transport::encode(&frame) {
+    match frames::encode_response(version, &frame) {
         Ok(bytes) => {
             if let Err(err) = transport::write_frame(&mut send, &bytes).await {
                 debug!(peer = %peer.short(), %err, "answer could not be sent; the caller will settle");

@@ -3,6 +3,7 @@
 //! - [`codec`]: the only module that knows bincode; length-capped, limit-decoded frames.
 //! - [`wire`], [`outcome`], [`routes`], [`health`], [`route_table`], [`write_machine`]: the
 //!   types and decisions, from `ferry-core` (no IO), re-exported.
+//! - [`frames`]: request and answer frames in each protocol version this build speaks.
 //! - [`tls`]: mutual TLS 1.3 with raw ed25519 public keys, pinned on both sides.
 //! - [`transport`]: the QUIC endpoint, dialing under a connect timeout, frame IO on streams.
 //! - [`outcome`]: what became of a call, as types (answered, not carried out, not sent, unknown).
@@ -23,6 +24,7 @@ pub mod clock;
 pub mod codec;
 pub mod discovery;
 pub mod door;
+pub mod frames;
 pub mod mdns;
 pub mod pool;
 pub mod probe;

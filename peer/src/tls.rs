@@ -24,8 +24,6 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
-use crate::wire::ALPN;
-
 /// DER prefix of an ed25519 `SubjectPublicKeyInfo` (RFC 8410): SEQUENCE { SEQUENCE { OID
 /// 1.3.101.112 }, BIT STRING (0 unused bits) }, followed by the 32 key bytes.
 const ED25519_SPKI_PREFIX: [u8; 12] = [
@@ -259,12 +257,15 @@ impl ClientCertVerifier for TrustStoreVerifier {
 pub fn server_crypto(
     key: &NodeKey,
     trusted: Arc<dyn TrustedKeys>,
+    alpn: Vec<Vec<u8>>,
 ) -> Result<quinn::crypto::rustls::QuicServerConfig, TlsConfigError> {
     let mut tls = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(Arc::new(TrustStoreVerifier { trusted }))
         .with_cert_resolver(Arc::new(RawKeyResolver(certified_key(key)?)));
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    // The protocol versions, newest first (`ferry_core::wire::ProtocolRange::alpn_ids`): the
+    // accepting side takes the first of its own list the other offered.
+    tls.alpn_protocols = alpn;
     // 0-RTT data may be replayed; Ferry never accepts it (SPEC 12).
     tls.max_early_data_size = 0;
     // No session resumption: a resumed handshake skips the client-key check, so a peer
@@ -280,13 +281,16 @@ pub fn server_crypto(
 pub fn client_crypto(
     key: &NodeKey,
     expected: NodeId,
+    alpn: Vec<Vec<u8>>,
 ) -> Result<quinn::crypto::rustls::QuicClientConfig, TlsConfigError> {
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(PinnedServerVerifier { expected }))
         .with_client_cert_resolver(Arc::new(RawKeyResolver(certified_key(key)?)));
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    // The protocol versions, newest first (`ferry_core::wire::ProtocolRange::alpn_ids`): the
+    // accepting side takes the first of its own list the other offered.
+    tls.alpn_protocols = alpn;
     tls.enable_early_data = false;
     // Every connection is a full handshake (see `server_crypto`).
     tls.resumption = rustls::client::Resumption::disabled();

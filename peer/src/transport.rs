@@ -12,12 +12,14 @@ use std::time::Duration;
 
 use ferry_ticket::{NodeId, NodeKey};
 use quinn::{ConnectionError, RecvStream, SendStream};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 
-use crate::codec::{self, DecodeError, EncodeError};
+use crate::codec::{self, DecodeError};
+use crate::frames;
 use crate::tls::{self, TlsConfigError, TrustedKeys};
-use crate::wire::{OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION};
+use crate::wire::{
+    version_of_alpn, ProtocolRange, RequestFrame, ResponseFrame, ALPN_VERSIONS,
+    CLOSE_NO_COMMON_VERSION,
+};
 
 /// Application close code: the peer is stopping on purpose ("going away"); mark its routes down
 /// at once rather than waiting for an idle timeout.
@@ -42,6 +44,9 @@ pub struct TransportTuning {
     /// transport parameters, whose random length changes packet sizes). `None`, drawn from the
     /// system, in production; a simulation sets it so a seed replays the same packets.
     pub rng_seed: Option<[u8; 32]>,
+    /// The protocol versions offered and accepted: [`ProtocolRange::THIS_BUILD`] in
+    /// production; tests narrow it to play an older or newer gateway.
+    pub protocols: ProtocolRange,
 }
 
 impl Default for TransportTuning {
@@ -51,6 +56,7 @@ impl Default for TransportTuning {
             // Far below quinn's 30 s: a dead LAN peer must be noticed in seconds.
             idle_timeout: ferry_core::liveness::IDLE_TIMEOUT,
             rng_seed: None,
+            protocols: ProtocolRange::THIS_BUILD,
         }
     }
 }
@@ -101,6 +107,42 @@ pub enum DialError {
     Refused { addr: SocketAddr, detail: String },
     #[error("cannot connect to {addr}: {detail}")]
     Failed { addr: SocketAddr, detail: String },
+    /// The two gateways speak no protocol version in common (SPEC 11): the older one must be
+    /// upgraded. `theirs` is what the peer said it speaks, when it could say.
+    #[error("{}", no_common_version(*addr, *ours, theirs.as_ref()))]
+    NoCommonVersion {
+        addr: SocketAddr,
+        ours: ProtocolRange,
+        theirs: Option<(ProtocolRange, String)>,
+    },
+}
+
+fn no_common_version(
+    addr: SocketAddr,
+    ours: ProtocolRange,
+    theirs: Option<&(ProtocolRange, String)>,
+) -> String {
+    let upgrade = |their_newest: u16| {
+        if their_newest < ours.oldest {
+            "upgrade the gateway there"
+        } else {
+            "upgrade this gateway"
+        }
+    };
+    match theirs {
+        Some((range, release)) => format!(
+            "no protocol version in common with the gateway at {addr}: it speaks {range} \
+             (release {release}), this one speaks {ours}; {}",
+            upgrade(range.newest)
+        ),
+        None => format!(
+            "no protocol version in common with the gateway at {addr}: it speaks none of \
+             {ours} and does not say which it speaks (releases before protocol 2 speak only \
+             {}); {}",
+            ProtocolRange::FIRST_RELEASES,
+            upgrade(ProtocolRange::FIRST_RELEASES.newest)
+        ),
+    }
 }
 
 /// The endpoint's settings. The stateless-reset key is derived from the node key, so a gateway
@@ -124,7 +166,7 @@ fn server_config(
     trusted: Arc<dyn TrustedKeys>,
     tuning: &TransportTuning,
 ) -> Result<quinn::ServerConfig, BindError> {
-    let crypto = tls::server_crypto(key, trusted)?;
+    let crypto = tls::server_crypto(key, trusted, tuning.protocols.alpn_ids())?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(tuning.config());
     server.max_incoming(256);
@@ -195,6 +237,11 @@ impl PeerEndpoint {
         self.key.node_id()
     }
 
+    /// The protocol versions this endpoint offers and accepts.
+    pub fn protocols(&self) -> ProtocolRange {
+        self.tuning.protocols
+    }
+
     /// The next incoming connection attempt; `None` once the endpoint is closed.
     pub async fn accept(&self) -> Option<quinn::Incoming> {
         self.endpoint.accept().await
@@ -220,10 +267,11 @@ impl PeerEndpoint {
         expected: NodeId,
         timeout: Duration,
     ) -> Result<quinn::Connection, DialError> {
-        let crypto = tls::client_crypto(&self.key, expected).map_err(|err| DialError::Failed {
-            addr,
-            detail: err.to_string(),
-        })?;
+        let crypto = tls::client_crypto(&self.key, expected, self.tuning.protocols.alpn_ids())
+            .map_err(|err| DialError::Failed {
+                addr,
+                detail: err.to_string(),
+            })?;
         let mut client = quinn::ClientConfig::new(Arc::new(crypto));
         client.transport_config(self.tuning.config());
         let connecting = self
@@ -233,21 +281,110 @@ impl PeerEndpoint {
                 addr,
                 detail: err.to_string(),
             })?;
-        match tokio::time::timeout(timeout, connecting).await {
-            Err(_) => Err(DialError::TimedOut {
-                addr,
-                timeout_ms: timeout.as_millis() as u64,
-            }),
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(err)) => Err(classify_dial_failure(addr, err)),
+        let started = tokio::time::Instant::now();
+        let conn = match tokio::time::timeout(timeout, connecting).await {
+            Err(_) => {
+                return Err(DialError::TimedOut {
+                    addr,
+                    timeout_ms: timeout.as_millis() as u64,
+                })
+            }
+            Ok(Ok(conn)) => conn,
+            Ok(Err(err)) => return Err(classify_dial_failure(addr, self.tuning.protocols, err)),
+        };
+        if protocol_of(&conn).is_some() {
+            return Ok(conn);
         }
+        // The pair met on `ferry/versions`: the other side states its range on a stream and
+        // closes. Nothing is sent from this side.
+        let ours = self.tuning.protocols;
+        let left = timeout.saturating_sub(started.elapsed());
+        let stated = async {
+            let mut recv = conn.accept_uni().await.ok()?;
+            let said = recv.read_to_end(STATEMENT_MAX).await.ok()?;
+            ProtocolRange::parse_statement(&said)
+        };
+        let theirs = match tokio::time::timeout(left, stated).await {
+            Ok(Some(theirs)) => Some(theirs),
+            // The close carries it too, unless it went out before the handshake was
+            // confirmed: QUIC strips an application close's reason there (RFC 9000 10.2.3).
+            _ => match conn.close_reason() {
+                Some(ConnectionError::ApplicationClosed(close))
+                    if close.error_code.into_inner() == u64::from(CLOSE_NO_COMMON_VERSION) =>
+                {
+                    ProtocolRange::parse_statement(&close.reason)
+                }
+                _ => None,
+            },
+        };
+        conn.close(quinn::VarInt::from_u32(CLOSE_NO_COMMON_VERSION), b"");
+        Err(DialError::NoCommonVersion { addr, ours, theirs })
     }
 }
 
+/// The longest statement of versions read ([`ProtocolRange::statement`] is a few dozen bytes).
+const STATEMENT_MAX: usize = 256;
+/// How long an accepting side keeps a `ferry/versions` connection open for its statement to
+/// be read before it closes it anyway.
+const STATEMENT_WAIT: Duration = Duration::from_secs(2);
+
+/// The protocol version a connection agreed on in its handshake; `None` for a connection on
+/// [`ALPN_VERSIONS`] (no version in common), which carries no frames.
+pub fn protocol_of(conn: &quinn::Connection) -> Option<u16> {
+    agreed_alpn(conn).as_deref().and_then(version_of_alpn)
+}
+
+/// The ALPN id the handshake agreed on.
+fn agreed_alpn(conn: &quinn::Connection) -> Option<Vec<u8>> {
+    conn.handshake_data()?
+        .downcast::<quinn::crypto::rustls::HandshakeData>()
+        .ok()?
+        .protocol
+}
+
+/// On the accepting side: a connection that met on [`ALPN_VERSIONS`] is told this side's range
+/// (on a stream, and in the close) and closed once the other side has read it (or after
+/// [`STATEMENT_WAIT`]); `true` is returned and the caller drops it. `false`: the connection has a
+/// version and is served.
+pub async fn refuse_without_common_version(conn: &quinn::Connection, ours: ProtocolRange) -> bool {
+    if agreed_alpn(conn).as_deref() != Some(ALPN_VERSIONS) {
+        return false;
+    }
+    let statement = ours.statement();
+    let stated = async {
+        if let Ok(mut send) = conn.open_uni().await {
+            if send.write_all(statement.as_bytes()).await.is_ok() {
+                let _ = send.finish();
+                // The dialing side closes once it has read it.
+                conn.closed().await;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(STATEMENT_WAIT, stated).await;
+    conn.close(
+        quinn::VarInt::from_u32(CLOSE_NO_COMMON_VERSION),
+        statement.as_bytes(),
+    );
+    true
+}
+
+/// TLS alert `no_application_protocol` (120), as QUIC carries it: the crypto error range.
+const NO_APPLICATION_PROTOCOL: u64 = 0x100 + 120;
+
 /// A local TLS failure during the handshake is our verifier refusing the server's key; a
-/// close from the other side is the server refusing us.
-fn classify_dial_failure(addr: SocketAddr, err: ConnectionError) -> DialError {
+/// close from the other side is the server refusing us, or (alert 120) a server offering none
+/// of our protocol versions and not the version exchange either: a release before protocol 2.
+fn classify_dial_failure(addr: SocketAddr, ours: ProtocolRange, err: ConnectionError) -> DialError {
     match err {
+        ConnectionError::ConnectionClosed(ref close)
+            if u64::from(close.error_code) == NO_APPLICATION_PROTOCOL =>
+        {
+            DialError::NoCommonVersion {
+                addr,
+                ours,
+                theirs: None,
+            }
+        }
         // TLS alerts travel as QUIC's "crypto error" codes 0x100-0x1ff.
         ConnectionError::TransportError(ref transport)
             if (0x100..0x200).contains(&u64::from(transport.code)) =>
@@ -278,20 +415,19 @@ pub enum ReadFrameError {
     /// The bytes that arrived are not a frame this gateway accepts.
     #[error(transparent)]
     Decode(#[from] DecodeError),
-    /// The frame's protocol version is outside [OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION].
-    #[error("protocol version {version} is not spoken here (this gateway speaks {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}); upgrade the older gateway")]
-    UnsupportedVersion { version: u16 },
+    /// The frame's header names another protocol version than the connection agreed on.
+    #[error("a frame of protocol {version} on a connection that agreed on protocol {agreed}")]
+    UnsupportedVersion { version: u16, agreed: u16 },
 }
 
 /// A frame's buffer starts at most this large and grows as its bytes arrive.
 const FIRST_BUFFER: usize = 64 * 1024;
 
-/// Reads one frame: the length prefix is checked against the cap before the body is read, and
-/// the buffer grows with the bytes that actually arrive, so a peer that announces 16 MiB frames
-/// on many streams and sends little costs little.
-pub async fn read_frame<T: DeserializeOwned>(
-    recv: &mut RecvStream,
-) -> Result<(u16, T), ReadFrameError> {
+/// Reads one frame's bytes after its length prefix: the prefix is checked against the cap
+/// before the body is read, and the buffer grows with the bytes that actually arrive, so a peer
+/// that announces 16 MiB frames on many streams and sends little costs little. Its version
+/// must be `agreed`, the connection's.
+async fn read_raw(recv: &mut RecvStream, agreed: u16) -> Result<Vec<u8>, ReadFrameError> {
     let mut prefix = [0u8; 4];
     recv.read_exact(&mut prefix)
         .await
@@ -314,16 +450,31 @@ pub async fn read_frame<T: DeserializeOwned>(
             }
         }
     }
-    let (version, body) = codec::split_version(&rest)?;
-    if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
-        return Err(ReadFrameError::UnsupportedVersion { version });
+    let (version, _) = codec::split_version(&rest)?;
+    if version != agreed {
+        return Err(ReadFrameError::UnsupportedVersion { version, agreed });
     }
-    Ok((version, codec::decode_body(body)?))
+    Ok(rest)
 }
 
-/// Encodes `body` at this build's protocol version.
-pub fn encode<T: Serialize>(body: &T) -> Result<Vec<u8>, EncodeError> {
-    codec::encode_frame(PROTOCOL_VERSION, body)
+/// Reads one request frame in protocol `agreed`.
+pub async fn read_request(
+    recv: &mut RecvStream,
+    agreed: u16,
+) -> Result<RequestFrame, ReadFrameError> {
+    let raw = read_raw(recv, agreed).await?;
+    let (version, body) = codec::split_version(&raw)?;
+    Ok(frames::decode_request(version, body)?)
+}
+
+/// Reads one answer frame in protocol `agreed`.
+pub async fn read_response(
+    recv: &mut RecvStream,
+    agreed: u16,
+) -> Result<ResponseFrame, ReadFrameError> {
+    let raw = read_raw(recv, agreed).await?;
+    let (version, body) = codec::split_version(&raw)?;
+    Ok(frames::decode_response(version, body)?)
 }
 
 /// Writes a whole frame and finishes the stream.

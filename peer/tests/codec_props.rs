@@ -1,12 +1,14 @@
-//! The codec on hostile input: round trips, and no panic or large allocation on truncated,
-//! bit-flipped, or length-forged frames.
+//! The codec and the frames of every protocol version on hostile input: round trips, and no
+//! panic or large allocation on truncated, bit-flipped, or length-forged frames.
 
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ferry_peer::codec::{self, DecodeError, MAX_FRAME_LEN};
+use ferry_peer::frames;
 use ferry_peer::wire::{
     Extension, Extensions, Priority, Request, RequestFrame, RequestId, WriteRequest, WriteVerb,
+    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use ferry_peer::{NodeId, NodeKey};
 use ferry_ticket::{Ticket, VerbSet};
@@ -58,35 +60,43 @@ fn write_frame(
 proptest! {
     #[test]
     fn frames_round_trip(key in ".{0,64}", value in proptest::collection::vec(any::<u8>(), 0..2048),
-                         rev in proptest::option::of(any::<u64>()), deadline in any::<u32>(), version in any::<u16>()) {
+                         rev in proptest::option::of(any::<u64>()), deadline in any::<u32>(),
+                         version in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION) {
         let frame = write_frame(key, value, rev, deadline);
-        let bytes = codec::encode_frame(version, &frame).unwrap();
+        let bytes = frames::encode_request(version, &frame).unwrap();
         prop_assert_eq!(u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize, bytes.len() - 4);
-        let (got_version, decoded) = codec::decode_frame::<RequestFrame>(&bytes).unwrap();
+        let (got_version, decoded) = frames::decode_request_frame(&bytes).unwrap();
         prop_assert_eq!(got_version, version);
         prop_assert_eq!(decoded, frame);
     }
 
     #[test]
-    fn truncated_frames_are_refused(value in proptest::collection::vec(any::<u8>(), 0..512), cut in any::<prop::sample::Index>()) {
-        let bytes = codec::encode_frame(1, &write_frame("k".into(), value, None, 1000)).unwrap();
+    fn truncated_frames_are_refused(value in proptest::collection::vec(any::<u8>(), 0..512), cut in any::<prop::sample::Index>(),
+                                    version in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION) {
+        let bytes = frames::encode_request(version, &write_frame("k".into(), value, None, 1000)).unwrap();
         let cut = cut.index(bytes.len());
-        prop_assert!(codec::decode_frame::<RequestFrame>(&bytes[..cut]).is_err());
+        prop_assert!(frames::decode_request_frame(&bytes[..cut]).is_err());
     }
 
     #[test]
-    fn bit_flips_never_panic(value in proptest::collection::vec(any::<u8>(), 0..512), bit in any::<prop::sample::Index>()) {
-        let mut bytes = codec::encode_frame(1, &write_frame("k".into(), value, Some(3), 1000)).unwrap();
+    fn bit_flips_never_panic(value in proptest::collection::vec(any::<u8>(), 0..512), bit in any::<prop::sample::Index>(),
+                             version in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION) {
+        let mut bytes = frames::encode_request(version, &write_frame("k".into(), value, Some(3), 1000)).unwrap();
         let bit = bit.index(bytes.len() * 8);
         bytes[bit / 8] ^= 1 << (bit % 8);
         // Either a clean error or some other valid frame; never a panic or an abort.
-        let _ = codec::decode_frame::<RequestFrame>(&bytes);
+        let _ = frames::decode_request_frame(&bytes);
+        let _ = frames::decode_response_frame(&bytes);
     }
 
     #[test]
     fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..1024)) {
-        let _ = codec::decode_frame::<RequestFrame>(&bytes);
-        let _ = codec::decode_body::<RequestFrame>(&bytes);
+        let _ = frames::decode_request_frame(&bytes);
+        let _ = frames::decode_response_frame(&bytes);
+        for version in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION {
+            let _ = frames::decode_request(version, &bytes);
+            let _ = frames::decode_response(version, &bytes);
+        }
     }
 }
 
@@ -106,7 +116,8 @@ fn a_length_prefix_over_the_cap_is_refused_before_reading() {
 fn a_hostile_length_inside_the_body_is_a_clean_error() {
     // A Write request whose value claims u64::MAX bytes: bincode's u64 varint marker (253)
     // then 8 bytes. Without the decode limit this aborts the process trying to allocate.
-    let good = codec::encode_frame(1, &write_frame("k".into(), vec![], None, 1)).unwrap();
+    // Protocol 1: the value's length is inside the frame itself.
+    let good = frames::encode_request(1, &write_frame("k".into(), vec![], None, 1)).unwrap();
     let body = &good[6..];
     // Find the value's length byte (0 for an empty value) after the key "k" (len 1, 'k').
     let at = body
@@ -118,7 +129,7 @@ fn a_hostile_length_inside_the_body_is_a_clean_error() {
     hostile.push(253);
     hostile.extend_from_slice(&u64::MAX.to_le_bytes());
     hostile.extend_from_slice(&body[at + 1..]);
-    let err = codec::decode_body::<RequestFrame>(&hostile).expect_err("refused");
+    let err = frames::decode_request(1, &hostile).expect_err("refused");
     match err {
         DecodeError::Malformed { reason } => {
             assert!(reason.to_lowercase().contains("limit"), "{reason}")
@@ -129,14 +140,18 @@ fn a_hostile_length_inside_the_body_is_a_clean_error() {
 
 #[test]
 fn trailing_bytes_are_refused() {
-    let mut bytes = codec::encode_frame(1, &write_frame("k".into(), vec![1], None, 1)).unwrap();
-    bytes.push(0);
-    let len = u32::from_be_bytes(bytes[..4].try_into().unwrap()) + 1;
-    bytes[..4].copy_from_slice(&len.to_be_bytes());
-    assert_eq!(
-        codec::decode_frame::<RequestFrame>(&bytes),
-        Err(DecodeError::TrailingBytes { extra: 1 })
-    );
+    for version in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION {
+        let frame = write_frame("k".into(), vec![1], None, 1);
+        let mut bytes = frames::encode_request(version, &frame).unwrap();
+        bytes.push(0);
+        let len = u32::from_be_bytes(bytes[..4].try_into().unwrap()) + 1;
+        bytes[..4].copy_from_slice(&len.to_be_bytes());
+        assert_eq!(
+            frames::decode_request_frame(&bytes),
+            Err(DecodeError::TrailingBytes { extra: 1 }),
+            "protocol {version}"
+        );
+    }
 }
 
 #[test]

@@ -5,37 +5,29 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
-use std::time::Duration;
 
+mod common;
+
+use common::{ask, Anyone, WAIT};
 use ferry_peer::door::{self, InFlight, Service};
-use ferry_peer::tls::{peer_node_id, TrustedKeys};
-use ferry_peer::transport::{self, PeerEndpoint, TransportTuning};
+use ferry_peer::tls::peer_node_id;
+use ferry_peer::transport::{PeerEndpoint, TransportTuning};
 use ferry_peer::wire::{
-    CallState, CallStatusRequest, Extensions, Hello, ReadAnswer, ReadRequest, ReadVerb, Request,
-    RequestFrame, Response, ResponseFrame, TicketAnswer, TicketRequest, WriteAnswer, WriteRequest,
+    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, ReadVerb, Request, Response,
+    TicketAnswer, TicketRequest, WriteAnswer, WriteRequest,
 };
 use ferry_peer::{NodeId, NodeKey};
-
-const WAIT: Duration = Duration::from_secs(5);
-
-#[derive(Debug)]
-struct Anyone;
-
-impl TrustedKeys for Anyone {
-    fn is_trusted(&self, _: &NodeId) -> bool {
-        true
-    }
-}
 
 /// Answers hellos; panics on every read, as a handler with a bug would.
 struct PanicsOnRead;
 
 impl Service for PanicsOnRead {
-    async fn hello(&self, _: NodeId, _: Hello) -> Hello {
+    async fn hello(&self, _: NodeId, _: Hello, _: u16) -> Hello {
         Hello {
             label_hint: "server".into(),
             owned_vaults: vec!["v".into()],
             replicated_vaults: Vec::new(),
+            release: None,
         }
     }
     async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
@@ -62,28 +54,12 @@ fn endpoint(key: &NodeKey) -> PeerEndpoint {
     .expect("bind loopback")
 }
 
-/// One request on a new stream; the answer, or why there was none.
-async fn ask(conn: &quinn::Connection, body: Request) -> Result<Response, String> {
-    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
-    let frame = transport::encode(&RequestFrame {
-        body,
-        ext: Extensions::default(),
-    })
-    .unwrap();
-    transport::write_frame(&mut send, &frame)
-        .await
-        .map_err(|e| e.to_string())?;
-    match tokio::time::timeout(WAIT, transport::read_frame::<ResponseFrame>(&mut recv)).await {
-        Err(_) => Err(format!("no answer within {WAIT:?}")),
-        Ok(read) => read.map(|(_, frame)| frame.body).map_err(|e| e.to_string()),
-    }
-}
-
 fn hello() -> Request {
     Request::Hello(Hello {
         label_hint: "client".into(),
         owned_vaults: Vec::new(),
         replicated_vaults: Vec::new(),
+        release: None,
     })
 }
 

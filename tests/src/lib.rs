@@ -4,6 +4,8 @@
 //! tests are told its path (`env!("CARGO_BIN_EXE_...")`). This library holds what both share.
 
 pub mod history;
+pub mod lab_app;
+pub mod previous;
 pub mod rng;
 pub mod sim;
 
@@ -22,6 +24,17 @@ pub const SIGTERM: i32 = 15;
 /// The environment variable that turns a missing lab prerequisite (root, `ip`, a network
 /// namespace) from a SKIPPED line into a failure; CI sets it to `1`.
 pub const LAB_REQUIRED_VAR: &str = "FERRY_LAB_REQUIRED";
+
+/// The revision `vault` has in the database `conn` is open on (0 if it has none).
+pub fn vault_revision(conn: &rusqlite::Connection, vault: &str) -> u64 {
+    conn.query_row(
+        "SELECT revision FROM vaults WHERE name = ?1",
+        [vault],
+        |row| row.get::<_, i64>(0),
+    )
+    .map(|r| r as u64)
+    .unwrap_or(0)
+}
 
 /// Polls `done` until it returns `Some`, at most `bound`; panics with `what` otherwise.
 pub fn wait_for<T>(what: &str, bound: Duration, mut done: impl FnMut() -> Option<T>) -> T {

@@ -150,7 +150,8 @@ fn the_write_past_the_rate_limit_is_429_costs_nothing_and_runs_when_sent_again()
     assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
     assert_eq!(a.journal_row(&sixth), None);
     assert_eq!(a.stored("notes", "k5"), None);
-    // The CLI reads it as the owner's refusal (exit 1), not as "nothing was sent" or unknown.
+    // The CLI is an app of its own (`ferry`), with its own budget: the bursty app's limit
+    // does not touch it. (The CLI reading a refusal as exit 1 is the next test's.)
     let (exit, json) = b.cli_json(&["put", "notes", "cli", "v"]);
     assert_eq!(
         exit, 0,

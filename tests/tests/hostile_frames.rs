@@ -10,9 +10,12 @@ mod harness;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferry_peer::frames;
 use ferry_peer::tls::TrustedKeys;
 use ferry_peer::transport::{self, PeerEndpoint, TransportTuning, RESET_MALFORMED};
-use ferry_peer::wire::{Extensions, Hello, Request, RequestFrame, Response, ResponseFrame};
+use ferry_peer::wire::{
+    Extensions, Hello, ProtocolFailure, ProtocolRange, Request, RequestFrame, Response,
+};
 use ferry_peer::{NodeId, NodeKey};
 use harness::two_with_notes;
 
@@ -39,11 +42,24 @@ async fn dial_as(
     owner: NodeId,
     addr: std::net::SocketAddr,
 ) -> (PeerEndpoint, quinn::Connection) {
+    dial_speaking(prober, owner, addr, ProtocolRange::THIS_BUILD).await
+}
+
+/// [`dial_as`], offering only the protocol versions `protocols`.
+async fn dial_speaking(
+    prober: &NodeKey,
+    owner: NodeId,
+    addr: std::net::SocketAddr,
+    protocols: ProtocolRange,
+) -> (PeerEndpoint, quinn::Connection) {
     let endpoint = PeerEndpoint::bind(
         "127.0.0.1:0".parse().unwrap(),
         prober.clone(),
         Arc::new(OnlyThis(owner)),
-        TransportTuning::default(),
+        TransportTuning {
+            protocols,
+            ..TransportTuning::default()
+        },
     )
     .unwrap();
     let conn = endpoint
@@ -73,20 +89,27 @@ fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
     let served_before = a.metric("ferry_peer_requests_served_total{kind=\"write\"}");
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let (_endpoint, conn) = dial_as(&prober, owner, owner_addr).await;
+    // Each protocol version the owner speaks: the newest, and the first (a 0.1.0 caller).
+    for protocols in [ProtocolRange::THIS_BUILD, ProtocolRange::FIRST_RELEASES] {
+        runtime.block_on(async {
+        let (_endpoint, conn) = dial_speaking(&prober, owner, owner_addr, protocols).await;
+        let version = transport::protocol_of(&conn).expect("a protocol version");
+        assert_eq!(version, protocols.newest);
+        let header = version.to_be_bytes();
 
         let hostile_prefix = [0xff, 0xff, 0xff, 0xff, 0, 1, 2, 3];
         let mut truncated = 100u32.to_be_bytes().to_vec();
-        truncated.extend_from_slice(&[0, 1, 9, 9, 9]);
+        truncated.extend_from_slice(&header);
+        truncated.extend_from_slice(&[9, 9, 9]);
         let mut garbage = 40u32.to_be_bytes().to_vec();
-        garbage.extend_from_slice(&[0, 1]);
+        garbage.extend_from_slice(&header);
         garbage.extend((0..38u8).map(|i| i.wrapping_mul(37).wrapping_add(11)));
-        // A Hello whose label claims u64::MAX bytes (varint marker 253 + 8 bytes): the decode
-        // limit must refuse it instead of allocating.
+        // A Hello whose first length claims u64::MAX bytes (varint marker 253 + 8 bytes): the
+        // envelope's payload in protocol 2, the label in protocol 1. The decode limit must
+        // refuse it instead of allocating.
         let mut hostile_inner = vec![0u8; 4];
-        hostile_inner.extend_from_slice(&1u16.to_be_bytes());
-        hostile_inner.push(0); // Request::Hello
+        hostile_inner.extend_from_slice(&header);
+        hostile_inner.push(0); // the kind: a hello
         hostile_inner.push(253);
         hostile_inner.extend_from_slice(&u64::MAX.to_le_bytes());
         let len = (hostile_inner.len() - 4) as u32;
@@ -103,29 +126,50 @@ fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
                 result.expect_err(&format!("{what}: the owner answered instead of resetting"));
             assert!(
                 err.contains(&RESET_MALFORMED.to_string()) || err.contains("reset"),
-                "{what}: expected a reset with code {RESET_MALFORMED}, got {err}"
+                "protocol {version}, {what}: expected a reset with code {RESET_MALFORMED}, got {err}"
             );
         }
 
-        // Still serving on the same connection.
-        let hello = transport::encode(&RequestFrame {
-            body: Request::Hello(Hello {
-                label_hint: "prober".into(),
-                owned_vaults: vec![],
-                replicated_vaults: vec![],
-            }),
+        // A whole frame in the other version than the connection agreed on: answered, not run.
+        let other = if version == 1 { 2 } else { 1 };
+        let beat = RequestFrame {
+            body: Request::Heartbeat(ferry_peer::wire::Heartbeat { interval_ms: 1000 }),
             ext: Extensions::default(),
-        })
+        };
+        let answer = send_raw(&conn, &frames::encode_request(other, &beat).unwrap())
+            .await
+            .expect("a frame of the other version is answered");
+        let (_, frame) = frames::decode_response_frame(&answer).unwrap();
+        assert!(
+            matches!(frame.body, Response::Failed(ProtocolFailure::UnsupportedVersion { .. })),
+            "protocol {other} on a protocol {version} connection: {:?}",
+            frame.body
+        );
+
+        // Still serving on the same connection.
+        let hello = frames::encode_request(
+            version,
+            &RequestFrame {
+                body: Request::Hello(Hello {
+                    label_hint: "prober".into(),
+                    owned_vaults: vec![],
+                    replicated_vaults: vec![],
+                    release: None,
+                }),
+                ext: Extensions::default(),
+            },
+        )
         .unwrap();
         let answer = send_raw(&conn, &hello)
             .await
             .expect("a valid hello is answered");
-        let (_, frame) = ferry_peer::codec::decode_frame::<ResponseFrame>(&answer).unwrap();
+        let (_, frame) = frames::decode_response_frame(&answer).unwrap();
         let Response::Hello(theirs) = frame.body else {
             panic!("expected a hello back, got {:?}", frame.body)
         };
         assert_eq!(theirs.owned_vaults, vec!["notes".to_string()]);
     });
+    }
 
     assert_eq!(
         a.metric("ferry_peer_requests_served_total{kind=\"write\"}"),
@@ -168,17 +212,21 @@ fn frames_announced_huge_cost_only_the_bytes_that_arrive() {
             let mut bytes = (ferry_peer::codec::MAX_FRAME_LEN as u32)
                 .to_be_bytes()
                 .to_vec();
-            bytes.extend_from_slice(&1u16.to_be_bytes());
+            bytes.extend_from_slice(&ferry_peer::wire::PROTOCOL_VERSION.to_be_bytes());
             bytes.extend_from_slice(&[0u8; 100]);
             send.write_all(&bytes).await.unwrap();
             // Not finished: the owner waits for the rest, holding whatever it allocated.
             held.push((send, recv));
         }
         // A heartbeat on a later stream is answered once the door took every stream above.
-        let beat = transport::encode(&RequestFrame {
-            body: Request::Heartbeat(ferry_peer::wire::Heartbeat { interval_ms: 1000 }),
-            ext: Extensions::default(),
-        })
+        let version = transport::protocol_of(&conn).expect("a protocol version");
+        let beat = frames::encode_request(
+            version,
+            &RequestFrame {
+                body: Request::Heartbeat(ferry_peer::wire::Heartbeat { interval_ms: 1000 }),
+                ext: Extensions::default(),
+            },
+        )
         .unwrap();
         send_raw(&conn, &beat)
             .await

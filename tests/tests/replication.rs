@@ -13,20 +13,6 @@ use harness::{wait_for, Gateway};
 
 const RECORDS: u64 = 100_000;
 
-/// Every record of `vault` in `gateway`'s database: (key, revision, value or tombstone).
-fn all_records(gateway: &Gateway, vault: &str) -> Vec<(String, u64, Option<Vec<u8>>)> {
-    let conn = gateway.db();
-    let mut stmt = conn
-        .prepare("SELECT key, revision, value FROM records WHERE vault = ?1 ORDER BY key")
-        .unwrap();
-    stmt.query_map([vault], |row| {
-        Ok((row.get(0)?, row.get::<_, i64>(1)? as u64, row.get(2)?))
-    })
-    .unwrap()
-    .map(Result::unwrap)
-    .collect()
-}
-
 fn replica_revision(c: &Gateway) -> u64 {
     let (_, vaults) = c.cli_json(&["vault", "list"]);
     vaults
@@ -90,7 +76,7 @@ fn a_replica_of_100k_records_converges_resumes_after_sigkill_and_applies_deletes
     );
     let first_half = started.elapsed();
     c.kill();
-    let cursor_on_disk = all_records(&c, "notes").len() as u64;
+    let cursor_on_disk = c.records("notes").len() as u64;
     assert!(cursor_on_disk >= halfway, "the applied pages are on disk");
     c.restart();
     let resumed = Instant::now();
@@ -107,8 +93,8 @@ fn a_replica_of_100k_records_converges_resumes_after_sigkill_and_applies_deletes
         rate(RECORDS - halfway, second_half)
     );
     assert_eq!(
-        all_records(&c, "notes"),
-        all_records(&a, "notes"),
+        c.records("notes"),
+        a.records("notes"),
         "the replica equals the owner, in full"
     );
 
@@ -126,7 +112,7 @@ fn a_replica_of_100k_records_converges_resumes_after_sigkill_and_applies_deletes
         Duration::from_secs(30),
         || (replica_revision(&c) == RECORDS + 100).then_some(()),
     );
-    let (on_a, on_c) = (all_records(&a, "notes"), all_records(&c, "notes"));
+    let (on_a, on_c) = (a.records("notes"), c.records("notes"));
     assert_eq!(on_c, on_a, "the replica equals the owner, deletes included");
     assert_eq!(on_c.iter().filter(|(_, _, v)| v.is_none()).count(), 100);
 }

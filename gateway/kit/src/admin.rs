@@ -22,9 +22,17 @@ pub struct Status {
     /// Trusted peers.
     pub peers: usize,
     pub home: String,
+    /// The release.
     pub version: String,
+    /// The protocol versions this gateway speaks, `oldest-newest` (SPEC 11).
+    #[serde(default)]
+    pub protocols: String,
     /// The owner's write queue and its busiest callers (SPEC 7 rule 7).
     pub owner_queue: OwnerQueue,
+    /// Trusted peers this gateway cannot talk to because they speak no protocol version in
+    /// common with it: one line each, naming both ranges and which side to upgrade.
+    #[serde(default)]
+    pub version_mismatches: Vec<String>,
 }
 
 /// The owner's write queue now.
@@ -72,6 +80,17 @@ pub struct Peer {
     /// `false`: seen on the LAN but never trusted (never used).
     pub trusted: bool,
     pub routes: Vec<RouteAddress>,
+    /// The release the peer last named in its hello; `None` if it never greeted this gateway
+    /// or runs a release before protocol 2 (whose hello names none).
+    #[serde(default)]
+    pub release: Option<String>,
+    /// The protocol version its connection last agreed on (SPEC 11).
+    #[serde(default)]
+    pub protocol: Option<u16>,
+    /// The most recent failure of one of its routes that is not up (a protocol mismatch names
+    /// both ranges here).
+    #[serde(default)]
+    pub last_error: Option<String>,
 }
 
 /// One row of `GET /v1/routes` (SPEC 8): a route to a trusted peer and its health.

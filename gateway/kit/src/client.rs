@@ -767,7 +767,8 @@ fn write_result(answer: Answer, request_id: String, vault: &str) -> WriteResult 
             | ErrorCode::Forbidden
             | ErrorCode::RateLimited
             | ErrorCode::Busy
-            | ErrorCode::TicketRefused,
+            | ErrorCode::TicketRefused
+            | ErrorCode::Refused,
         ) => WriteResult::Refused {
             status,
             code: error.error,
@@ -952,5 +953,17 @@ mod tests {
                 "{status} {body}: {result:?}"
             );
         }
+    }
+
+    /// A newer owner's refusal this gateway cannot name (`422 refused`) is still the owner's
+    /// answer: refused, not carried out; never unknown, never "nothing was sent".
+    #[test]
+    fn a_refusal_the_gateway_could_not_name_is_a_refusal() {
+        let body = r#"{"error":"refused","detail":"refused with a code from a newer owner"}"#;
+        let result = write_result(answer(422, body), "id".into(), "v");
+        let WriteResult::Refused { status, code, .. } = &result else {
+            panic!("{result:?}")
+        };
+        assert_eq!((*status, code), (422, &ErrorCode::Refused));
     }
 }

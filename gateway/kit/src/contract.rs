@@ -85,6 +85,9 @@ pub enum ErrorCode {
     Busy,
     /// The owner refused this gateway's ticket at its door, even after one renewal.
     TicketRefused,
+    /// The owner refused the write for a reason this gateway does not know (the owner runs a
+    /// newer release; `detail` says what it said): not carried out. Status 422.
+    Refused,
     /// The request left, broke, and the owner confirmed it never ran and never will.
     NotCarriedOut,
     /// Nothing was sent (no route, connect failed, gateway stopping, ...).
@@ -117,6 +120,7 @@ impl ErrorCode {
             Self::RateLimited => "rate_limited",
             Self::Busy => "busy",
             Self::TicketRefused => "ticket_refused",
+            Self::Refused => "refused",
             Self::NotCarriedOut => "not_carried_out",
             Self::Unavailable => "unavailable",
             Self::OutcomeUnknown => "outcome_unknown",

@@ -60,8 +60,10 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Json<Status> {
         uptime_s: gateway.uptime().as_secs(),
         peers: gateway.network().book().all().len(),
         home: gateway.home().root().display().to_string(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
+        version: ferry_peer::wire::RELEASE.to_string(),
+        protocols: gateway.protocols().to_string(),
         owner_queue: owner_queue(&gateway),
+        version_mismatches: gateway.network().version_mismatches(),
     })
 }
 
@@ -96,7 +98,8 @@ fn route_address(kind: &str, addr: impl ToString) -> RouteAddress {
     }
 }
 
-/// A trusted peer as the admin API shows it (shared with the CLI's offline `trust`).
+/// A trusted peer as the admin API shows it (shared with the CLI's offline `trust`); what it
+/// said of its version and its routes' failures are the running gateway's to add.
 pub fn trusted_peer(peer: &crate::store::trust::TrustedPeer) -> Peer {
     Peer {
         label: peer.label.clone(),
@@ -107,13 +110,34 @@ pub fn trusted_peer(peer: &crate::store::trust::TrustedPeer) -> Peer {
             .iter()
             .map(|r| route_address(r.kind.as_str(), r.addr))
             .collect(),
+        release: None,
+        protocol: None,
+        last_error: None,
     }
 }
 
 /// Trusted peers, then gateways seen on the LAN that are not trusted (never used).
 pub async fn peers(State(gateway): State<Arc<Gateway>>) -> Json<Vec<Peer>> {
-    let trusted = gateway.network().book().all();
-    let mut rows: Vec<Peer> = trusted.iter().map(trusted_peer).collect();
+    let network = gateway.network();
+    let now = gateway.clock().now();
+    let trusted = network.book().all();
+    let mut rows: Vec<Peer> = trusted
+        .iter()
+        .map(|peer| {
+            let version = network.version_of(&peer.node_id);
+            let routes = network.routes().view(peer.node_id, now);
+            let failing = routes
+                .iter()
+                .filter(|view| view.state != RouteState::Up)
+                .find_map(|view| view.last_error.clone());
+            Peer {
+                release: version.as_ref().and_then(|v| v.release.clone()),
+                protocol: version.map(|v| v.protocol),
+                last_error: failing,
+                ..trusted_peer(peer)
+            }
+        })
+        .collect();
     for seen in gateway.network().seen().all() {
         if trusted.iter().any(|p| p.node_id == seen.announcement.node) {
             continue;
@@ -122,6 +146,9 @@ pub async fn peers(State(gateway): State<Arc<Gateway>>) -> Json<Vec<Peer>> {
             label: seen.announcement.label_hint.clone(),
             node_id: seen.announcement.node.to_string(),
             trusted: false,
+            release: None,
+            protocol: None,
+            last_error: None,
             routes: seen
                 .lan
                 .iter()

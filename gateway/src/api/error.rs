@@ -105,6 +105,7 @@ pub fn refusal_code(code: RefusalCode) -> ErrorCode {
         RefusalCode::RateLimited => ErrorCode::RateLimited,
         RefusalCode::Busy => ErrorCode::Busy,
         RefusalCode::TicketRefused => ErrorCode::TicketRefused,
+        RefusalCode::Unrecognized(_) => ErrorCode::Refused,
     }
 }
 

@@ -205,10 +205,21 @@ async fn status(kit: &Kit, json: bool) -> Exit {
                     "uptime_s",
                     "peers",
                     "home",
+                    "version",
+                    "protocols",
                 ] {
                     println!("{field:<10} {}", cell(status.get(field)));
                 }
                 print_owner_queue(status.get("owner_queue"));
+                for mismatch in status
+                    .get("version_mismatches")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                {
+                    println!("{:<10} {mismatch}", "mismatch");
+                }
             }
             Exit::Done
         }
@@ -376,15 +387,36 @@ async fn peers(kit: &Kit, json: bool) -> Exit {
                     } else {
                         "untrusted"
                     };
+                    // A release before protocol 2 names none in its hello: its protocol says
+                    // that much.
+                    let release = match (p.get("release"), p.get("protocol")) {
+                        (Some(Value::String(release)), _) => release.clone(),
+                        (_, Some(protocol)) if protocol == &json!(1) => "before 0.2.0".into(),
+                        _ => "-".into(),
+                    };
                     vec![
                         cell(p.get("label")),
                         cell(p.get("node_id")),
                         trusted.into(),
                         routes.to_string(),
+                        release,
+                        cell(p.get("protocol")),
+                        cell(p.get("last_error")),
                     ]
                 })
                 .collect();
-            output::table(&["label", "node id", "trust", "routes"], &rows);
+            output::table(
+                &[
+                    "label",
+                    "node id",
+                    "trust",
+                    "routes",
+                    "release",
+                    "protocol",
+                    "last error",
+                ],
+                &rows,
+            );
             Exit::Done
         }
         Err(err) => kit_failure(err, json),

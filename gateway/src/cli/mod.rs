@@ -13,6 +13,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+/// `ferry --version`: the release and the protocol versions it speaks (SPEC 11). A literal, as
+/// clap wants; a test holds it to `ferry_peer::wire`.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (protocols 1-2)");
+
 /// What a command ended as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -32,7 +36,7 @@ impl From<Exit> for ExitCode {
 #[derive(Debug, Parser)]
 #[command(
     name = "ferry",
-    version,
+    version = VERSION,
     about = "Ferry: a peer-to-peer replication gateway"
 )]
 pub struct Cli {
@@ -223,4 +227,17 @@ fn init_tracing(serving: bool) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use ferry_peer::wire::{ProtocolRange, RELEASE};
+
+    #[test]
+    fn the_version_line_names_the_release_and_the_protocols_spoken() {
+        assert_eq!(
+            super::VERSION,
+            format!("{RELEASE} (protocols {})", ProtocolRange::THIS_BUILD)
+        );
+    }
 }

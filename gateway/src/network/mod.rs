@@ -10,6 +10,7 @@ pub mod book;
 pub mod discovery;
 pub mod monitor;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ use ferry_ticket::NodeId;
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use crate::store::trust::TrustedPeer;
+use crate::store::trust::{PeerVersion, TrustedPeer};
 use crate::store::vaults::VaultRow;
 use crate::vaults::Vaults;
 use book::{Directory, PeerBook};
@@ -54,7 +55,39 @@ pub struct Network {
     incoming: Mutex<Vec<(NodeId, quinn::Connection)>>,
     thunderbolt: Vec<String>,
     clock: Arc<dyn Clock>,
+    /// What each peer last said of its version (heard since start, or remembered from the
+    /// database), and where a change goes to be written down.
+    versions: Mutex<Versions>,
 }
+
+/// The peers' versions and the changes not yet taken by the task that writes them down.
+#[derive(Debug)]
+struct Versions {
+    said: HashMap<NodeId, PeerVersion>,
+    log: tokio::sync::mpsc::Sender<(NodeId, PeerVersion)>,
+    /// Taken once by the writing task ([`Network::version_changes`]). Until then changes wait
+    /// in the channel, so none heard at start is lost.
+    changes: Option<tokio::sync::mpsc::Receiver<(NodeId, PeerVersion)>>,
+}
+
+impl Versions {
+    fn new() -> Self {
+        let (log, changes) = tokio::sync::mpsc::channel(VERSION_LOG_BOUND);
+        Self {
+            said: HashMap::new(),
+            log,
+            changes: Some(changes),
+        }
+    }
+}
+
+/// Changes of peers' versions waiting to be written down. A change that finds it full is
+/// dropped: the peer says its version again at its next hello, and memory has it meanwhile.
+const VERSION_LOG_BOUND: usize = 256;
+
+/// The longest release a peer's hello may name that is kept (a release is a short version
+/// string; anything longer is cut, not stored whole).
+const MAX_RELEASE_CHARS: usize = 64;
 
 /// What [`Network::new`] needs.
 #[derive(Debug)]
@@ -87,7 +120,62 @@ impl Network {
             incoming: Mutex::new(Vec::new()),
             thunderbolt: parts.thunderbolt,
             clock: parts.clock,
+            versions: Mutex::new(Versions::new()),
         }
+    }
+
+    fn versions(&self) -> std::sync::MutexGuard<'_, Versions> {
+        // Each use is one short edit of plain data; a panic cannot leave it half-done.
+        self.versions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Versions remembered from the database, read at start: what was heard since start wins.
+    pub fn remember_versions(&self, known: Vec<(NodeId, PeerVersion)>) {
+        let mut versions = self.versions();
+        for (node, version) in known {
+            versions.said.entry(node).or_insert(version);
+        }
+    }
+
+    /// The changes of peers' versions, for the one task that writes them down; `None` after
+    /// the first call.
+    pub fn version_changes(&self) -> Option<tokio::sync::mpsc::Receiver<(NodeId, PeerVersion)>> {
+        self.versions().changes.take()
+    }
+
+    /// A trusted peer's hello, heard on a connection of protocol `protocol`: remembered, and
+    /// queued to be written down if it changed (under the lock, so changes queue in order).
+    pub fn heard_version(&self, from: NodeId, protocol: u16, release: Option<String>) {
+        let release = release.map(|r| r.chars().take(MAX_RELEASE_CHARS).collect());
+        let version = PeerVersion { protocol, release };
+        let mut versions = self.versions();
+        let changed = versions
+            .said
+            .insert(from, version.clone())
+            .is_none_or(|before| before != version);
+        if changed {
+            let _ = versions.log.try_send((from, version));
+        }
+    }
+
+    /// Each trusted peer with a route down for a protocol mismatch (SPEC 11), as `label: the
+    /// dial's error` (which names both ranges). A route heard since is no longer counted.
+    pub fn version_mismatches(&self) -> Vec<String> {
+        let now = self.clock.now();
+        self.book
+            .all()
+            .iter()
+            .filter_map(|peer| {
+                self.routes
+                    .version_mismatch(peer.node_id, now)
+                    .map(|error| format!("{}: {error}", peer.label))
+            })
+            .collect()
+    }
+
+    /// What `node` last said of its version.
+    pub fn version_of(&self, node: &NodeId) -> Option<PeerVersion> {
+        self.versions().said.get(node).cloned()
     }
 
     pub fn me(&self) -> NodeId {
@@ -160,7 +248,8 @@ impl Network {
             let hello = hello.clone();
             asks.spawn(async move {
                 match network.caller.hello(&target, hello, deadline).await {
-                    Ok(theirs) => {
+                    Ok((theirs, protocol)) => {
+                        network.heard_version(target.node, protocol, theirs.release.clone());
                         network.directory.learn(target.node, &theirs.owned_vaults);
                         network
                             .directory
@@ -223,6 +312,8 @@ impl Network {
             .drop_peer(node, CLOSE_UNTRUSTED, b"untrusted");
         self.directory.forget(node);
         self.routes.forget_peer(node);
+        // Trusted again later, it is heard afresh and its row written anew.
+        self.versions().said.remove(&node);
         for (peer, conn) in self
             .incoming
             .lock()

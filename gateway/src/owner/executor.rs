@@ -22,6 +22,7 @@
 //! taken out of the queue starts only if it can still finish before its deadline, else it is
 //! `busy` and never runs afterwards.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -96,19 +97,73 @@ impl std::fmt::Debug for Apply {
 /// finish).
 #[derive(Debug)]
 struct Budget {
-    gate: Mutex<Gate<CallerKey>>,
+    state: Mutex<BudgetState>,
     metrics: Arc<Metrics>,
 }
 
+/// The gate, and the request ids it admitted that are not answered yet (queued or running),
+/// under one lock: an id's copy is told apart from a new write in the same step as the gate
+/// decides.
+#[derive(Debug)]
+struct BudgetState {
+    gate: Gate<CallerKey>,
+    admitted: HashMap<(NodeId, RequestId), u32>,
+}
+
+/// What the budget says of a write at its arrival.
+enum Arrival {
+    Admitted,
+    /// Refused for the budget: answered busy or rate_limited (after a journal check).
+    Refused(capacity::Refusal),
+    /// Refused for the budget, but a copy of this id is queued or running: telling this copy
+    /// "not carried out" would be false of the id, so it gets no answer (the caller settles).
+    CopyInFlight,
+}
+
 impl Budget {
-    fn with_gate<R>(&self, f: impl FnOnce(&mut Gate<CallerKey>) -> R) -> R {
-        let mut gate = self
-            .gate
+    fn lock(&self) -> std::sync::MutexGuard<'_, BudgetState> {
+        self.state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let result = f(&mut gate);
-        self.metrics.owner_queued(gate.queued());
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn with_gate<R>(&self, f: impl FnOnce(&mut Gate<CallerKey>) -> R) -> R {
+        let mut state = self.lock();
+        let result = f(&mut state.gate);
+        self.metrics.owner_queued(state.gate.queued());
         result
+    }
+
+    /// The gate's decision at arrival, and the id counted as admitted if it passes.
+    fn admit(
+        &self,
+        id: (NodeId, RequestId),
+        caller: &CallerKey,
+        class: Priority,
+        deadline: Instant,
+        now: Instant,
+    ) -> Arrival {
+        let mut state = self.lock();
+        let arrival = match state.gate.arrive(caller, class, deadline, now) {
+            Ok(()) => {
+                *state.admitted.entry(id).or_default() += 1;
+                Arrival::Admitted
+            }
+            Err(_) if state.admitted.contains_key(&id) => Arrival::CopyInFlight,
+            Err(refusal) => Arrival::Refused(refusal),
+        };
+        self.metrics.owner_queued(state.gate.queued());
+        arrival
+    }
+
+    /// An admitted id answered or dropped: one copy fewer in flight.
+    fn forget(state: &mut BudgetState, id: &(NodeId, RequestId)) {
+        if let Some(count) = state.admitted.get_mut(id) {
+            *count -= 1;
+            if *count == 0 {
+                state.admitted.remove(id);
+            }
+        }
     }
 }
 
@@ -118,6 +173,8 @@ impl Budget {
 struct Slot {
     budget: Arc<Budget>,
     caller: CallerKey,
+    /// The write's request id, counted in the budget's admitted ids until the slot goes.
+    request_id: RequestId,
     class: Priority,
     arrived: Instant,
     queued: bool,
@@ -173,13 +230,13 @@ impl Drop for Slot {
         if self.claim.withdrawn_by_caller() {
             return;
         }
-        let (queued, class) = (self.queued, self.class);
-        self.budget.with_gate(|gate| {
-            if queued {
-                gate.dequeued(class);
-            }
-            gate.finished(&self.caller, class);
-        });
+        let mut state = self.budget.lock();
+        if self.queued {
+            state.gate.dequeued(self.class);
+        }
+        state.gate.finished(&self.caller, self.class);
+        Budget::forget(&mut state, &(self.caller.0, self.request_id));
+        self.budget.metrics.owner_queued(state.gate.queued());
     }
 }
 
@@ -223,8 +280,9 @@ pub enum SubmitError {
     #[error("the owner's queue is full")]
     Full,
     /// The job was queued and its answer never came (the executor died mid-batch, or a batch
-    /// could not commit and could not be fenced either): whether it ran is unknown. A write's
-    /// outcome is settled by its request id; never answer it as not sent.
+    /// could not commit and could not be fenced either), or it is a copy of a write still
+    /// queued or running that the budget would have refused: whether it ran is unknown here.
+    /// A write's outcome is settled by its request id; never answer it as not sent.
     #[error("the owner took the request and its answer was lost; settle it by its request id")]
     Lost,
 }
@@ -277,7 +335,10 @@ impl Executor {
         let (tx, rx) = mpsc::channel(rules.queue_depth.saturating_add(OTHER_JOBS));
         let (done_tx, done_rx) = oneshot::channel();
         let budget = Arc::new(Budget {
-            gate: Mutex::new(Gate::new(rules)),
+            state: Mutex::new(BudgetState {
+                gate: Gate::new(rules),
+                admitted: HashMap::new(),
+            }),
             metrics: metrics.clone(),
         });
         let work = Work {
@@ -358,34 +419,32 @@ impl Executor {
         let now = self.clock.now();
         let caller_key = (caller, request.app.clone());
         let class = request.priority;
-        if let Err(refusal) = self
+        let request_id = request.request_id;
+        match self
             .budget
-            .with_gate(|gate| gate.arrive(&caller_key, class, deadline, now))
+            .admit((caller, request_id), &caller_key, class, deadline, now)
         {
-            // A copy of a write the journal already answered gets that answer (SPEC 7 rule 2),
-            // not a refusal saying it was not carried out.
-            if let Some(answer) = self.journal_answer(caller, request.request_id) {
-                return Ok(answer);
+            Arrival::Admitted => {}
+            Arrival::CopyInFlight => return Err(SubmitError::Lost),
+            Arrival::Refused(refusal) => {
+                if refusal.why == capacity::Refused::CallerCap
+                    && ferry_core::bugs::on(ferry_core::bugs::Bug::RunAfterBusy)
+                {
+                    self.queue_unanswered(caller, request.clone(), deadline, now);
+                }
+                return Ok(self.budget_refusal(caller, &caller_key, request_id, refusal));
             }
-            self.budget.metrics.owner_refusal(refusal.why, &request.app);
-            if refusal.why == capacity::Refused::CallerCap
-                && ferry_core::bugs::on(ferry_core::bugs::Bug::RunAfterBusy)
-            {
-                self.queue_unanswered(caller, request.clone(), deadline, now);
-            }
-            return Ok(WriteAnswer::Refused(refusal.answer()));
         }
         let claim = Arc::new(Claim::default());
         let slot = Slot {
             budget: self.budget.clone(),
             caller: caller_key.clone(),
+            request_id,
             class,
             arrived: now,
             queued: true,
             claim: claim.clone(),
         };
-        let app = request.app.clone();
-        let request_id = request.request_id;
         let (reply, answer) = oneshot::channel();
         let job = Job::Write {
             caller,
@@ -405,8 +464,7 @@ impl Executor {
                         why: capacity::Refused::QueueFull,
                         retry_after: capacity::BUSY_RETRY,
                     };
-                    self.budget.metrics.owner_refusal(refusal.why, &app);
-                    Ok(WriteAnswer::Refused(refusal.answer()))
+                    Ok(self.budget_refusal(caller, &caller_key, request_id, refusal))
                 }
                 mpsc::error::TrySendError::Closed(_) => Err(SubmitError::Stopping),
             };
@@ -423,23 +481,41 @@ impl Executor {
         if claim.take(WITHDRAWN) {
             // It never started and now never will (the executor drops it unrun when it comes
             // to it): its place in the budget and its rate budget are given back now.
-            self.budget.with_gate(|gate| {
-                gate.dequeued(class);
-                gate.finished(&caller_key, class);
-                gate.refund(&caller_key);
-            });
-            if let Some(answer) = self.journal_answer(caller, request_id) {
-                return Ok(answer);
+            {
+                let mut state = self.budget.lock();
+                state.gate.dequeued(class);
+                state.gate.finished(&caller_key, class);
+                state.gate.refund(&caller_key);
+                Budget::forget(&mut state, &(caller, request_id));
+                self.budget.metrics.owner_queued(state.gate.queued());
             }
             let refusal = capacity::Refusal {
                 why: capacity::Refused::DeadlinePassed,
                 retry_after: capacity::LATE_RETRY,
             };
-            self.budget.metrics.owner_refusal(refusal.why, &app);
-            return Ok(WriteAnswer::Refused(refusal.answer()));
+            return Ok(self.budget_refusal(caller, &caller_key, request_id, refusal));
         }
         // It started: its answer follows its commit.
         answer.await.map_err(|_| SubmitError::Lost)
+    }
+
+    /// The answer to a write the budget refuses: a copy of a write the journal already answered
+    /// gets that answer (SPEC 7 rule 2), not a refusal saying it was not carried out; any other
+    /// is counted and refused (`busy` or `rate_limited`).
+    fn budget_refusal(
+        &self,
+        caller: NodeId,
+        caller_key: &CallerKey,
+        request_id: RequestId,
+        refusal: capacity::Refusal,
+    ) -> WriteAnswer {
+        if let Some(answer) = self.journal_answer(caller, request_id) {
+            return answer;
+        }
+        self.budget
+            .metrics
+            .owner_refusal(refusal.why, &caller_key.1);
+        WriteAnswer::Refused(refusal.answer())
     }
 
     /// The journal's answer for a copy of `request_id` that the owner is about to refuse for
@@ -463,8 +539,12 @@ impl Executor {
     ) {
         let caller_key = (caller, request.app.clone());
         let class = request.priority;
-        self.budget
-            .with_gate(|gate| gate.admit_unchecked(&caller_key, class));
+        let request_id = request.request_id;
+        {
+            let mut state = self.budget.lock();
+            state.gate.admit_unchecked(&caller_key, class);
+            *state.admitted.entry((caller, request_id)).or_default() += 1;
+        }
         let (reply, _) = oneshot::channel();
         let job = Job::Write {
             caller,
@@ -473,6 +553,7 @@ impl Executor {
             slot: Slot {
                 budget: self.budget.clone(),
                 caller: caller_key,
+                request_id,
                 class,
                 arrived: now,
                 queued: true,
@@ -1393,6 +1474,40 @@ mod tests {
         for write in queued {
             revision(&write.await.unwrap().unwrap());
         }
+        assert!(executor.drain(Duration::from_secs(5)).await);
+    }
+
+    /// A copy of a write still queued, refused for its app's cap, is not told "busy, not
+    /// carried out": the queued copy will run. It gets no answer (the caller settles by id).
+    #[tokio::test]
+    async fn a_copy_of_a_queued_write_at_its_apps_cap_is_never_told_it_was_not_carried_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+        let release = hold(&executor).await;
+        let far = Instant::now() + Duration::from_secs(60);
+        let id = RequestId::generate();
+        let first = spawn_put(&executor, me, put(id, "k0"), far);
+        let others: Vec<_> = (1..4)
+            .map(|n| {
+                spawn_put(
+                    &executor,
+                    me,
+                    put(RequestId::generate(), &format!("k{n}")),
+                    far,
+                )
+            })
+            .collect();
+        until_queued(&executor, 4, 0).await;
+        let copy = executor.submit(me, put(id, "k0"), far).await;
+        assert!(matches!(copy, Err(SubmitError::Lost)), "{copy:?}");
+        drop(release);
+        let ran = revision(&first.await.unwrap().unwrap());
+        for write in others {
+            revision(&write.await.unwrap().unwrap());
+        }
+        // The id ran once; a copy sent now hears its answer.
+        let again = executor.submit(me, put(id, "k0"), far).await.unwrap();
+        assert_eq!(again, WriteAnswer::Done { revision: ran });
         assert!(executor.drain(Duration::from_secs(5)).await);
     }
 

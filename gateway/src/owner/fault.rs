@@ -29,6 +29,25 @@ pub fn point(name: &str) {
     }
 }
 
+/// The protocol versions to speak instead of this build's (`FERRY_DANGEROUS_PROTOCOLS=3-4`), so
+/// a test can play a gateway of another release; `None` without the variable or the feature.
+#[cfg(feature = "fault-injection")]
+pub fn protocols() -> Option<ferry_peer::wire::ProtocolRange> {
+    let spec = std::env::var("FERRY_DANGEROUS_PROTOCOLS").ok()?;
+    let Some(range) = ferry_peer::wire::ProtocolRange::parse(&spec) else {
+        tracing::warn!(%spec, "FERRY_DANGEROUS_PROTOCOLS is not a range A-B with 0 < A <= B; ignored");
+        return None;
+    };
+    tracing::warn!(%range, "fault injection: speaking other protocol versions than this build's");
+    Some(range)
+}
+
+/// Without the feature, no other protocol versions.
+#[cfg(not(feature = "fault-injection"))]
+pub fn protocols() -> Option<ferry_peer::wire::ProtocolRange> {
+    None
+}
+
 /// Without the feature, fault points compile to nothing.
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]

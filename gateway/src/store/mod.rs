@@ -76,9 +76,10 @@ pub enum StoreError {
 /// (`schema_version`; a database without it is version 1); an older one is migrated in place in
 /// one transaction when opened, a newer one is refused with [`StoreError::TooNew`] and left as it
 /// is.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
-/// The whole schema of [`SCHEMA_VERSION`], for a new database.
+/// The tables of schema 1 but `calls`: a new database runs this, then [`CALLS_V2`] and
+/// [`MIGRATE_2_TO_3`], so every database reaches [`SCHEMA_VERSION`] by the same statements.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -170,6 +171,14 @@ INSERT INTO calls (request_id, owner, owner_label, vault, app, state, answer, si
 DROP TABLE calls_v1;
 ";
 
+/// Version 2 to 3: each trusted peer keeps what it last said of its version (the protocol its
+/// connection agreed on and its release), so `ferry peers` shows which machines still run an
+/// older release even while they are off.
+const MIGRATE_2_TO_3: &str = "
+ALTER TABLE peers ADD COLUMN protocol INTEGER;
+ALTER TABLE peers ADD COLUMN release TEXT;
+";
+
 /// Opens (and creates or migrates) the database at `path` with Ferry's settings.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
@@ -192,6 +201,7 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
         if !exists {
             conn.execute_batch(SCHEMA)?;
             conn.execute_batch(CALLS_V2)?;
+            conn.execute_batch(MIGRATE_2_TO_3)?;
             return meta::set_schema_version(conn, SCHEMA_VERSION);
         }
         let found = meta::schema_version(conn)?;
@@ -206,6 +216,9 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
             conn.execute_batch(CALLS_V2)?;
             conn.execute_batch(MIGRATE_1_TO_2_COPY)?;
         }
+        if found < 3 {
+            conn.execute_batch(MIGRATE_2_TO_3)?;
+        }
         if found < SCHEMA_VERSION {
             meta::set_schema_version(conn, SCHEMA_VERSION)?;
         }
@@ -219,6 +232,19 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+/// Copies everything in the write-ahead log into the database file and empties the log
+/// (`wal_checkpoint(TRUNCATE)`), so `ferry.db` alone holds every committed change. Run by a
+/// stopping gateway once its writers are done: a stopped gateway's database file is then a
+/// whole backup by itself, and an older build that refuses it (schema too new) has nothing to
+/// move into it, so the file stays byte for byte as it was. Returns whether the log was
+/// emptied (a connection still reading keeps part of it; that is no loss, only a log left).
+pub fn checkpoint(path: &Path) -> Result<bool, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(1))?;
+    let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0))?;
+    Ok(busy == 0)
 }
 
 fn configure(conn: &Connection) -> Result<(), StoreError> {
@@ -311,6 +337,36 @@ VALUES ('0190a000-0000-7000-8000-000000000001', 'o', 'a', 'v', 'app', 'unknown',
             [],
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_version_2_database_gains_the_peers_versions_keeping_its_peers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ferry.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute_batch(CALLS_V2).unwrap();
+            meta::set_schema_version(&conn, 2).unwrap();
+            conn.execute(
+                "INSERT INTO peers (label, node_id, added_ms) VALUES ('laptop', ?1, 5)",
+                [ferry_ticket::NodeKey::from_secret_bytes([3; 32])
+                    .node_id()
+                    .to_string()],
+            )
+            .unwrap();
+        }
+        let conn = open(&path).unwrap();
+        assert_eq!(meta::schema_version(&conn).unwrap(), 3);
+        let node = ferry_ticket::NodeKey::from_secret_bytes([3; 32]).node_id();
+        assert_eq!(super::trust::list(&conn).unwrap().len(), 1);
+        assert!(super::trust::versions(&conn).unwrap().is_empty());
+        let said = super::trust::PeerVersion {
+            protocol: 1,
+            release: None,
+        };
+        super::trust::record_version(&conn, node, &said).unwrap();
+        assert_eq!(super::trust::versions(&conn).unwrap(), vec![(node, said)]);
     }
 
     #[test]

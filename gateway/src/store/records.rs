@@ -211,9 +211,11 @@ mod tests {
                 }),
                 ext: ferry_peer::wire::Extensions::default(),
             };
-            let frame = ferry_peer::codec::encode_frame(1, &answer)
-                .expect("every page encodes within the frame cap");
-            assert!(frame.len() <= ferry_peer::codec::MAX_FRAME_LEN + 6);
+            for version in [1, ferry_peer::wire::PROTOCOL_VERSION] {
+                let frame = ferry_peer::frames::encode_response(version, &answer)
+                    .expect("every page encodes within the frame cap");
+                assert!(frame.len() <= ferry_peer::codec::MAX_FRAME_LEN + 6);
+            }
             seen += page.len();
             since = page.last().unwrap().revision;
             if !more {

@@ -77,6 +77,56 @@ fn add_in(
     Ok(())
 }
 
+/// What a peer last said of its version: the protocol its connection agreed on and the release
+/// its hello named (`None` from a protocol 1 peer, whose hello has no release).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerVersion {
+    pub protocol: u16,
+    pub release: Option<String>,
+}
+
+/// Records what `node` last said of its version (schema 3). A node not trusted: nothing.
+pub fn record_version(
+    conn: &Connection,
+    node: NodeId,
+    version: &PeerVersion,
+) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE peers SET protocol = ?1, release = ?2 WHERE node_id = ?3",
+        params![
+            i64::from(version.protocol),
+            version.release,
+            node.to_string()
+        ],
+    )?;
+    Ok(())
+}
+
+/// What each trusted peer last said of its version, for those that said anything.
+pub fn versions(conn: &Connection) -> Result<Vec<(NodeId, PeerVersion)>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT node_id, protocol, release FROM peers WHERE protocol IS NOT NULL",
+    )?;
+    let rows = stmt.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, i64>(1)?,
+            row.get::<_, Option<String>>(2)?,
+        ))
+    })?;
+    let mut versions = Vec::new();
+    for row in rows {
+        let (node, protocol, release) = row?;
+        let (Ok(node), Ok(protocol)) = (node.parse::<NodeId>(), u16::try_from(protocol)) else {
+            return Err(StoreError::Corrupt {
+                detail: format!("peer {node} has a bad node id or protocol {protocol}"),
+            });
+        };
+        versions.push((node, PeerVersion { protocol, release }));
+    }
+    Ok(versions)
+}
+
 /// Forgets the peer called `label`; returns its node id if it was trusted.
 pub fn remove(conn: &Connection, label: &str) -> Result<Option<NodeId>, StoreError> {
     let Some(peer) = get(conn, label)? else {

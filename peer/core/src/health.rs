@@ -41,6 +41,22 @@ pub enum Failure {
     GoingAway,
     /// A connect or send failed before anything was sent.
     Failed(String),
+    /// The handshake found no protocol version both sides speak (SPEC 11); the detail names
+    /// both ranges. Nothing can be sent until one side is upgraded.
+    NoCommonVersion(String),
+}
+
+impl Failure {
+    /// What a dial that sent nothing says of the route: `reason` is the caller's, `detail` its
+    /// words.
+    pub fn of_dial(reason: crate::outcome::NotSentReason, detail: String) -> Self {
+        use crate::outcome::NotSentReason;
+        match reason {
+            NotSentReason::PortClosed => Self::PortClosed,
+            NotSentReason::VersionMismatch => Self::NoCommonVersion(detail),
+            _ => Self::Failed(detail),
+        }
+    }
 }
 
 impl std::fmt::Display for Failure {
@@ -52,7 +68,7 @@ impl std::fmt::Display for Failure {
             ),
             Self::PortClosed => f.write_str("port closed: the gateway there is not running"),
             Self::GoingAway => f.write_str("the peer said it is going away"),
-            Self::Failed(detail) => f.write_str(detail),
+            Self::Failed(detail) | Self::NoCommonVersion(detail) => f.write_str(detail),
         }
     }
 }

@@ -12,7 +12,14 @@
 use serde::{Deserialize, Serialize};
 
 /// The owner's reasons for not carrying out a request, each with its HTTP status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// An open enum: on the wire a code is its number (the same byte bincode gave the variant index
+/// in protocol 1, so those frames are unchanged), and a number this build does not know decodes
+/// as [`RefusalCode::Unrecognized`]: still a refusal (the owner answered and did not carry the
+/// request out), never a decode failure that would turn an answer into `outcome_unknown`. New
+/// codes take the next number and are sent only to peers whose protocol version has them. In
+/// JSON (the journal, the calls table) a code is its name, as it always was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RefusalCode {
     /// `if_revision` did not match; the refusal carries the current revision.
     Conflict,
@@ -32,7 +39,23 @@ pub enum RefusalCode {
     Busy,
     /// The ticket was refused at the door; no verb ran.
     TicketRefused,
+    /// A code from a newer peer that this build does not know (its number): the owner refused
+    /// the request and did not carry it out.
+    Unrecognized(u16),
 }
+
+/// The codes protocol 1 knows, by number (their variant index there).
+const REFUSAL_CODES_V1: [RefusalCode; 9] = [
+    RefusalCode::Conflict,
+    RefusalCode::NotFound,
+    RefusalCode::UnknownVault,
+    RefusalCode::Forbidden,
+    RefusalCode::BadRequest,
+    RefusalCode::StaleRequestId,
+    RefusalCode::RateLimited,
+    RefusalCode::Busy,
+    RefusalCode::TicketRefused,
+];
 
 impl RefusalCode {
     /// The HTTP status the local API answers with.
@@ -45,6 +68,9 @@ impl RefusalCode {
             Self::RateLimited => 429,
             Self::Busy => 503,
             Self::TicketRefused => 401,
+            // The owner answered "no" for a reason this gateway cannot name: a refusal of
+            // the request as sent, not a failure of this gateway.
+            Self::Unrecognized(_) => 422,
         }
     }
 
@@ -60,6 +86,87 @@ impl RefusalCode {
             Self::RateLimited => "rate_limited",
             Self::Busy => "busy",
             Self::TicketRefused => "ticket_refused",
+            Self::Unrecognized(_) => "refused",
+        }
+    }
+
+    /// Whether the owner asks for the same request id to be sent again (after
+    /// `retry_after_ms`): it did not carry the request out, now.
+    pub fn may_resend(self) -> bool {
+        matches!(self, Self::Busy | Self::RateLimited)
+    }
+
+    /// The code's number on the wire.
+    pub fn number(self) -> u16 {
+        match self {
+            Self::Unrecognized(number) => number,
+            known => REFUSAL_CODES_V1
+                .iter()
+                .position(|code| *code == known)
+                .map_or(u16::MAX, |index| index as u16),
+        }
+    }
+
+    /// The code with this number; [`RefusalCode::Unrecognized`] if this build does not know it.
+    pub fn from_number(number: u16) -> Self {
+        REFUSAL_CODES_V1
+            .get(usize::from(number))
+            .copied()
+            .unwrap_or(Self::Unrecognized(number))
+    }
+
+    /// The code with this JSON name: the variant's name, as the journal and the calls table
+    /// have always stored it (`Busy`), or `Unrecognized:N`.
+    fn from_name(name: &str) -> Option<Self> {
+        if let Some(number) = name.strip_prefix("Unrecognized:") {
+            return number.parse().ok().map(Self::Unrecognized);
+        }
+        REFUSAL_CODES_V1
+            .iter()
+            .copied()
+            .find(|code| code.variant_name() == name)
+    }
+
+    /// The Rust variant's name: what serde_json wrote for a code before the enum was opened.
+    fn variant_name(self) -> &'static str {
+        match self {
+            Self::Conflict => "Conflict",
+            Self::NotFound => "NotFound",
+            Self::UnknownVault => "UnknownVault",
+            Self::Forbidden => "Forbidden",
+            Self::BadRequest => "BadRequest",
+            Self::StaleRequestId => "StaleRequestId",
+            Self::RateLimited => "RateLimited",
+            Self::Busy => "Busy",
+            Self::TicketRefused => "TicketRefused",
+            Self::Unrecognized(_) => "Unrecognized",
+        }
+    }
+}
+
+impl Serialize for RefusalCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            match self {
+                Self::Unrecognized(number) => {
+                    serializer.serialize_str(&format!("Unrecognized:{number}"))
+                }
+                known => serializer.serialize_str(known.variant_name()),
+            }
+        } else {
+            serializer.serialize_u16(self.number())
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RefusalCode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            let name = String::deserialize(deserializer)?;
+            Self::from_name(&name)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown refusal code {name:?}")))
+        } else {
+            u16::deserialize(deserializer).map(Self::from_number)
         }
     }
 }
@@ -130,6 +237,9 @@ pub enum NotSentReason {
     Stopping,
     /// The deadline ran out before the request could be handed to QUIC.
     DeadlineSpent,
+    /// The owner's gateway and this one speak no protocol version in common (SPEC 11); the
+    /// older one must be upgraded.
+    VersionMismatch,
 }
 
 impl NotSentReason {
@@ -143,6 +253,7 @@ impl NotSentReason {
             Self::TicketUnavailable => "ticket_unavailable",
             Self::Stopping => "stopping",
             Self::DeadlineSpent => "deadline_spent",
+            Self::VersionMismatch => "version_mismatch",
         }
     }
 }

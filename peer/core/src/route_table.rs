@@ -41,6 +41,8 @@ pub struct RouteView {
     pub rtt: Option<Duration>,
     pub last_heard_ago: Option<Duration>,
     pub last_error: Option<String>,
+    /// The last failure was a protocol mismatch (and the route has not been heard since).
+    pub no_common_version: bool,
     pub carried_last_call: bool,
 }
 
@@ -153,11 +155,22 @@ impl RouteTable {
                             .last_heard()
                             .map(|h| now.saturating_duration_since(h)),
                         last_error: e.health.last_error().map(|f| f.to_string()),
+                        no_common_version: e.health.state() != RouteState::Up
+                            && matches!(e.health.last_error(), Some(Failure::NoCommonVersion(_))),
                         carried_last_call: e.carried_last_call,
                     })
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The dial's words if a route to `node` is down for a protocol mismatch (SPEC 11): they
+    /// name both ranges. `None` once every such route has been heard again.
+    pub fn version_mismatch(&self, node: NodeId, now: Instant) -> Option<String> {
+        self.view(node, now)
+            .into_iter()
+            .find(|view| view.no_common_version)
+            .and_then(|view| view.last_error)
     }
 
     fn with_route(&self, node: NodeId, addr: SocketAddr, edit: impl FnOnce(&mut Entry)) {

@@ -1,12 +1,22 @@
 //! The messages gateways send each other, one request and one response per QUIC stream.
 //!
-//! Versioning. The frame header carries the protocol version ([`PROTOCOL_VERSION`]); a gateway
-//! accepts its own version and the one before it ([`OLDEST_PROTOCOL_VERSION`]). Inside a version
-//! the layout is fixed, so fields are added in two ways that never break an older peer:
+//! Versioning (SPEC 11; the rules in full are in `docs/protocol.md`). The pair of gateways on a
+//! connection picks its protocol version in the TLS handshake: each offers the ALPN ids of every
+//! version it speaks, newest first, and the accepting side takes its newest one the other
+//! offered ([`ProtocolRange::alpn_ids`]). A pair with no version in common meets on
+//! [`ALPN_VERSIONS`] instead, where the accepting side only states its range and closes, so the
+//! dialing side can name both ranges; nothing else is ever sent on such a connection. Every
+//! frame's header repeats the connection's version. Within a version the layout is fixed:
 //! - an optional field goes into the frame's [`Extensions`] under a new tag: a peer that does not
 //!   know the tag skips it, a peer that expects it treats its absence as "the old behaviour";
-//! - a field every peer must understand needs a new protocol version, and both layouts are kept
-//!   decodable for one release.
+//! - a field every peer must understand needs a new protocol version; the older layout stays
+//!   decodable (and is what that version's peers are sent) for as long as the version is spoken.
+//!
+//! Protocol 2 (this release) differs from 1 in two ways. The request and the answer travel in
+//! an envelope, a kind number and the kind's own bytes, so a kind a receiver does not know is
+//! still read whole: an unknown request is answered [`ProtocolFailure::UnknownRequest`] (it did
+//! not run), an unknown answer is [`Response::Unknown`]. And a [`Hello`] carries the sender's
+//! release. Protocol 1's layouts are kept in [`v1`].
 //!
 //! Every type derives serde and is encoded only through `ferry_peer::codec`.
 
@@ -19,13 +29,107 @@ use crate::outcome::{NotCarriedOutReason, Refusal};
 // here); it travels in `Response::Write`.
 pub use crate::outcome::WriteAnswer;
 
+pub mod v1;
+
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
-/// The oldest version this build still accepts (SPEC 11: this one and the one before it).
+pub const PROTOCOL_VERSION: u16 = 2;
+/// The oldest version this build still speaks (SPEC 11: this one and the one before it).
 pub const OLDEST_PROTOCOL_VERSION: u16 = 1;
 
-/// The ALPN protocol id on every Ferry QUIC connection.
+/// This build's release, as a [`Hello`] states it and `ferry --version` prints it.
+pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
+
+/// The ALPN id of protocol 1, the first: `ferry/1`. Version N is `ferry/N`.
 pub const ALPN: &[u8] = b"ferry/1";
+/// The ALPN id two gateways with no version in common meet on (offered last by both sides):
+/// the accepting side states its range ([`ProtocolRange::statement`]) on a unidirectional
+/// stream and in its close ([`CLOSE_NO_COMMON_VERSION`]), and nothing else is sent. Releases
+/// before protocol 2 do not offer it.
+pub const ALPN_VERSIONS: &[u8] = b"ferry/versions";
+/// Application close code on an [`ALPN_VERSIONS`] connection.
+pub const CLOSE_NO_COMMON_VERSION: u32 = 0x3;
+
+/// The protocol versions a gateway speaks, oldest to newest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProtocolRange {
+    pub oldest: u16,
+    pub newest: u16,
+}
+
+impl ProtocolRange {
+    /// What this build speaks.
+    pub const THIS_BUILD: Self = Self {
+        oldest: OLDEST_PROTOCOL_VERSION,
+        newest: PROTOCOL_VERSION,
+    };
+    /// What every release before protocol 2 spoke (they say nothing of it).
+    pub const FIRST_RELEASES: Self = Self {
+        oldest: 1,
+        newest: 1,
+    };
+
+    /// The ALPN ids to offer (and, on the accepting side, to prefer), newest first, then
+    /// [`ALPN_VERSIONS`].
+    pub fn alpn_ids(self) -> Vec<Vec<u8>> {
+        (self.oldest..=self.newest)
+            .rev()
+            .map(alpn_of)
+            .chain(std::iter::once(ALPN_VERSIONS.to_vec()))
+            .collect()
+    }
+
+    /// What an accepting side says of itself on an [`ALPN_VERSIONS`] connection (always
+    /// `A-B`, one version as `3-3`), at most a few dozen bytes.
+    pub fn statement(self) -> String {
+        format!(
+            "ferry speaks {}-{} release {RELEASE}",
+            self.oldest, self.newest
+        )
+    }
+
+    /// Reads [`ProtocolRange::statement`] back: the range and the release. `None` for
+    /// anything else.
+    pub fn parse_statement(reason: &[u8]) -> Option<(Self, String)> {
+        let text = std::str::from_utf8(reason).ok()?;
+        let rest = text.strip_prefix("ferry speaks ")?;
+        let (range, release) = rest.split_once(" release ")?;
+        Some((Self::parse(range)?, release.chars().take(64).collect()))
+    }
+
+    /// A range as written: `3-4`, or `3` for `3-3`; versions start at 1 and `A <= B`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (oldest, newest) = text.split_once('-').unwrap_or((text, text));
+        let range = Self {
+            oldest: oldest.parse().ok()?,
+            newest: newest.parse().ok()?,
+        };
+        (range.oldest >= 1 && range.oldest <= range.newest).then_some(range)
+    }
+}
+
+impl std::fmt::Display for ProtocolRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.oldest == self.newest {
+            write!(f, "{}", self.oldest)
+        } else {
+            write!(f, "{}-{}", self.oldest, self.newest)
+        }
+    }
+}
+
+/// The ALPN id of protocol `version`.
+pub fn alpn_of(version: u16) -> Vec<u8> {
+    format!("ferry/{version}").into_bytes()
+}
+
+/// The protocol version an ALPN id names; `None` for [`ALPN_VERSIONS`] and anything else.
+pub fn version_of_alpn(id: &[u8]) -> Option<u16> {
+    let digits = id.strip_prefix(b"ferry/")?;
+    if digits.is_empty() || digits.len() > 5 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
 
 /// Optional fields added after a version was released: tag, then the field's own encoding.
 /// Unknown tags are ignored by design.
@@ -41,21 +145,21 @@ pub struct Extension {
 }
 
 /// What a caller sends on a new bidirectional stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestFrame {
     pub body: Request,
     pub ext: Extensions,
 }
 
 /// What the owner (or any peer) answers on the same stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponseFrame {
     pub body: Response,
     pub ext: Extensions,
 }
 
 /// The requests a peer may make. New variants are only ever appended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// "Here is who I am and which vaults I own and follow; tell me yours." Sent when a
     /// connection opens and again when the vault list changes.
@@ -72,6 +176,9 @@ pub enum Request {
     CallStatus(CallStatusRequest),
     /// A route heartbeat, answered at once by the door itself.
     Heartbeat(Heartbeat),
+    /// (Protocol 2 on.) A request of a kind this build does not know, read whole from its
+    /// envelope: answered [`ProtocolFailure::UnknownRequest`], nothing runs. Never sent.
+    Unknown { kind: u32 },
 }
 
 /// A heartbeat carries the interval it was sent at: its receiver may call the sender silent
@@ -82,7 +189,7 @@ pub struct Heartbeat {
 }
 
 /// The answers. New variants are only ever appended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Response {
     Hello(Hello),
     Write(WriteAnswer),
@@ -92,6 +199,12 @@ pub enum Response {
     Ticket(TicketAnswer),
     CallStatus(CallState),
     Heartbeat(Heartbeat),
+    /// (Protocol 2 on.) An answer of a kind this build does not know: the peer answered, and
+    /// what it said cannot be read (to a write: the outcome is unknown and is settled later).
+    /// Never sent.
+    Unknown {
+        kind: u32,
+    },
 }
 
 /// A caller asks the owner for a ticket.
@@ -142,6 +255,9 @@ pub struct Hello {
     pub owned_vaults: Vec<String>,
     /// Vaults this gateway holds a replica of.
     pub replicated_vaults: Vec<String>,
+    /// (Protocol 2 on.) The sender's release ([`RELEASE`]); `None` from a protocol 1 peer,
+    /// whose hello has no such field.
+    pub release: Option<String>,
 }
 
 /// How urgent a write is; the owner's queue serves interactive work first (SPEC 7 rule 7).
@@ -362,11 +478,84 @@ pub enum ProtocolFailure {
     UnsupportedVersion { oldest: u16, newest: u16 },
     /// The receiver is stopping and takes no new work; nothing ran.
     GoingAway,
+    /// (Protocol 2 on.) The request is of a kind the receiver does not know (it is older than
+    /// the sender); nothing ran.
+    UnknownRequest { kind: u32 },
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alpn_ids_offer_every_spoken_version_newest_first_then_the_version_exchange() {
+        let ids = ProtocolRange {
+            oldest: 1,
+            newest: 3,
+        }
+        .alpn_ids();
+        assert_eq!(
+            ids,
+            vec![
+                b"ferry/3".to_vec(),
+                b"ferry/2".to_vec(),
+                b"ferry/1".to_vec(),
+                ALPN_VERSIONS.to_vec()
+            ]
+        );
+        assert_eq!(alpn_of(1), ALPN.to_vec());
+        for (id, version) in [
+            (&b"ferry/1"[..], Some(1)),
+            (b"ferry/12", Some(12)),
+            (b"ferry/versions", None),
+            (b"ferry/", None),
+            (b"ferry/-1", None),
+            (b"ferry/999999", None),
+            (b"h3", None),
+        ] {
+            assert_eq!(version_of_alpn(id), version, "{id:?}");
+        }
+    }
+
+    #[test]
+    fn a_versions_statement_names_the_range_and_release_and_reads_back() {
+        for range in [
+            ProtocolRange {
+                oldest: 3,
+                newest: 3,
+            },
+            ProtocolRange {
+                oldest: 1,
+                newest: 2,
+            },
+        ] {
+            let reason = range.statement();
+            assert_eq!(
+                ProtocolRange::parse_statement(reason.as_bytes()),
+                Some((range, RELEASE.to_string())),
+                "{reason}"
+            );
+        }
+        assert_eq!(
+            ProtocolRange::parse_statement(b"ferry speaks 4 release 0.9.0"),
+            Some((
+                ProtocolRange {
+                    oldest: 4,
+                    newest: 4
+                },
+                "0.9.0".to_string()
+            ))
+        );
+        for bad in [
+            &b"ferry speaks 2-1 release x"[..],
+            b"ferry speaks a-b release x",
+            b"going away",
+            b"\xff\xfe",
+        ] {
+            assert_eq!(ProtocolRange::parse_statement(bad), None, "{bad:?}");
+        }
+        assert_eq!(ProtocolRange::THIS_BUILD.to_string(), "1-2");
+    }
 
     #[test]
     fn a_request_id_needs_version_7_and_the_rfc_9562_variant() {

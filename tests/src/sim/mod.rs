@@ -56,6 +56,7 @@ use crate::history::{
     self, History, JournalState, OwnerState, Read, Records, ReplicaState, Write, WriteFate,
 };
 use crate::rng::Rng;
+use crate::vault_revision;
 use net::{Links, SimSocket, BASE_PORT};
 
 /// The gateways.
@@ -590,16 +591,6 @@ fn db_path(shared: &Shared, i: usize) -> PathBuf {
 fn open(path: &Path) -> Result<rusqlite::Connection, String> {
     rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|err| format!("{}: {err}", path.display()))
-}
-
-fn vault_revision(conn: &rusqlite::Connection, vault: &str) -> u64 {
-    conn.query_row(
-        "SELECT revision FROM vaults WHERE name = ?1",
-        [vault],
-        |row| row.get::<_, i64>(0),
-    )
-    .map(|r| r as u64)
-    .unwrap_or(0)
 }
 
 /// Whether every replica holds its owner's revision, read through `readers` (one read-only

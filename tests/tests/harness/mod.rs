@@ -57,7 +57,12 @@ pub fn pair_with_notes(a: Gateway, b: Gateway) -> (Gateway, Gateway) {
 /// A third gateway `c` that trusts `a` and `b` and is trusted by them, replicating `notes`
 /// (owned by `a`).
 pub fn replica_of_notes(a: &Gateway, b: &Gateway) -> Gateway {
-    let c = Gateway::start("c");
+    follow_notes(Gateway::start("c"), a, b)
+}
+
+/// `c` (already started, of any build) made to trust `a` and `b` and be trusted by them, and to
+/// replicate `notes` (owned by `a`).
+pub fn follow_notes(c: Gateway, a: &Gateway, b: &Gateway) -> Gateway {
     a.trust_each_other(&c);
     b.trust_each_other(&c);
     let out = c.cli(&["vault", "follow", "notes", "--owner", "a"]);
@@ -80,6 +85,8 @@ pub struct Gateway {
     pub token: String,
     pub node_id: String,
     pub quic: String,
+    /// The `ferry` binary this gateway runs, and whose CLI [`Gateway::cli`] runs.
+    bin: PathBuf,
     http: reqwest::blocking::Client,
 }
 
@@ -123,7 +130,34 @@ impl Gateway {
     /// Starts (or restarts) a gateway in `home`, its QUIC endpoint on `listen`, with extra
     /// environment (e.g. `FERRY_DANGEROUS_FAULT`).
     pub fn start_in(label: &str, home: &Path, listen: &str, env: &[(&str, &str)]) -> Self {
-        Self::start_in_under(label, home, listen, env, &[])
+        Self::start_in_under(Path::new(ferry_bin()), label, home, listen, env, &[])
+    }
+
+    /// Starts a gateway of another build, the `ferry` binary at `bin` (the previous release,
+    /// say), in a fresh temporary home with extra environment. Its CLI is that build's too.
+    pub fn start_built(bin: &Path, label: &str, env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("ferry-{label}-"))
+            .tempdir()
+            .unwrap();
+        let home = dir.path().to_path_buf();
+        let mut gateway = Self::start_in_under(bin, label, &home, "127.0.0.1:0", env, &[]);
+        gateway._dir = Some(dir);
+        gateway
+    }
+
+    /// Runs this gateway's home on the build at `bin` from now on, on the same QUIC address
+    /// and with extra environment: an in-place upgrade (or downgrade). A running process is
+    /// killed first; stop it with [`Gateway::stop`] before, for an orderly one. Fails, with the
+    /// log, if the other build does not start on this home.
+    pub fn restart_on(&mut self, bin: &Path, env: &[(&str, &str)]) {
+        self.bin = bin.to_path_buf();
+        self.restart_with(env);
+    }
+
+    /// The `ferry` binary this gateway runs.
+    pub fn bin(&self) -> &Path {
+        &self.bin
     }
 
     /// Starts a gateway in a fresh temporary home as `wrapper ... ferry serve ...` (e.g.
@@ -135,12 +169,20 @@ impl Gateway {
             .tempdir()
             .unwrap();
         let home = dir.path().to_path_buf();
-        let mut gateway = Self::start_in_under(label, &home, "127.0.0.1:0", &[], wrapper);
+        let mut gateway = Self::start_in_under(
+            Path::new(ferry_bin()),
+            label,
+            &home,
+            "127.0.0.1:0",
+            &[],
+            wrapper,
+        );
         gateway._dir = Some(dir);
         gateway
     }
 
     fn start_in_under(
+        bin: &Path,
         label: &str,
         home: &Path,
         listen: &str,
@@ -157,10 +199,10 @@ impl Gateway {
         let mut command = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut command = Command::new(program);
-                command.args(args).arg(ferry_bin());
+                command.args(args).arg(bin);
                 command
             }
-            None => Command::new(ferry_bin()),
+            None => Command::new(bin),
         };
         let mut child = command
             .args([
@@ -204,6 +246,7 @@ impl Gateway {
             token,
             node_id: String::new(),
             quic: String::new(),
+            bin: bin.to_path_buf(),
             http,
         };
         let status = gateway.get_json("/v1/status");
@@ -218,12 +261,13 @@ impl Gateway {
         self.restart_with(&[]);
     }
 
-    /// Restarts with extra environment (see [`Gateway::start_in`]).
+    /// Restarts with extra environment (see [`Gateway::start_in`]), on the same build.
     pub fn restart_with(&mut self, env: &[(&str, &str)]) {
         let dir = self._dir.take();
         self.kill();
         let label = self.label.clone();
-        let mut fresh = Self::start_in(&label, &self.home, &self.quic.clone(), env);
+        let mut fresh =
+            Self::start_in_under(&self.bin, &label, &self.home, &self.quic.clone(), env, &[]);
         fresh._dir = dir;
         *self = fresh;
     }
@@ -266,16 +310,24 @@ impl Gateway {
             .ok()
     }
 
-    /// The vault's revision straight from this gateway's database.
+    /// Every record of `vault` in this gateway's database, by key: (key, revision, value or
+    /// tombstone).
+    pub fn records(&self, vault: &str) -> Vec<(String, u64, Option<Vec<u8>>)> {
+        let conn = self.db();
+        let mut stmt = conn
+            .prepare("SELECT key, revision, value FROM records WHERE vault = ?1 ORDER BY key")
+            .unwrap();
+        stmt.query_map([vault], |row| {
+            Ok((row.get(0)?, row.get::<_, i64>(1)? as u64, row.get(2)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    }
+
+    /// The revision `vault` has in this gateway's database (0 if it has none).
     pub fn vault_revision(&self, vault: &str) -> u64 {
-        self.db()
-            .query_row(
-                "SELECT revision FROM vaults WHERE name = ?1",
-                [vault],
-                |row| row.get::<_, i64>(0),
-            )
-            .map(|r| r as u64)
-            .unwrap_or(0)
+        ferry_tests::vault_revision(&self.db(), vault)
     }
 
     /// This gateway's view of its route to `peer`, from `/v1/routes`.
@@ -298,9 +350,9 @@ impl Gateway {
         (status, response.json().unwrap_or(Value::Null))
     }
 
-    /// Runs the CLI against this gateway's home.
+    /// Runs the CLI (of the build this gateway runs) against this gateway's home.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(ferry_bin())
+        Command::new(&self.bin)
             .arg("--home")
             .arg(&self.home)
             .args(args)

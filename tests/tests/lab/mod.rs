@@ -10,8 +10,10 @@
 //! another (a static lock), and need root: without it [`Lab::new`] says SKIPPED and returns
 //! `None`, unless `FERRY_LAB_REQUIRED=1` (set in CI) makes that a failure.
 //!
-//! A [`LabGateway`] is `ferry serve` inside a host. Its local API is on loopback inside that
-//! host, so tests talk to it only through the CLI run in the same namespace.
+//! A [`LabGateway`] is `ferry serve` inside a host, of this build or of another binary (an
+//! older release, for upgrades: [`Lab::start_ferry_with`], [`LabGateway::restart_with_binary`]).
+//! Its local API is on loopback inside that host, so tests talk to it only from inside that
+//! namespace: through the CLI, or a program started there ([`Lab::spawn_in`]).
 
 // Not every lab test uses every helper.
 #![allow(dead_code)]
@@ -579,6 +581,37 @@ add rule inet lab out oifname \"lan0\" numgen random mod 100 < {percent} counter
         run_output("ip", &all)
     }
 
+    /// Starts `program args...` inside host `host` in the background (not a gateway: an app,
+    /// say), its standard output and error appended to `log`, with `env` added. The caller
+    /// waits for it; whatever still runs in the host when the lab is torn down is killed.
+    pub fn spawn_in(
+        &self,
+        host: usize,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Child {
+        let ns = self.host_ns(host);
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap_or_else(|err| panic!("open {}: {err}", log.display()))
+        };
+        Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(program)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(open())
+            .stderr(open())
+            .spawn()
+            .unwrap_or_else(|err| panic!("spawn ip netns exec {ns} {}: {err}", program.display()))
+    }
+
     /// Starts `ferry serve` on host `host` in a fresh home, its QUIC endpoint on
     /// 0.0.0.0:7420 and its API on loopback inside the host; waits (bounded) for `api.addr`.
     pub fn start_ferry(&self, host: usize, label: &str, extra_serve_args: &[&str]) -> LabGateway {
@@ -594,18 +627,41 @@ add rule inet lab out oifname \"lan0\" numgen random mod 100 < {percent} counter
         extra_serve_args: &[&str],
         env: &[(&str, &str)],
     ) -> LabGateway {
+        self.start_ferry_with(
+            host,
+            label,
+            &StartOptions {
+                extra_args: extra_serve_args,
+                env,
+                ..StartOptions::default()
+            },
+        )
+    }
+
+    /// [`Lab::start_ferry`] with every option: another gateway binary (an older release, whose
+    /// CLI then also runs this gateway's commands), a `config.toml` written into the fresh home
+    /// before the first start, extra arguments and environment.
+    pub fn start_ferry_with(&self, host: usize, label: &str, options: &StartOptions) -> LabGateway {
         let home = tempfile::Builder::new()
             .prefix(&format!("ferry-lab-{label}-"))
             .tempdir()
             .expect("a temporary home");
+        if let Some(config) = options.config_toml {
+            std::fs::write(home.path().join("config.toml"), config)
+                .unwrap_or_else(|err| panic!("write {label}'s config.toml: {err}"));
+        }
         let mut gateway = LabGateway {
             host,
             ns: self.host_ns(host),
             label: label.to_string(),
             lan_addr: format!("{}:{FERRY_PORT}", self.addr(host, Nic::Lan)),
             tailnet_addr: format!("{}:{FERRY_PORT}", self.addr(host, Nic::Tailnet)),
-            extra_args: extra_serve_args.iter().map(|s| s.to_string()).collect(),
-            extra_env: env
+            binary: options
+                .binary
+                .map_or_else(|| PathBuf::from(ferry_bin()), Path::to_path_buf),
+            extra_args: options.extra_args.iter().map(|s| s.to_string()).collect(),
+            extra_env: options
+                .env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
@@ -622,6 +678,19 @@ add rule inet lab out oifname \"lan0\" numgen random mod 100 < {percent} counter
             .to_string();
         gateway
     }
+}
+
+/// What [`Lab::start_ferry_with`] may change; the default is [`Lab::start_ferry`]'s gateway.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartOptions<'a> {
+    /// The gateway binary; `None`: [`ferry_bin`], the build under test.
+    pub binary: Option<&'a Path>,
+    /// Written to `config.toml` in the new home before the gateway first starts.
+    pub config_toml: Option<&'a str>,
+    /// Arguments after `serve --api ... --listen ... --label ...`.
+    pub extra_args: &'a [&'a str],
+    /// Extra environment for the gateway process.
+    pub env: &'a [(&'a str, &'a str)],
 }
 
 impl Drop for Lab {
@@ -677,6 +746,8 @@ pub struct LabGateway {
     label: String,
     lan_addr: String,
     tailnet_addr: String,
+    /// The gateway binary it runs (and whose CLI runs its commands).
+    binary: PathBuf,
     extra_args: Vec<String>,
     extra_env: Vec<(String, String)>,
     home: tempfile::TempDir,
@@ -690,6 +761,7 @@ impl fmt::Debug for LabGateway {
             .field("label", &self.label)
             .field("ns", &self.ns)
             .field("home", &self.home.path())
+            .field("binary", &self.binary)
             .field("pid", &self.child.as_ref().map(Child::id))
             .finish()
     }
@@ -706,11 +778,12 @@ impl LabGateway {
             .expect("open serve.log");
         let home_arg = home.to_str().expect("a UTF-8 temporary path");
         let listen = format!("0.0.0.0:{FERRY_PORT}");
+        let binary = self.binary.to_str().expect("a UTF-8 binary path");
         let mut args = vec![
             "netns",
             "exec",
             &self.ns,
-            ferry_bin(),
+            binary,
             "--home",
             home_arg,
             "serve",
@@ -790,10 +863,21 @@ impl LabGateway {
         }
     }
 
-    /// Runs the CLI against this gateway, inside its host.
+    /// The gateway binary it runs ([`ferry_bin`] unless started or restarted on another).
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// Runs the CLI (of the binary the gateway runs) against this gateway, inside its host.
     pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_of(&self.binary, args)
+    }
+
+    /// Runs the CLI of `binary` (another build's, say) against this gateway, inside its host.
+    pub fn cli_of(&self, binary: &Path, args: &[&str]) -> Output {
         let home = self.home.path().to_str().expect("a UTF-8 temporary path");
-        let mut all = vec!["netns", "exec", &self.ns, ferry_bin(), "--home", home];
+        let binary = binary.to_str().expect("a UTF-8 binary path");
+        let mut all = vec!["netns", "exec", &self.ns, binary, "--home", home];
         all.extend_from_slice(args);
         Command::new("ip")
             .args(&all)
@@ -803,11 +887,13 @@ impl LabGateway {
             .expect("run ip netns exec ... ferry")
     }
 
-    /// A handle that runs this gateway's CLI from another thread.
+    /// A handle that runs this gateway's CLI from another thread (the CLI of the binary it
+    /// runs now: a later [`LabGateway::restart_with_binary`] does not change the handle's).
     pub fn cli_prefix(&self) -> LabCli {
         LabCli {
             ns: self.ns.clone(),
             home: self.home.path().to_path_buf(),
+            binary: self.binary.clone(),
         }
     }
 
@@ -855,10 +941,18 @@ impl LabGateway {
 
     /// `ferry stop`, then waits (bounded) for the process to exit; returns its exit code.
     pub fn stop(&mut self) -> Option<i32> {
-        let out = self.cli(&["stop"]);
+        let binary = self.binary.clone();
+        self.stop_with_cli(&binary)
+    }
+
+    /// [`LabGateway::stop`] with the `ferry stop` of another build's CLI: an operator who has
+    /// just installed a new release stops the running old gateway with the new CLI.
+    pub fn stop_with_cli(&mut self, binary: &Path) -> Option<i32> {
+        let out = self.cli_of(binary, &["stop"]);
         assert!(
             out.status.success(),
-            "ferry stop on {}: {}",
+            "ferry stop ({}) on {}: {}",
+            binary.display(),
             self.label,
             describe(&out)
         );
@@ -883,6 +977,15 @@ impl LabGateway {
         self.spawn();
     }
 
+    /// [`LabGateway::restart`] on another gateway binary (an upgrade or a downgrade): the same
+    /// home, host, port, label and arguments; its CLI is that binary's from now on. Stop it
+    /// first (`ferry stop`) for an orderly upgrade; a running one is killed.
+    pub fn restart_with_binary(&mut self, binary: &Path) {
+        self.kill();
+        self.binary = binary.to_path_buf();
+        self.spawn();
+    }
+
     /// The gateway's log so far (standard error of every run in this home).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
@@ -894,6 +997,7 @@ impl LabGateway {
 pub struct LabCli {
     ns: String,
     home: std::path::PathBuf,
+    binary: PathBuf,
 }
 
 impl LabCli {
@@ -901,7 +1005,8 @@ impl LabCli {
     /// (`Value::Null` when it printed none).
     pub fn run(&self, args: &[&str]) -> (i32, Value) {
         let home = self.home.to_str().expect("a UTF-8 temporary path");
-        let mut all = vec!["netns", "exec", &self.ns, ferry_bin(), "--home", home];
+        let binary = self.binary.to_str().expect("a UTF-8 binary path");
+        let mut all = vec!["netns", "exec", &self.ns, binary, "--home", home];
         all.extend_from_slice(args);
         let output = Command::new("ip")
             .args(&all)

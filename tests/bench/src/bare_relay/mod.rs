@@ -197,6 +197,7 @@ impl BareRelay {
             let mut config = quinn::ServerConfig::with_crypto(Arc::new(tls::server_crypto(
                 &server_key,
                 trusted,
+                vec![ferry_peer::wire::ALPN.to_vec()],
             )?));
             config.transport_config(transport());
             quinn::Endpoint::server(config, loopback).map_err(|source| RelayError::Bind {
@@ -222,6 +223,7 @@ impl BareRelay {
         let mut client_config = quinn::ClientConfig::new(Arc::new(tls::client_crypto(
             &client_key,
             server_key.node_id(),
+            vec![ferry_peer::wire::ALPN.to_vec()],
         )?));
         client_config.transport_config(transport());
         let (connected_tx, connected) = std::sync::mpsc::channel();
