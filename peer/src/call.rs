@@ -16,8 +16,10 @@ use ferry_ticket::{NodeId, Ticket};
 use quinn::Connection;
 use tracing::{debug, Instrument};
 
+use ferry_core::health::STALL;
 use ferry_core::liveness::{self, PooledView, SIDE_PROBE_AFTER, SIDE_PROBE_WAIT, SILENCE_CHECK};
-use ferry_core::read::{attempts, Attempt};
+use ferry_core::read::{attempts, route_hedge_delay, Attempt};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::clock;
 use crate::frames;
@@ -207,7 +209,22 @@ impl Caller {
             },
         };
         let started = clock::now();
-        match exchange(&conn, &frame, deadline).await {
+        // quinn ignores ICMP, so a heartbeat to a killed gateway would only time out. A side
+        // probe once the answer is late (the same grace as a connect's) tells "not running" in
+        // a millisecond, so a killed peer is known within about one interval while calls flow.
+        let port_closed = async {
+            tokio::time::sleep(SIDE_PROBE_AFTER.min(timeout)).await;
+            if self.probe.refuses(route.addr, SIDE_PROBE_WAIT).await {
+                return;
+            }
+            std::future::pending::<()>().await;
+        };
+        let exchanged = tokio::select! {
+            biased;
+            exchanged = exchange(&conn, &frame, deadline, &|| liveness::SILENT_AFTER) => exchanged,
+            () = port_closed => return Err(Some(Failure::PortClosed)),
+        };
+        match exchanged {
             Exchange::Answered(Response::Heartbeat(_)) => Ok(clock::since(started)),
             Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
                 Err(Some(Failure::GoingAway))
@@ -222,6 +239,29 @@ impl Caller {
                     Err(None)
                 }
             }
+        }
+    }
+
+    /// Whether the port at `route` refuses datagrams right now (the gateway there is not
+    /// running), within `wait`.
+    pub async fn port_refuses(&self, route: &Route, wait: Duration) -> bool {
+        self.probe.refuses(route.addr, wait).await
+    }
+
+    /// How much silence ends a call waiting on `conn`, a connection on `addr` to `peer`
+    /// (`ferry_core::liveness::exchange_silence`), asked afresh at each look: the route's
+    /// heartbeat interval shortens as soon as calls use it.
+    fn silence_of<'a>(
+        &'a self,
+        peer: NodeId,
+        addr: SocketAddr,
+        conn: &'a Connection,
+    ) -> impl Fn() -> Duration + Sync + 'a {
+        move || {
+            liveness::exchange_silence(
+                self.routes.published(peer, addr),
+                self.pool.is_pooled(peer, addr, conn),
+            )
         }
     }
 
@@ -360,7 +400,8 @@ impl Caller {
             }
         };
         let route = &route;
-        let exchanged = exchange(&conn, &frame, deadline)
+        let silence = self.silence_of(target.node, route.addr, &conn);
+        let exchanged = exchange(&conn, &frame, deadline, &silence)
             .instrument(tracing::debug_span!("send", route = %route))
             .await;
         if let Exchange::Answered(_) = exchanged {
@@ -471,7 +512,13 @@ impl Caller {
                 closed: pooled.conn.close_reason().is_some(),
                 ..pooled.view()
             };
-            if liveness::fit_for_write(&view, &self.tuning) {
+            // The proof must be as fresh as the route's heartbeats allow: about one interval
+            // of a peer in use, so a write rarely enters a path that just died.
+            let window = match self.routes.published(peer, route.addr) {
+                Some(published) => liveness::write_window(published, &self.tuning),
+                None => self.tuning.write_liveness,
+            };
+            if liveness::fit_for_write(&view, window) {
                 return Ok(pooled.conn);
             }
             debug!(route = %route, heard_ago_ms = pooled.heard_ago.as_millis() as u64, "pooled connection not proven alive; dialing fresh for a write");
@@ -612,7 +659,10 @@ impl Caller {
     }
 
     /// Sends a request that is safe to repeat, trying routes in order; the answer comes with
-    /// the protocol version of the connection that carried it.
+    /// the protocol version of the connection that carried it. A route whose connection goes
+    /// quiet while the answer is awaited is *hedged*: the request is also sent on the next
+    /// route (`ferry_core::read::route_hedge_delay`), and the first answer wins. So a path
+    /// that dies under a read costs the read one hedge delay, not a timeout.
     async fn idempotent_on(
         &self,
         target: &Target,
@@ -624,65 +674,58 @@ impl Caller {
             body,
             ext: Extensions::default(),
         };
-        let mut last_error = None;
         // Ranked now, not when the call started: a retry after a break (a settle query above
         // all) must not go back to the route that just died.
-        let (usable, down) = match self.routes.ranked(target.node) {
-            (usable, down) if usable.is_empty() && down.is_empty() => {
-                (target.routes.clone(), target.down_routes.clone())
-            }
-            live => live,
+        let routes: Vec<Route> = match self.routes.ranked(target.node, clock::now()) {
+            (usable, down) if usable.is_empty() && down.is_empty() => target
+                .routes
+                .iter()
+                .chain(&target.down_routes)
+                .copied()
+                .collect(),
+            (usable, down) => usable.into_iter().chain(down).collect(),
         };
-        for route in usable.iter().chain(&down) {
-            // The plan is `ferry_core::read::attempts`: a pooled connection first, if its peer
-            // was heard lately, with a short attempt; if it turns out dead, one fresh one.
-            let pooled = self.pool.get(target.node, route.addr);
-            let plan = attempts(
-                pooled.as_ref().map(|p| p.view()).as_ref(),
-                fresh_only,
-                clock::now(),
-                deadline,
-                &self.tuning,
-            );
-            for attempt in plan {
-                let (conn, attempt_deadline) = match (attempt, &pooled) {
-                    (Attempt::Pooled { until }, Some(pooled)) => (pooled.conn.clone(), until),
-                    (Attempt::Pooled { .. }, None) => continue,
-                    (Attempt::Fresh, _) => match self.dial(target.node, route.addr, deadline).await
-                    {
-                        Ok(conn) => (conn, deadline),
-                        Err((reason, detail)) => {
-                            let why = Failure::of_dial(reason, detail.clone());
-                            self.routes
-                                .failed(target.node, route.addr, clock::now(), why);
-                            last_error = Some(detail);
-                            break;
-                        }
-                    },
-                };
-                match exchange(&conn, &frame, attempt_deadline).await {
-                    Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
-                        self.routes.failed(
-                            target.node,
-                            route.addr,
-                            clock::now(),
-                            Failure::GoingAway,
-                        );
+        let mut last_error = None;
+        let mut next = 0;
+        let mut running = FuturesUnordered::new();
+        // The connection the newest attempt uses, if pooled: its silence starts the hedge.
+        let mut watched: Option<(Option<Connection>, Duration)> = None;
+        loop {
+            if running.is_empty() {
+                let Some(route) = routes.get(next) else { break };
+                if next > 0 && clock::now() >= deadline {
+                    break;
+                }
+                watched = Some(self.hedge_watch(target.node, route, fresh_only));
+                running.push(self.on_route(target, *route, &frame, deadline, fresh_only));
+                next += 1;
+            }
+            let hedge = async {
+                match &watched {
+                    Some((conn, delay)) if next < routes.len() => {
+                        path_goes_quiet(conn.as_ref(), *delay).await
+                    }
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                // Biased: an answer wins over a hedge decided in the same poll.
+                biased;
+                Some(ended) = running.next() => match ended {
+                    OnRoute::Answered(response, version) => return Ok((response, version)),
+                    OnRoute::GoingAway => {
                         return Err(ReadError::GoingAway {
                             label: target.label.clone(),
-                        });
+                        })
                     }
-                    Exchange::Answered(response) => {
-                        self.routes.carried(target.node, route.addr, clock::now());
-                        let version = transport::protocol_of(&conn).unwrap_or_default();
-                        return Ok((response, version));
-                    }
-                    Exchange::NotSent { detail } | Exchange::Lost { detail, .. } => {
-                        last_error = Some(detail);
-                    }
-                }
-                if clock::now() >= deadline {
-                    break;
+                    OnRoute::Failed(detail) => last_error = Some(detail),
+                },
+                () = hedge => {
+                    let route = routes[next];
+                    debug!(peer = %target.label, %route, "no word on the route in use: the request goes on the next route too");
+                    watched = Some(self.hedge_watch(target.node, &route, fresh_only));
+                    running.push(self.on_route(target, route, &frame, deadline, fresh_only));
+                    next += 1;
                 }
             }
         }
@@ -696,6 +739,107 @@ impl Caller {
             },
         })
     }
+
+    /// What the hedge watches on `route`: the pooled connection a request would use there
+    /// (`None`: it will dial, and a dial says nothing until it is done), and how long a silence
+    /// on it starts the next route.
+    fn hedge_watch(
+        &self,
+        peer: NodeId,
+        route: &Route,
+        fresh_only: bool,
+    ) -> (Option<Connection>, Duration) {
+        let pooled = self
+            .pool
+            .get(peer, route.addr)
+            .filter(|pooled| !fresh_only && liveness::fit_for_read(&pooled.view(), &self.tuning));
+        let rtt = pooled.as_ref().map(|pooled| pooled.rtt);
+        (pooled.map(|pooled| pooled.conn), route_hedge_delay(rtt))
+    }
+
+    /// One route's part of a request that is safe to repeat: the plan is
+    /// `ferry_core::read::attempts` (a pooled connection first, if its peer was heard lately,
+    /// with a short attempt; if it turns out dead, one fresh one).
+    async fn on_route(
+        &self,
+        target: &Target,
+        route: Route,
+        frame: &RequestFrame,
+        deadline: Instant,
+        fresh_only: bool,
+    ) -> OnRoute {
+        let pooled = self.pool.get(target.node, route.addr);
+        let plan = attempts(
+            pooled.as_ref().map(|p| p.view()).as_ref(),
+            fresh_only,
+            clock::now(),
+            deadline,
+            &self.tuning,
+        );
+        let mut last_error = String::from("no attempt could be made before the deadline");
+        for attempt in plan {
+            let (conn, attempt_deadline) = match (attempt, &pooled) {
+                (Attempt::Pooled { until }, Some(pooled)) => (pooled.conn.clone(), until),
+                (Attempt::Pooled { .. }, None) => continue,
+                (Attempt::Fresh, _) => match self.dial(target.node, route.addr, deadline).await {
+                    Ok(conn) => (conn, deadline),
+                    Err((reason, detail)) => {
+                        let why = Failure::of_dial(reason, detail.clone());
+                        self.routes
+                            .failed(target.node, route.addr, clock::now(), why);
+                        return OnRoute::Failed(detail);
+                    }
+                },
+            };
+            let silence = self.silence_of(target.node, route.addr, &conn);
+            match exchange(&conn, frame, attempt_deadline, &silence).await {
+                Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
+                    self.routes
+                        .failed(target.node, route.addr, clock::now(), Failure::GoingAway);
+                    return OnRoute::GoingAway;
+                }
+                Exchange::Answered(response) => {
+                    self.routes.carried(target.node, route.addr, clock::now());
+                    let version = transport::protocol_of(&conn).unwrap_or_default();
+                    return OnRoute::Answered(response, version);
+                }
+                Exchange::NotSent { detail } | Exchange::Lost { detail, .. } => {
+                    last_error = detail;
+                }
+            }
+            if clock::now() >= deadline {
+                break;
+            }
+        }
+        OnRoute::Failed(last_error)
+    }
+}
+
+/// How one route's part of a request that is safe to repeat ended.
+enum OnRoute {
+    Answered(Response, u16),
+    /// The peer said it is stopping: no other route will do better.
+    GoingAway,
+    Failed(String),
+}
+
+/// Resolves once `conn` has heard nothing for a whole `delay` (at once after `delay` when
+/// there is no connection to watch). A live path always says something within it: the
+/// acknowledgement of the request, a heartbeat's answer.
+async fn path_goes_quiet(conn: Option<&Connection>, delay: Duration) {
+    let Some(conn) = conn else {
+        tokio::time::sleep(delay).await;
+        return;
+    };
+    let mut last = conn.stats().udp_rx.datagrams;
+    loop {
+        tokio::time::sleep(delay).await;
+        let count = conn.stats().udp_rx.datagrams;
+        if count == last {
+            return;
+        }
+        last = count;
+    }
 }
 
 /// A peer answered a request with a response of another kind.
@@ -707,8 +851,14 @@ fn unexpected(target: &Target, request: &str, answer: &Response) -> ReadError {
 }
 
 /// One request and one answer on a new bidirectional stream, within `deadline`, in the
-/// protocol version the connection agreed on.
-async fn exchange(conn: &Connection, frame: &RequestFrame, deadline: Instant) -> Exchange {
+/// protocol version the connection agreed on; given up as lost once the connection has been
+/// silent for `silence()`.
+async fn exchange(
+    conn: &Connection,
+    frame: &RequestFrame,
+    deadline: Instant,
+    silence: &(dyn Fn() -> Duration + Sync),
+) -> Exchange {
     let Some(version) = transport::protocol_of(conn) else {
         return Exchange::NotSent {
             detail: "the connection agreed on no protocol version".into(),
@@ -771,9 +921,10 @@ async fn exchange(conn: &Connection, frame: &RequestFrame, deadline: Instant) ->
         // Biased: an answer that arrived wins over silence noticed in the same poll.
         biased;
         answered = tokio::time::timeout_at(deadline, sent_and_answered) => answered,
-        () = gone_silent(conn) => {
-            // Nothing heard for six keep-alive intervals: the path is dead, whatever the owner
-            // is doing. Close it so nobody reuses it, and let the caller settle elsewhere.
+        () = gone_silent(conn, silence) => {
+            // Nothing heard for three heartbeats (or six keep-alives): the path is dead,
+            // whatever the owner is doing. Close it so nobody reuses it, and let the caller
+            // settle elsewhere.
             conn.close(quinn::VarInt::from_u32(0), b"silent");
             return Exchange::Lost {
                 reason: UnknownReason::ConnectionLost,
@@ -799,22 +950,28 @@ async fn exchange(conn: &Connection, frame: &RequestFrame, deadline: Instant) ->
 
 /// Resolves once the connection has been silent long enough to be dead to a call
 /// (`ferry_core::liveness::gone_silent`). Keep-alives come from quinn's driver whatever the
-/// peer's application is doing, so silence means the path or the peer is gone, not that the
-/// owner is busy.
-async fn gone_silent(conn: &Connection) {
+/// peer's application is doing, and heartbeats every interval while the peer is in use, so
+/// silence means the path or the peer is gone, not that the owner is busy. A look that comes
+/// much later than asked (this machine stalled) restarts the count: that silence is ours.
+async fn gone_silent(conn: &Connection, silence: &(dyn Fn() -> Duration + Sync)) {
     // Nothing to check before the first interval: most exchanges end well within it, and a
     // stats snapshot takes the connection's lock.
     tokio::time::sleep(SILENCE_CHECK).await;
     let mut last = conn.stats().udp_rx.datagrams;
     let mut quiet_since = clock::now();
+    let mut looked = quiet_since;
     let mut ticker = tokio::time::interval(SILENCE_CHECK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        let now = clock::now();
+        let stalled = now.saturating_duration_since(looked) > SILENCE_CHECK + STALL;
+        looked = now;
         let count = conn.stats().udp_rx.datagrams;
-        if count != last {
+        if count != last || stalled {
             last = count;
-            quiet_since = clock::now();
-        } else if liveness::gone_silent(quiet_since, clock::now()) {
+            quiet_since = now;
+        } else if liveness::gone_silent(quiet_since, now, silence()) {
             return;
         }
     }

@@ -151,6 +151,14 @@ impl Pool {
         watchers.spawn(watch(watched, seen, epoch, self.routes.clone(), peer, addr));
     }
 
+    /// Whether `conn` is the connection pooled for `peer` at `addr`: the one that route's
+    /// heartbeats run on, so its silence is the route's.
+    pub fn is_pooled(&self, peer: NodeId, addr: SocketAddr, conn: &quinn::Connection) -> bool {
+        self.lock()
+            .get(&(peer, addr))
+            .is_some_and(|pooled| pooled.conn.stable_id() == conn.stable_id())
+    }
+
     /// Every open connection, for telling peers about a change.
     pub fn open_connections(&self) -> Vec<(NodeId, quinn::Connection)> {
         let mut conns = self.lock();
@@ -191,7 +199,7 @@ async fn watch(
             reason = conn.closed() => {
                 seen.closed.store(true, Ordering::Relaxed);
                 // A peer that says it is stopping takes its route down at once (SPEC 8).
-                if let quinn::ConnectionError::ApplicationClosed(close) = reason {
+                if let quinn::ConnectionError::ApplicationClosed(close) = &reason {
                     let why = match close.error_code.into_inner() {
                         code if code == u64::from(CLOSE_GOING_AWAY) => Some(Failure::GoingAway),
                         code if code == u64::from(CLOSE_UNTRUSTED) => {
@@ -203,6 +211,12 @@ async fn watch(
                         routes.failed(peer, addr, clock::now(), why);
                     }
                 }
+                // A stateless reset comes from a restarted gateway that no longer knows this
+                // connection: the peer is there, the connection is not. Probe at once, so the
+                // route gets a new connection before the next call needs one.
+                if matches!(reason, quinn::ConnectionError::Reset) {
+                    routes.probe_all_now(peer, clock::now());
+                }
                 return;
             }
             _ = ticker.tick() => {
@@ -212,6 +226,10 @@ async fn watch(
                 if count != last_count {
                     last_count = count;
                     seen.heard_at_ms.store(clock::since(epoch).as_millis() as u64, Ordering::Relaxed);
+                    // Any packet from the peer on the route is proof the route works: with
+                    // calls in flight, their answers and acknowledgements keep it proven even
+                    // when a heartbeat's answer is slow.
+                    routes.heard(peer, addr, clock::now(), None);
                 }
             }
         }

@@ -61,6 +61,8 @@ impl Default for TransportTuning {
     }
 }
 
+/// The RTT assumed of a path before it is measured.
+const INITIAL_RTT: Duration = Duration::from_millis(100);
 /// Concurrent bidirectional streams a peer may open on one connection.
 pub const MAX_STREAMS: u32 = 1024;
 /// Bytes a peer may have in flight to this side on one connection, all streams together.
@@ -72,6 +74,11 @@ impl TransportTuning {
         config.keep_alive_interval(Some(self.keep_alive));
         // An idle timeout this small always fits a VarInt.
         config.max_idle_timeout(quinn::IdleTimeout::try_from(self.idle_timeout).ok());
+        // quinn assumes 333 ms before it has measured a path, so a lost first packet is sent
+        // again only after about a second: a route re-probed as a cable is plugged back in
+        // would wait that long. 100 ms still covers a tailnet across a continent; a path
+        // slower than that costs a spare Initial packet, nothing more.
+        config.initial_rtt(INITIAL_RTT);
         // Enough streams that a caller's writes never queue for stream credit on its side
         // (where a wait would end as "nothing sent" or, late, as unknown): an overloaded owner
         // answers `busy` at once instead (SPEC 7 rule 7). What a peer may make this side buffer

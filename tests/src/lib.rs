@@ -5,6 +5,8 @@
 
 pub mod history;
 pub mod lab_app;
+pub mod lab_steady;
+pub mod owner_db;
 pub mod previous;
 pub mod rng;
 pub mod sim;

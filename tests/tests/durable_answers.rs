@@ -74,10 +74,12 @@ fn a_tombstone_is_fsynced_before_it_is_answered() {
         let pid = line.split_whitespace().next().unwrap_or("");
         let sync = line.contains("fsync(") || line.contains("fdatasync(");
         let resumed = line.contains("fsync resumed>") || line.contains("fdatasync resumed>");
+        // strace pads a short line's result to its column (`-a`, 40 by default), so a
+        // `<... fsync resumed>)              = 0` has more than one space before the `=`.
+        let returned = line.trim_end().ends_with("= 0");
         if sync && line.contains("ferry.db") && line.contains("<unfinished ...>") {
             syncing.insert(pid.to_string());
-        } else if (sync && line.contains("ferry.db") || resumed && syncing.remove(pid))
-            && line.contains(") = 0")
+        } else if (sync && line.contains("ferry.db") || resumed && syncing.remove(pid)) && returned
         {
             // Only a sync of the database that returned counts: one still running when the
             // answer left proves nothing.

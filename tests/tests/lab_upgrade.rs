@@ -39,11 +39,10 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use ferry_peer::wire::{ProtocolRange, RequestId, WriteAnswer, PROTOCOL_VERSION, RELEASE};
-use ferry_tests::history::{
-    self, History, JournalState, OwnerState, Read, Records, ReplicaState, Write, WriteFate,
-};
+use ferry_peer::wire::{ProtocolRange, PROTOCOL_VERSION, RELEASE};
+use ferry_tests::history::{self, History, OwnerState, Read, ReplicaState, Write, WriteFate};
 use ferry_tests::lab_app::{now_ms, APP, OLD_ERA_SAMPLE, PROBE};
+use ferry_tests::owner_db::{journal, records, settled_fate, told_fate};
 use ferry_tests::previous::{previous_build, PREVIOUS};
 use ferry_tests::vault_revision;
 use lab::{trust_all, Lab, LabGateway, StartOptions};
@@ -233,9 +232,7 @@ fn wait_routes_up_around(gateways: &[LabGateway], i: usize) {
 }
 
 fn db(gateway: &LabGateway) -> rusqlite::Connection {
-    let path = gateway.home().join("ferry.db");
-    rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .unwrap_or_else(|err| panic!("open {} read-only: {err}", path.display()))
+    ferry_tests::owner_db::open_read_only(&gateway.home().join("ferry.db"))
 }
 
 fn schema_version(gateway: &LabGateway) -> String {
@@ -246,98 +243,6 @@ fn schema_version(gateway: &LabGateway) -> String {
             |row| row.get::<_, String>(0),
         )
         .unwrap_or_else(|err| panic!("{}'s schema version: {err}", gateway.label()))
-}
-
-fn records(conn: &rusqlite::Connection, vault: &str) -> Records {
-    let mut stmt = conn
-        .prepare("SELECT key, revision, value FROM records WHERE vault = ?1")
-        .unwrap();
-    stmt.query_map([vault], |row| {
-        Ok((
-            row.get::<_, String>(0)?,
-            (
-                row.get::<_, i64>(1)? as u64,
-                row.get::<_, Option<Vec<u8>>>(2)?,
-            ),
-        ))
-    })
-    .unwrap()
-    .map(Result::unwrap)
-    .collect()
-}
-
-/// The owner's journal, every row read strictly: a row this build cannot read (one the
-/// previous release wrote, say) fails the test, naming it.
-fn journal(conn: &rusqlite::Connection, owner: &str) -> HashMap<(String, String), JournalState> {
-    let mut stmt = conn
-        .prepare("SELECT caller, request_id, state, answer FROM journal")
-        .unwrap();
-    let rows: Vec<(String, Vec<u8>, String, Option<String>)> = stmt
-        .query_map([], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let mut journal = HashMap::new();
-    for (caller, id, state, answer) in rows {
-        let id: [u8; 16] = id
-            .try_into()
-            .unwrap_or_else(|id| panic!("{owner}: a journal request id is not 16 bytes: {id:?}"));
-        let id = RequestId(id).to_string();
-        let entry = match state.as_str() {
-            "running" => JournalState::Running,
-            "not_carried_out" => JournalState::NotCarriedOut,
-            "answered" => {
-                let text = answer.clone().unwrap_or_default();
-                match serde_json::from_str::<WriteAnswer>(&text) {
-                    Ok(WriteAnswer::Done { revision }) => JournalState::Done(revision),
-                    Ok(WriteAnswer::NotCarriedOut { .. }) => JournalState::NotCarriedOut,
-                    Ok(WriteAnswer::Refused(_)) => JournalState::Refused,
-                    Err(err) => panic!(
-                        "{owner}: this build cannot read the journal's answer to {id} from {caller}: {text:?}: {err}"
-                    ),
-                }
-            }
-            other => panic!("{owner}: journal row {id} is in state {other:?}"),
-        };
-        assert!(
-            journal
-                .insert((caller.clone(), id.clone()), entry)
-                .is_none(),
-            "{owner}: two journal rows for {id} from {caller}"
-        );
-    }
-    journal
-}
-
-/// What an app was told, as the history checker's fate.
-fn told_fate(code: &str, revision: Option<u64>) -> WriteFate {
-    match code {
-        "done" => WriteFate::Done(revision.expect("a done write has a revision")),
-        "outcome_unknown" | "app_unknown" => WriteFate::Unknown,
-        "not_carried_out" => WriteFate::NotCarriedOut(code.into()),
-        // The local gateway says it sent nothing, or the app never reached it.
-        "unavailable" | "local_gateway_down" | "unknown_vault" | "bad_request" => {
-            WriteFate::NothingSent(code.into())
-        }
-        // The owner's answer (`conflict`, `busy`, `rate_limited`, ...).
-        other => WriteFate::Refused(other.into()),
-    }
-}
-
-/// What settling said, as a fate; `None` when it did not settle.
-fn settled_fate(body: &Value) -> Option<WriteFate> {
-    match body["state"].as_str() {
-        Some("done") if body["status"] == 200 => Some(WriteFate::Done(body["revision"].as_u64()?)),
-        Some("done") => Some(WriteFate::Refused(
-            body["error"].as_str().unwrap_or("?").into(),
-        )),
-        Some("not_carried_out") => Some(WriteFate::NotCarriedOut(
-            body["reason"].as_str().unwrap_or("?").into(),
-        )),
-        _ => None,
-    }
 }
 
 /// Whether an app's call ended as it does in a healthy cluster: a write done (a

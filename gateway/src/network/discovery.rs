@@ -234,7 +234,7 @@ mod tests {
             Some(std::time::Duration::from_millis(1)),
         );
         heard_goodbye(&peers, &routes, victim, now);
-        assert_eq!(routes.ranked(victim).0, vec![route], "still usable");
+        assert_eq!(routes.ranked(victim, now).0, vec![route], "still usable");
         assert_eq!(routes.view(victim, now)[0].state, RouteState::Up);
         // ...but it is probed now, so a peer that really stopped is found down at once.
         assert!(routes

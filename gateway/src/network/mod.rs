@@ -225,7 +225,7 @@ impl Network {
     /// once, nothing sent.
     pub fn target(&self, node: &NodeId) -> Option<Target> {
         let peer = self.book.by_node(node)?;
-        let (routes, down_routes) = self.routes.ranked(peer.node_id);
+        let (routes, down_routes) = self.routes.ranked(peer.node_id, self.clock.now());
         Some(Target {
             node: peer.node_id,
             label: peer.label,

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferry_core::health::STALL;
+use ferry_core::liveness::SIDE_PROBE_WAIT;
 use ferry_peer::health::Failure;
 use ferry_peer::routes::Route;
 use ferry_ticket::NodeId;
@@ -15,7 +17,9 @@ use crate::lifecycle::Lifecycle;
 
 use super::Network;
 
-/// How often the prober looks for due heartbeats and silent routes.
+/// The longest the prober sleeps: it wakes at the instant the route table names (the next
+/// heartbeat due, the end of a silence allowance), and at least this often, because a call
+/// can make a route's next heartbeat due sooner.
 const TICK: Duration = Duration::from_millis(50);
 /// The most heartbeats in flight at once.
 const MAX_IN_FLIGHT: usize = 64;
@@ -28,21 +32,30 @@ const HEARTBEAT_TIMEOUT_CAP: Duration = Duration::from_secs(1);
 /// Runs until the gateway stops.
 pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
     let mut stopping = lifecycle.stopping();
-    let mut ticker = tokio::time::interval(TICK);
-    // After a stall, one tick rather than a burst of the missed ones.
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut beats = JoinSet::new();
+    let mut looked = network.clock.now();
     loop {
+        let now = network.clock.now();
+        let wake = network
+            .routes
+            .next_wake()
+            .map_or(now + TICK, |due| due.clamp(now, now + TICK));
         tokio::select! {
             // Biased: a stop first, and a replayable order under simulation.
             biased;
             _ = stopping.wait_for(|stopping| *stopping) => break,
             // Finished beats are reaped before new ones start (they count toward the bound).
             Some(_) = beats.join_next(), if !beats.is_empty() => {}
-            _ = ticker.tick() => {
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 let now = network.clock.now();
-                for (node, route) in network.routes.check_silence(now) {
-                    debug!(peer = %node.short(), %route, "route silent: down");
+                // Woken far later than asked: this machine stalled, and the silence the table
+                // would see is ours. Heartbeats go out; verdicts wait for the next look.
+                let stalled = now.saturating_duration_since(looked.max(wake)) > STALL;
+                looked = now;
+                if !stalled {
+                    for (node, route) in network.routes.check_silence(now) {
+                        debug!(peer = %node.short(), %route, "route silent: down");
+                    }
                 }
                 for (node, route, interval) in network.routes.due_probes(now) {
                     if beats.len() >= MAX_IN_FLIGHT {
@@ -71,7 +84,17 @@ async fn beat(network: Arc<Network>, node: NodeId, route: Route, interval: Durat
             let port_closed = failure == Failure::PortClosed;
             network.routes.failed(node, route.addr, now, failure);
             if port_closed {
-                network.routes.probe_all_now(node, now);
+                // The other routes very likely lead to the same dead process: a side probe of
+                // each now, not a heartbeat each (which would wait for its answer first).
+                for other in network.routes.other_routes(node, route.addr) {
+                    if network.caller.port_refuses(&other, SIDE_PROBE_WAIT).await {
+                        let now = network.clock.now();
+                        network
+                            .routes
+                            .failed(node, other.addr, now, Failure::PortClosed);
+                    }
+                }
+                network.routes.probe_all_now(node, network.clock.now());
             }
         }
         // No answer this time is no verdict (a loaded machine can miss one): silence over six

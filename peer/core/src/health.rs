@@ -1,34 +1,54 @@
 //! One route's health as a state machine over time (SPEC 8). No clock of its own: every
 //! method takes `now`.
 //!
-//! - A heartbeat carries the interval it was sent at; the interval is short while calls use the
-//!   route and backs off while it is idle.
+//! - A heartbeat carries the interval it was sent at; the interval is short (50 ms) while calls
+//!   use any route to the peer, so every route to a peer in use stays warm and audible, and
+//!   backs off while the peer is idle.
+//! - A route quiet for two of its published intervals is *doubtful*: new calls prefer a route
+//!   heard more recently, before the route is declared down. A route heard again after a
+//!   silence is proven only once it has been heard steadily for [`STEADY_FOR`], so the choice
+//!   does not swing with every late packet.
 //! - A route silent for more than six of its own published intervals is `Down`; so is one that
 //!   fails before a send, or whose peer said it is going away, or whose port answered
 //!   "connection refused" (the gateway there is not running).
-//! - A `Down` route is probed again with exponential backoff; one answer brings it back `Up`.
+//! - A `Down` route is probed again with exponential backoff (capped low while the peer is in
+//!   use, so a healed cable carries calls again within a second); one answer brings it back
+//!   `Up`.
 
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::routes::RouteState;
+use crate::routes::{RouteState, Standing};
 
-/// Heartbeat interval while calls use the route.
-pub const ACTIVE_INTERVAL: Duration = Duration::from_millis(250);
+/// Heartbeat interval while calls use the peer: six of them (300 ms) is the silence that takes
+/// a route in use down.
+pub const ACTIVE_INTERVAL: Duration = Duration::from_millis(50);
 /// Heartbeat interval after a short quiet.
 pub const IDLE_INTERVAL: Duration = Duration::from_secs(1);
 /// Heartbeat interval after minutes of quiet.
 pub const QUIET_INTERVAL: Duration = Duration::from_secs(3);
-/// A route used within this long counts as active.
-const ACTIVE_FOR: Duration = Duration::from_secs(30);
+/// A peer called within this long counts as in use.
+const ACTIVE_FOR: Duration = Duration::from_secs(10);
 /// A route unused for this long counts as quiet.
 const QUIET_AFTER: Duration = Duration::from_secs(300);
 /// Silence of this many published intervals makes a route `Down`.
 pub const SILENT_INTERVALS: u32 = 6;
+/// A route that missed this many of its published intervals is doubtful.
+pub const DOUBT_INTERVALS: u32 = 2;
+/// Allowance on top of the missed intervals for the answer's trip and the prober's wake-up.
+pub const DOUBT_SLACK: Duration = Duration::from_millis(25);
+/// A route heard again after a silence (or for the first time) is proven only after being
+/// heard steadily this long: three heartbeats of a route in use.
+pub const STEADY_FOR: Duration = Duration::from_millis(150);
+/// A prober or watcher that woke this much later than it asked to was stalled (a loaded or
+/// suspended machine): the silence it sees is its own, not the peer's, so no verdict is drawn.
+pub const STALL: Duration = Duration::from_millis(100);
 /// Re-probing a down route starts here and doubles up to the cap.
 const DOWN_BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const DOWN_BACKOFF_CAP: Duration = Duration::from_secs(4);
+/// The cap while the peer is in use: a healed link is found within about this long.
+const DOWN_BACKOFF_CAP_IN_USE: Duration = Duration::from_millis(500);
 
 /// Why a route is down, for `ferry routes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +101,9 @@ pub struct RouteHealth {
     last_heard: Option<Instant>,
     last_used: Option<Instant>,
     last_error: Option<Failure>,
+    /// Since when the route has been heard without a doubtful gap (`None`: never heard, or
+    /// down since).
+    steady_since: Option<Instant>,
     /// The interval of the last heartbeat sent: silence is measured against it.
     published: Duration,
     next_probe: Instant,
@@ -98,6 +121,7 @@ impl RouteHealth {
             last_heard: None,
             last_used: None,
             last_error: None,
+            steady_since: None,
             published: IDLE_INTERVAL,
             next_probe: now,
             down_backoff: DOWN_BACKOFF_FIRST,
@@ -119,6 +143,41 @@ impl RouteHealth {
 
     pub fn last_error(&self) -> Option<&Failure> {
         self.last_error.as_ref()
+    }
+
+    /// The interval of the last heartbeat sent on the route: what its peer was told to expect,
+    /// and what silence is measured against.
+    pub fn published(&self) -> Duration {
+        self.published
+    }
+
+    /// How long the route may go unheard before it is doubtful: two published intervals and
+    /// a little slack (125 ms while the peer is in use).
+    pub fn doubt_window(&self) -> Duration {
+        self.published * DOUBT_INTERVALS + DOUBT_SLACK
+    }
+
+    /// How far the route is trusted to carry the next call.
+    pub fn standing(&self, now: Instant) -> Standing {
+        if self.state == RouteState::Down {
+            return Standing::Down;
+        }
+        let fresh = self
+            .last_heard
+            .is_some_and(|heard| now.saturating_duration_since(heard) <= self.doubt_window());
+        let steady = self
+            .steady_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= STEADY_FOR);
+        if self.state == RouteState::Up && fresh && steady {
+            Standing::Proven
+        } else {
+            Standing::Doubtful
+        }
+    }
+
+    fn in_use(&self, now: Instant) -> bool {
+        self.last_used
+            .is_some_and(|used| now.saturating_duration_since(used) < ACTIVE_FOR)
     }
 
     /// The heartbeat interval for the route's current use.
@@ -171,8 +230,16 @@ impl RouteHealth {
         self.down_backoff = DOWN_BACKOFF_FIRST;
     }
 
-    /// A heartbeat (or any call) got an answer after `rtt`.
+    /// A heartbeat (or any call) got an answer after `rtt`, or a packet from the peer arrived
+    /// on the route (`rtt` unknown).
     pub fn heard(&mut self, now: Instant, rtt: Option<Duration>) {
+        let gap_was_doubtful = match self.last_heard {
+            Some(heard) => now.saturating_duration_since(heard) > self.doubt_window(),
+            None => true,
+        };
+        if self.state != RouteState::Up || gap_was_doubtful || self.steady_since.is_none() {
+            self.steady_since = Some(now);
+        }
         self.state = RouteState::Up;
         self.last_heard = Some(now);
         if let Some(rtt) = rtt {
@@ -185,7 +252,8 @@ impl RouteHealth {
         self.down_backoff = DOWN_BACKOFF_FIRST;
     }
 
-    /// A call used this route (makes its heartbeats fast again).
+    /// A call used this route or another route to the same peer (makes its heartbeats fast
+    /// again: every route to a peer in use is kept warm).
     pub fn used(&mut self, now: Instant) {
         self.last_used = Some(now);
         if self.next_probe > now + ACTIVE_INTERVAL {
@@ -195,12 +263,33 @@ impl RouteHealth {
 
     /// The route failed: down now, re-probed with backoff.
     pub fn failed(&mut self, now: Instant, why: Failure) {
+        let cap = if self.in_use(now) {
+            DOWN_BACKOFF_CAP_IN_USE
+        } else {
+            DOWN_BACKOFF_CAP
+        };
         if self.state == RouteState::Down {
-            self.down_backoff = (self.down_backoff * 2).min(DOWN_BACKOFF_CAP);
+            self.down_backoff = (self.down_backoff * 2).min(cap);
         }
+        self.down_backoff = self.down_backoff.min(cap);
         self.state = RouteState::Down;
+        self.steady_since = None;
         self.last_error = Some(why);
         self.next_probe = now + self.down_backoff;
+    }
+
+    /// The latest instant the prober must look at this route again: its next heartbeat (unless
+    /// one is out) or the end of its silence allowance.
+    pub fn next_wake(&self) -> Option<Instant> {
+        let probe = (!self.in_flight).then_some(self.next_probe);
+        let silence = match (self.state, self.last_heard) {
+            (RouteState::Up, Some(heard)) => Some(heard + self.published * SILENT_INTERVALS),
+            _ => None,
+        };
+        match (probe, silence) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Applies the silence rule; returns true if this call turned the route `Down`.
@@ -291,5 +380,92 @@ mod tests {
         health.heard(t0, Some(Duration::from_millis(1)));
         health.heard(t0, Some(Duration::from_millis(81)));
         assert_eq!(health.rtt(), Some(Duration::from_millis(11)));
+    }
+
+    /// A route in use, heard on every 50 ms heartbeat until `t0`.
+    fn steady_route_in_use(t0: Instant) -> RouteHealth {
+        let start = t0 - Duration::from_secs(1);
+        let mut health = RouteHealth::new(start);
+        health.used(start);
+        let mut now = start;
+        while now <= t0 {
+            if health.probe_due(now).is_some() {
+                health.heard(now, Some(Duration::from_micros(300)));
+                health.probe_finished();
+            }
+            now += Duration::from_millis(5);
+        }
+        health
+    }
+
+    #[test]
+    fn a_quiet_route_in_use_is_doubtful_after_two_intervals_and_down_after_six() {
+        let t0 = Instant::now() + Duration::from_secs(5);
+        let mut health = steady_route_in_use(t0);
+        assert_eq!(health.published(), ACTIVE_INTERVAL);
+        assert_eq!(health.standing(t0), Standing::Proven);
+        let heard = health.last_heard().unwrap();
+        let ms = Duration::from_millis;
+        // Passed over for new calls 125 ms after the last answer...
+        assert_eq!(health.standing(heard + ms(125)), Standing::Proven);
+        assert_eq!(health.standing(heard + ms(126)), Standing::Doubtful);
+        assert!(!health.check_silence(heard + ms(300)));
+        // ...and down after 300 ms.
+        assert!(health.check_silence(heard + ms(301)));
+        assert_eq!(health.standing(heard + ms(301)), Standing::Down);
+    }
+
+    #[test]
+    fn a_route_back_from_silence_is_proven_only_after_steady_answers() {
+        let t0 = Instant::now() + Duration::from_secs(5);
+        let mut health = steady_route_in_use(t0);
+        let ms = Duration::from_millis;
+        let back = health.last_heard().unwrap() + ms(200);
+        // A late answer after a doubtful gap: usable, not yet preferred.
+        health.heard(back, None);
+        assert_eq!(health.standing(back), Standing::Doubtful);
+        health.heard(back + ms(50), None);
+        health.heard(back + ms(100), None);
+        assert_eq!(health.standing(back + ms(149)), Standing::Doubtful);
+        health.heard(back + ms(150), None);
+        assert_eq!(health.standing(back + ms(150)), Standing::Proven);
+        // Answers within the window keep it steady.
+        health.heard(back + ms(260), None);
+        assert_eq!(health.standing(back + ms(260)), Standing::Proven);
+    }
+
+    #[test]
+    fn a_down_route_of_a_peer_in_use_is_reprobed_at_least_every_half_second() {
+        let t0 = Instant::now();
+        let mut health = RouteHealth::new(t0);
+        health.used(t0);
+        let mut now = t0;
+        let mut gaps = Vec::new();
+        for _ in 0..5 {
+            health.failed(now, Failure::Silent);
+            let due = health.next_probe;
+            gaps.push(due.saturating_duration_since(now).as_millis());
+            now = due;
+        }
+        assert_eq!(gaps, vec![250, 500, 500, 500, 500]);
+    }
+
+    #[test]
+    fn the_prober_wakes_for_the_next_heartbeat_or_the_end_of_the_silence_allowance() {
+        let t0 = Instant::now();
+        let mut health = RouteHealth::new(t0);
+        health.used(t0);
+        assert_eq!(health.next_wake(), Some(t0));
+        assert!(health.probe_due(t0).is_some());
+        // A heartbeat is out and nothing was heard: nothing to wake for.
+        assert_eq!(health.next_wake(), None);
+        health.heard(t0, None);
+        health.probe_finished();
+        assert_eq!(health.next_wake(), Some(t0 + ACTIVE_INTERVAL));
+        assert!(health.probe_due(t0 + ACTIVE_INTERVAL).is_some());
+        assert_eq!(
+            health.next_wake(),
+            Some(t0 + ACTIVE_INTERVAL * SILENT_INTERVALS)
+        );
     }
 }

@@ -15,14 +15,19 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SILENT_AFTER: Duration =
     Duration::from_millis(KEEP_ALIVE.as_millis() as u64 * crate::health::SILENT_INTERVALS as u64);
 /// How often a call waiting on a connection looks at its receive counter.
-pub const SILENCE_CHECK: Duration = Duration::from_millis(100);
+pub const SILENCE_CHECK: Duration = Duration::from_millis(25);
+/// A call waiting on the connection its route's heartbeats use gives it up after this many of
+/// the route's published intervals of silence (150 ms while the peer is in use): the
+/// heartbeats' answers stopped, so the path is gone, and the write settles on another route.
+pub const EXCHANGE_SILENT_INTERVALS: u32 = 3;
 
 /// Timers of the caller's paths that an admin may set.
 #[derive(Debug, Clone, Copy)]
 pub struct CallTuning {
     /// The most a connection attempt may take (never more than what is left of a deadline).
     pub connect_timeout: Duration,
-    /// A pooled connection carries a write only if the peer was heard this recently.
+    /// A pooled connection carries a write only if the peer was heard this recently; less
+    /// while the peer is in use (two heartbeat intervals, [`write_window`]).
     pub write_liveness: Duration,
     /// A pooled connection is tried for a read only if the peer was heard this recently.
     pub read_liveness: Duration,
@@ -49,11 +54,20 @@ pub struct PooledView {
     pub closed: bool,
 }
 
+/// How recently a pooled connection must have been heard to carry a write, for a route whose
+/// published heartbeat interval is `published`: the route's doubt window (two intervals and a
+/// little slack: 125 ms while the peer is in use), never more than `write_liveness`. So the
+/// time in which a write can enter a path that just died is about one interval.
+pub fn write_window(published: Duration, tuning: &CallTuning) -> Duration {
+    (published * crate::health::DOUBT_INTERVALS + crate::health::DOUBT_SLACK)
+        .min(tuning.write_liveness)
+}
+
 /// Whether a pooled connection may carry a write (SPEC 6 rule 5): open, and proven alive by a
-/// packet within `write_liveness`. Exactly: a write must not go on a connection that merely has
-/// not failed yet.
-pub fn fit_for_write(pooled: &PooledView, tuning: &CallTuning) -> bool {
-    !pooled.closed && pooled.heard_ago <= tuning.write_liveness
+/// packet within `window` ([`write_window`]). Exactly: a write must not go on a connection
+/// that merely has not failed yet.
+pub fn fit_for_write(pooled: &PooledView, window: Duration) -> bool {
+    !pooled.closed && pooled.heard_ago <= window
 }
 
 /// Whether a pooled connection is worth trying for a read.
@@ -61,9 +75,22 @@ pub fn fit_for_read(pooled: &PooledView, tuning: &CallTuning) -> bool {
     !pooled.closed && pooled.heard_ago <= tuning.read_liveness
 }
 
-/// Whether a connection quiet since `quiet_since` is dead to the call waiting on it.
-pub fn gone_silent(quiet_since: Instant, now: Instant) -> bool {
-    now.saturating_duration_since(quiet_since) >= SILENT_AFTER
+/// How much silence ends a call waiting on a connection: three of its route's published
+/// intervals when the route's heartbeats run on this very connection (`heartbeats_here`), and
+/// six keep-alives otherwise (only keep-alives are sure to cross it then).
+pub fn exchange_silence(published: Option<Duration>, heartbeats_here: bool) -> Duration {
+    match published {
+        Some(published) if heartbeats_here => {
+            (published * EXCHANGE_SILENT_INTERVALS).min(SILENT_AFTER)
+        }
+        _ => SILENT_AFTER,
+    }
+}
+
+/// Whether a connection quiet since `quiet_since` is dead to the call waiting on it, given
+/// the allowed `silence` ([`exchange_silence`]).
+pub fn gone_silent(quiet_since: Instant, now: Instant, silence: Duration) -> bool {
+    now.saturating_duration_since(quiet_since) >= silence
 }
 
 /// How long a connect runs before a side probe of the port is sent: quinn ignores ICMP, so a
@@ -92,15 +119,33 @@ mod tests {
             rtt: Duration::from_millis(1),
             closed: false,
         };
-        assert!(fit_for_write(&view(999), &tuning));
-        assert!(!fit_for_write(&view(1001), &tuning));
+        let idle = write_window(Duration::from_secs(1), &tuning);
+        assert!(fit_for_write(&view(999), idle));
+        assert!(!fit_for_write(&view(1001), idle));
+        // While the peer is in use (50 ms heartbeats) the proof must be far fresher.
+        let in_use = write_window(Duration::from_millis(50), &tuning);
+        assert_eq!(in_use, Duration::from_millis(125));
+        assert!(fit_for_write(&view(120), in_use));
+        assert!(!fit_for_write(&view(130), in_use));
         assert!(fit_for_read(&view(1500), &tuning));
         assert!(!fit_for_read(&view(1900), &tuning));
         let closed = PooledView {
             closed: true,
             ..view(0)
         };
-        assert!(!fit_for_write(&closed, &tuning) && !fit_for_read(&closed, &tuning));
+        assert!(!fit_for_write(&closed, idle) && !fit_for_read(&closed, &tuning));
+    }
+
+    #[test]
+    fn a_call_gives_up_a_connection_after_three_heartbeats_of_silence_only_where_they_run() {
+        let ms = Duration::from_millis;
+        assert_eq!(exchange_silence(Some(ms(50)), true), ms(150));
+        assert_eq!(exchange_silence(Some(ms(50)), false), SILENT_AFTER);
+        assert_eq!(exchange_silence(Some(ms(3_000)), true), SILENT_AFTER);
+        assert_eq!(exchange_silence(None, true), SILENT_AFTER);
+        let t0 = Instant::now();
+        assert!(!gone_silent(t0, t0 + ms(149), ms(150)));
+        assert!(gone_silent(t0, t0 + ms(150), ms(150)));
     }
 
     #[test]

@@ -29,6 +29,21 @@ pub const POOLED_ATTEMPT_FLOOR: Duration = Duration::from_millis(500);
 /// A pooled attempt gets this many RTTs of its connection (at least the floor).
 pub const POOLED_ATTEMPT_RTTS: u32 = 4;
 
+/// The least time a call that is safe to repeat waits on one route, while that route's
+/// connection stays silent, before it is sent on the next route too.
+pub const ROUTE_HEDGE_FLOOR: Duration = Duration::from_millis(30);
+/// The route hedge waits this many smoothed RTTs of the route.
+pub const ROUTE_HEDGE_RTTS: u32 = 4;
+
+/// How long a read (or a settle query, a ticket request, a hello) waits on a route whose
+/// connection has gone quiet before it is also sent on the next route: a few RTTs, with a
+/// floor above QUIC's delayed acknowledgement (25 ms), so a live path has always said
+/// something by then. Reads may be sent twice; writes never are.
+pub fn route_hedge_delay(rtt: Option<Duration>) -> Duration {
+    rtt.map(|rtt| (rtt * ROUTE_HEDGE_RTTS).max(ROUTE_HEDGE_FLOOR))
+        .unwrap_or(ROUTE_HEDGE_FLOOR)
+}
+
 /// How long the owner gets before the replicas are asked too: a few RTTs of its best route,
 /// with a floor (no RTT known: the floor).
 pub fn hedge_delay(best_rtt: Option<Duration>) -> Duration {

@@ -2,8 +2,9 @@
 //!
 //! Sources: the admin's `ferry trust --addr` (config), mDNS on the LAN, tailnet addresses from a
 //! peer's mDNS TXT record, and this machine's tailnet client. The table ranks a peer's usable
-//! routes for each call (down routes are left out: a call to a peer whose every route is down is
-//! refused at once, nothing sent) and hands the prober the heartbeats that are due.
+//! routes for each call, proven ones first (down routes are left out: a call to a peer whose
+//! every route is down is refused at once, nothing sent), and hands the prober the heartbeats
+//! that are due and the instant it must look again.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use ferry_ticket::NodeId;
 use serde::{Deserialize, Serialize};
 
 use crate::health::{Failure, RouteHealth};
-use crate::routes::{rank_routes, Route, RouteState};
+use crate::routes::{rank_routes, Route, RouteState, Standing};
 
 /// Where a route came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,20 +109,21 @@ impl RouteTable {
         self.lock().remove(&node);
     }
 
-    /// `node`'s routes, best first (SPEC 8: kind, then RTT): the usable ones, and apart from
-    /// them the down ones, the last resort of calls that are safe to repeat.
-    pub fn ranked(&self, node: NodeId) -> (Vec<Route>, Vec<Route>) {
+    /// `node`'s routes, best first (SPEC 8: proven before doubtful, then kind, then RTT): the
+    /// usable ones, and apart from them the down ones, the last resort of calls that are safe
+    /// to repeat.
+    pub fn ranked(&self, node: NodeId, now: Instant) -> (Vec<Route>, Vec<Route>) {
         let peers = self.lock();
         let Some(entries) = peers.get(&node) else {
             return (Vec::new(), Vec::new());
         };
         let mut candidates: Vec<_> = entries
             .iter()
-            .map(|e| (e.route, e.health.state(), e.health.rtt()))
+            .map(|e| (e.route, e.health.standing(now), e.health.rtt()))
             .collect();
         // Ranking puts down routes last, so they are the tail.
         rank_routes(&mut candidates);
-        let first_down = candidates.partition_point(|(_, state, _)| *state != RouteState::Down);
+        let first_down = candidates.partition_point(|(_, standing, _)| *standing != Standing::Down);
         let mut usable: Vec<Route> = candidates.into_iter().map(|(route, ..)| route).collect();
         let down = usable.split_off(first_down);
         (usable, down)
@@ -183,18 +185,26 @@ impl RouteTable {
         }
     }
 
-    /// The peer answered on this route.
+    /// The peer answered on this route (or a packet from it arrived there).
     pub fn heard(&self, node: NodeId, addr: SocketAddr, now: Instant, rtt: Option<Duration>) {
         self.with_route(node, addr, |e| e.health.heard(now, rtt));
     }
 
-    /// A call went over this route (and answered): it carried the last call.
+    /// The interval last published on this route: what silence on it is measured against.
+    pub fn published(&self, node: NodeId, addr: SocketAddr) -> Option<Duration> {
+        let peers = self.lock();
+        let entry = peers.get(&node)?.iter().find(|e| e.route.addr == addr)?;
+        Some(entry.health.published())
+    }
+
+    /// A call went over this route (and answered): it carried the last call. Every route to
+    /// the peer counts as in use, so the one that would take over is warm and audible too.
     pub fn carried(&self, node: NodeId, addr: SocketAddr, now: Instant) {
         if let Some(entries) = self.lock().get_mut(&node) {
             for entry in entries.iter_mut() {
                 entry.carried_last_call = entry.route.addr == addr;
+                entry.health.used(now);
                 if entry.carried_last_call {
-                    entry.health.used(now);
                     entry.health.heard(now, None);
                 }
             }
@@ -252,6 +262,27 @@ impl RouteTable {
         turned
     }
 
+    /// The latest instant the prober must look at the table again (`None`: nothing to watch).
+    pub fn next_wake(&self) -> Option<Instant> {
+        self.lock()
+            .values()
+            .flatten()
+            .filter_map(|e| e.health.next_wake())
+            .min()
+    }
+
+    /// The other routes to `node` than `addr` (one found the gateway not running; the others
+    /// likely lead to the same dead process and are worth a side probe at once).
+    pub fn other_routes(&self, node: NodeId, addr: SocketAddr) -> Vec<Route> {
+        self.lock()
+            .get(&node)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.route.addr != addr && e.health.state() != RouteState::Down)
+            .map(|e| e.route)
+            .collect()
+    }
+
     /// The heartbeats due now: (peer, route, interval to publish).
     pub fn due_probes(&self, now: Instant) -> Vec<(NodeId, Route, Duration)> {
         let mut due = Vec::new();
@@ -279,13 +310,13 @@ mod tests {
         let lan = Route::parse("10.77.0.1:7420").unwrap();
         let tailnet = Route::parse("100.77.0.1:7420").unwrap();
         table.set_configured(node, &[tailnet, lan], now);
-        assert_eq!(table.ranked(node).0, vec![lan, tailnet]);
+        assert_eq!(table.ranked(node, now).0, vec![lan, tailnet]);
         table.failed(node, lan.addr, now, Failure::Silent);
-        assert_eq!(table.ranked(node).0, vec![tailnet]);
+        assert_eq!(table.ranked(node, now).0, vec![tailnet]);
         table.heard(node, lan.addr, now, Some(Duration::from_millis(1)));
-        assert_eq!(table.ranked(node).0, vec![lan, tailnet]);
+        assert_eq!(table.ranked(node, now).0, vec![lan, tailnet]);
         table.peer_failed(node, now, Failure::GoingAway);
-        assert_eq!(table.ranked(node).0, Vec::<Route>::new());
+        assert_eq!(table.ranked(node, now).0, Vec::<Route>::new());
     }
 
     #[test]
@@ -304,5 +335,57 @@ mod tests {
             (view[0].source, view[0].state),
             (RouteSource::Config, RouteState::Up)
         );
+    }
+
+    #[test]
+    fn a_quiet_lan_route_is_passed_over_for_the_warm_tailnet_before_it_is_down() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let table = RouteTable::default();
+        let node = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let lan = Route::parse("10.77.0.1:7420").unwrap();
+        let tailnet = Route::parse("100.77.0.1:7420").unwrap();
+        table.set_configured(node, &[lan, tailnet], t0);
+        // Calls flow over the LAN; both routes are heard on every heartbeat.
+        let mut now = t0;
+        while now < t0 + ms(1_000) {
+            table.carried(node, lan.addr, now);
+            for (_, route, _) in table.due_probes(now) {
+                table.heard(node, route.addr, now, Some(ms(1)));
+                table.probe_finished(node, route.addr);
+            }
+            now += ms(10);
+        }
+        assert_eq!(
+            table.published(node, tailnet.addr),
+            Some(ms(50)),
+            "the tailnet is kept warm"
+        );
+        assert_eq!(table.ranked(node, now).0, vec![lan, tailnet]);
+        // The LAN goes silent; the tailnet still answers.
+        let cut = now;
+        while now < cut + ms(400) {
+            for (_, route, _) in table.due_probes(now) {
+                if route == tailnet {
+                    table.heard(node, route.addr, now, Some(ms(1)));
+                }
+                table.probe_finished(node, route.addr);
+            }
+            table.check_silence(now);
+            let (usable, down) = table.ranked(node, now);
+            let since = now - cut;
+            if since <= ms(70) {
+                assert_eq!(usable, vec![lan, tailnet], "at {since:?}");
+            } else if (ms(140)..ms(240)).contains(&since) {
+                assert_eq!(
+                    usable,
+                    vec![tailnet, lan],
+                    "doubtful, not yet down, at {since:?}"
+                );
+            } else if since >= ms(360) {
+                assert_eq!((usable, down), (vec![tailnet], vec![lan]), "at {since:?}");
+            }
+            now += ms(10);
+        }
     }
 }

@@ -133,15 +133,24 @@ pub enum RouteState {
     Probing,
 }
 
-/// Orders candidate routes best first: usable before down, then by kind, then by RTT (unknown
-/// RTT last within a kind). Ties keep the caller's order, so config order is respected.
-pub fn rank_routes(candidates: &mut [(Route, RouteState, Option<Duration>)]) {
-    candidates.sort_by_key(|(route, state, rtt)| {
-        (
-            *state == RouteState::Down,
-            route.kind,
-            rtt.unwrap_or(Duration::MAX),
-        )
+/// How much a route is trusted to carry the next call, best first (SPEC 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Standing {
+    /// Heard within its doubt window, and steadily so for a while.
+    Proven,
+    /// Usable, but not proven: never heard yet, just back from silence, or quiet for two of
+    /// its heartbeat intervals (about to be declared down if the silence goes on).
+    Doubtful,
+    /// Down: only calls that are safe to repeat try it, last.
+    Down,
+}
+
+/// Orders candidate routes best first: proven, then doubtful, then down; within each, by
+/// kind, then by RTT (unknown RTT last within a kind). Ties keep the caller's order, so config
+/// order is respected.
+pub fn rank_routes(candidates: &mut [(Route, Standing, Option<Duration>)]) {
+    candidates.sort_by_key(|(route, standing, rtt)| {
+        (*standing, route.kind, rtt.unwrap_or(Duration::MAX))
     });
 }
 
@@ -177,14 +186,15 @@ mod tests {
     }
 
     #[test]
-    fn ranking_prefers_up_then_kind_then_rtt() {
+    fn ranking_prefers_proven_then_kind_then_rtt() {
         let ms = Duration::from_millis;
         let mut c = vec![
-            (route("100.77.0.2:1"), RouteState::Up, Some(ms(1))),
-            (route("10.0.0.2:1"), RouteState::Down, Some(ms(1))),
-            (route("10.0.0.3:1"), RouteState::Up, Some(ms(9))),
-            (route("10.0.0.4:1"), RouteState::Up, Some(ms(2))),
-            (route("10.0.0.5:1,thunderbolt"), RouteState::Probing, None),
+            (route("100.77.0.2:1"), Standing::Proven, Some(ms(1))),
+            (route("10.0.0.2:1"), Standing::Down, Some(ms(1))),
+            (route("10.0.0.3:1"), Standing::Proven, Some(ms(9))),
+            (route("10.0.0.4:1"), Standing::Proven, Some(ms(2))),
+            (route("10.0.0.5:1,thunderbolt"), Standing::Proven, None),
+            (route("10.0.0.6:1"), Standing::Doubtful, Some(ms(1))),
         ];
         rank_routes(&mut c);
         let order: Vec<String> = c.iter().map(|(r, ..)| r.addr.to_string()).collect();
@@ -195,6 +205,7 @@ mod tests {
                 "10.0.0.4:1",
                 "10.0.0.3:1",
                 "100.77.0.2:1",
+                "10.0.0.6:1",
                 "10.0.0.2:1"
             ]
         );

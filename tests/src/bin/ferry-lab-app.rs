@@ -1,5 +1,6 @@
-//! The app of the rolling-upgrade lab test, run inside a lab host: see
-//! `ferry_tests::lab_app`. Its settings come in `FERRY_LAB_UPGRADE_APP`.
+//! The apps of the lab tests, run inside a lab host: the rolling upgrade's
+//! (`ferry_tests::lab_app`) and, with `"mode": "steady"`, the failover test's
+//! (`ferry_tests::lab_steady`). Their settings come in `FERRY_LAB_UPGRADE_APP`.
 
 fn main() {
     let Ok(settings) = std::env::var(ferry_tests::lab_app::SETTINGS_VAR) else {
@@ -9,7 +10,8 @@ fn main() {
         );
         std::process::exit(2);
     };
-    match serde_json::from_str(&settings) {
+    match serde_json::from_str::<serde_json::Value>(&settings) {
+        Ok(settings) if settings["mode"] == "steady" => ferry_tests::lab_steady::run(&settings),
         Ok(settings) => ferry_tests::lab_app::run(&settings),
         Err(err) => {
             eprintln!("ferry-lab-app: the settings are not JSON: {err}");
