@@ -308,11 +308,17 @@ fn a_cut_lan_cable_fails_over_to_the_tailnet_and_heals_back() {
             Duration::from_secs(15),
             || (route_state(&h2, "h1", "lan").as_deref() == Some("up")).then_some(()),
         );
-        assert_eq!(put(&h2, "healed", "10").0, 0);
-        assert_eq!(
-            carried_by(&h2, "h1").as_deref(),
-            Some("lan"),
-            "calls move back to the LAN"
+        // A route back up is trusted with calls once it has answered steadily for a moment
+        // (ferry_core::health's STEADY_FOR), so calls move back within a bounded wait.
+        let mut healed = 0;
+        wait_for(
+            "calls from h2 to move back to the LAN",
+            Duration::from_secs(5),
+            || {
+                healed += 1;
+                assert_eq!(put(&h2, &format!("healed-{healed}"), "10").0, 0);
+                (carried_by(&h2, "h1").as_deref() == Some("lan")).then_some(())
+            },
         );
     }
     figure(

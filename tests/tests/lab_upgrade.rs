@@ -783,6 +783,7 @@ fn history_of(
                         told: Some(told),
                         settled,
                         at_ms: at,
+                        told_ms: None,
                     });
                 }
                 Some("read") => {
@@ -840,6 +841,7 @@ fn history_of(
                         told: None,
                         settled,
                         at_ms: at,
+                        told_ms: None,
                     });
                 }
                 _ => {}

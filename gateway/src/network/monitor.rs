@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_core::health::STALL;
+use ferry_core::health::{STALL, VERDICT_GRAIN};
 use ferry_core::liveness::SIDE_PROBE_WAIT;
 use ferry_peer::health::Failure;
 use ferry_peer::routes::Route;
@@ -36,10 +36,13 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
     let mut looked = network.clock.now();
     loop {
         let now = network.clock.now();
+        // Never a wake at `now`: a deadline the table cannot act on yet (every heartbeat slot
+        // taken, say) would have the prober spin at one instant, burning a core in real time
+        // and stopping the clock in simulated time.
         let wake = network
             .routes
             .next_wake()
-            .map_or(now + TICK, |due| due.clamp(now, now + TICK));
+            .map_or(now + TICK, |due| due.clamp(now + VERDICT_GRAIN, now + TICK));
         tokio::select! {
             // Biased: a stop first, and a replayable order under simulation.
             biased;

@@ -29,7 +29,7 @@ pub const IDLE_INTERVAL: Duration = Duration::from_secs(1);
 /// Heartbeat interval after minutes of quiet.
 pub const QUIET_INTERVAL: Duration = Duration::from_secs(3);
 /// A peer called within this long counts as in use.
-const ACTIVE_FOR: Duration = Duration::from_secs(10);
+pub const ACTIVE_FOR: Duration = Duration::from_secs(10);
 /// A route unused for this long counts as quiet.
 const QUIET_AFTER: Duration = Duration::from_secs(300);
 /// Silence of this many published intervals makes a route `Down`.
@@ -44,6 +44,9 @@ pub const STEADY_FOR: Duration = Duration::from_millis(150);
 /// A prober or watcher that woke this much later than it asked to was stalled (a loaded or
 /// suspended machine): the silence it sees is its own, not the peer's, so no verdict is drawn.
 pub const STALL: Duration = Duration::from_millis(100);
+/// How far past a deadline the prober is woken for it: a verdict that turns strictly after an
+/// instant can be drawn one grain later.
+pub const VERDICT_GRAIN: Duration = Duration::from_millis(1);
 /// Re-probing a down route starts here and doubles up to the cap.
 const DOWN_BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const DOWN_BACKOFF_CAP: Duration = Duration::from_secs(4);
@@ -283,7 +286,12 @@ impl RouteHealth {
     pub fn next_wake(&self) -> Option<Instant> {
         let probe = (!self.in_flight).then_some(self.next_probe);
         let silence = match (self.state, self.last_heard) {
-            (RouteState::Up, Some(heard)) => Some(heard + self.published * SILENT_INTERVALS),
+            // The silence rule turns on strictly *more* than six intervals: waking exactly at
+            // the limit would find nothing to do and ask to wake at the same instant again (a
+            // spin, and a hang in simulated time), so the wake is one grain past it.
+            (RouteState::Up, Some(heard)) => {
+                Some(heard + self.published * SILENT_INTERVALS + VERDICT_GRAIN)
+            }
             _ => None,
         };
         match (probe, silence) {
@@ -310,6 +318,27 @@ impl RouteHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waking_when_told_always_finds_the_verdict_due() {
+        let t0 = Instant::now();
+        let mut health = RouteHealth::new(t0);
+        health.used(t0);
+        assert_eq!(health.probe_due(t0), Some(ACTIVE_INTERVAL));
+        health.heard(t0, Some(Duration::from_millis(1)));
+        health.probe_finished();
+        // A probe in flight: the only wake left is the silence verdict's.
+        assert_eq!(
+            health.probe_due(t0 + ACTIVE_INTERVAL),
+            Some(ACTIVE_INTERVAL)
+        );
+        let wake = health.next_wake().expect("an up route is watched");
+        assert!(wake > t0 + ACTIVE_INTERVAL * SILENT_INTERVALS);
+        assert!(
+            health.check_silence(wake),
+            "woken at {wake:?}, nothing was due"
+        );
+    }
 
     #[test]
     fn a_silent_route_goes_down_after_six_of_its_published_intervals() {
@@ -465,7 +494,7 @@ mod tests {
         assert!(health.probe_due(t0 + ACTIVE_INTERVAL).is_some());
         assert_eq!(
             health.next_wake(),
-            Some(t0 + ACTIVE_INTERVAL * SILENT_INTERVALS)
+            Some(t0 + ACTIVE_INTERVAL * SILENT_INTERVALS + VERDICT_GRAIN)
         );
     }
 }

@@ -9,12 +9,16 @@
 //! `cargo run --release -p ferry-bench -- overload` measures the owner's capacity budget under
 //! overload: five `ferry serve` processes, offered loads past the peak, a background flood, a
 //! greedy app, a replica catching up.
+//! `cargo run --release -p ferry-bench -- liveness` measures what liveness costs: one gateway
+//! trusting 100 peers (real `ferry serve` processes on loopback), idle and with some in use,
+//! against bare quinn connections kept alive at the same intervals.
 //! `--quick` runs a few hundred requests per system, for smoke tests. `--json` prints one JSON
 //! object instead of the markdown: the same figures, and every target with its judgement. See
 //! `docs/performance.md`.
 //!
 //! - `writes`, `reads`: orchestration and options; `load`: the load generator and percentiles;
 //!   `overload`: the overload benchmark, with its own traffic, gateways and report;
+//!   `liveness`: the cost of heartbeats to many peers, with its floor and report;
 //!   `bare_relay`: the yardsticks; `ferry_procs`: the gateways; `sqlite`: durable SQLite and the
 //!   floor; `cpu`: CPU per side from `/proc`; `report`, `reads_report`: the tables, with `figures`
 //!   formatting them for people; `targets`: the targets, judged once for both outputs; `json`:
@@ -27,6 +31,7 @@ mod figures;
 #[cfg(test)]
 mod fixtures;
 mod json;
+mod liveness;
 mod load;
 mod overload;
 mod reads;
@@ -85,6 +90,13 @@ enum Bench {
         /// Also write the markdown report to this file (with `--json`: both from one run).
         #[arg(long, value_name = "FILE")]
         markdown: Option<PathBuf>,
+    },
+    /// What liveness costs: a gateway trusting many peers (100; `--quick`: 10), all idle, then
+    /// some in use, against bare quinn keep-alives at the same intervals. (`--layouts` is
+    /// ignored.)
+    Liveness {
+        #[command(flatten)]
+        flags: Flags,
     },
 }
 
@@ -182,6 +194,17 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
                 print!("{}", report.render());
             }
             report.clean
+        }
+        Bench::Liveness { flags } => {
+            let as_json = flags.json;
+            let report =
+                liveness::run(&flags.options(liveness::Plan::quick, liveness::Plan::full))?;
+            if as_json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            report.clean()
         }
     };
     Ok(if clean {

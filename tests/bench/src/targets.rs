@@ -28,6 +28,8 @@ pub enum Unit {
     Count,
     /// A duration in seconds: `10.21 s`.
     Seconds,
+    /// CPU as a share of one core, finer than [`Unit::Share`]: `0.42%` (the value is `0.0042`).
+    CoreShare,
 }
 
 impl Unit {
@@ -39,6 +41,7 @@ impl Unit {
             Unit::PerSecond => rate(value),
             Unit::Count => crate::figures::count(value.max(0.0).round() as u64),
             Unit::Seconds => format!("{value:.2} s"),
+            Unit::CoreShare => format!("{:.2}% of a core", value * 100.0),
         }
     }
 
@@ -48,6 +51,7 @@ impl Unit {
         match self {
             Unit::Ratio => format!("{value}x"),
             Unit::Seconds => format!("{value} s"),
+            Unit::CoreShare => format!("{}% of a core", value * 100.0),
             Unit::Share | Unit::PerSecond | Unit::Count => self.figure(value),
         }
     }

@@ -840,6 +840,9 @@ async fn set_up(
 }
 
 /// An app: writes and reads until the workload ends.
+/// One write in this many is not awaited before the app's next call.
+const OVERLAP_ONE_IN: u64 = 6;
+
 async fn app_main(
     gateway: Arc<Gateway>,
     shared: Arc<Shared>,
@@ -946,30 +949,51 @@ async fn app_main(
                 told: None,
                 settled: None,
                 at_ms,
+                told_ms: None,
             });
             history.writes.len() - 1
         };
         let deadline = gateway.clock().now() + rng.millis(WRITE_TIMEOUT_MS.0, WRITE_TIMEOUT_MS.1);
-        let written = gateway
-            .writes()
-            .spawn_write(
-                name.clone(),
-                vault.clone(),
-                verb,
-                id,
-                ferry_peer::wire::Priority::Interactive,
-                deadline,
-            )
-            .await;
-        let fate = match written {
-            Ok(Ok((outcome, _))) => fate_of(outcome),
-            Ok(Err(refusal)) => WriteFate::NothingSent(refusal.detail),
-            Err(_) => WriteFate::Unknown,
+        // Now and then the app does not wait for the answer before its next call, as an app
+        // with calls in parallel would: so writes of one app overlap at the owner, and its
+        // per-caller cap refuses some (`busy`), which must then never run.
+        let overlapped = rng.one_in(OVERLAP_ONE_IN);
+        let write = {
+            let (gateway, shared, name, vault) =
+                (gateway.clone(), shared.clone(), name.clone(), vault.clone());
+            async move {
+                let written = gateway
+                    .writes()
+                    .spawn_write(
+                        name,
+                        vault,
+                        verb,
+                        id,
+                        ferry_peer::wire::Priority::Interactive,
+                        deadline,
+                    )
+                    .await;
+                let fate = match written {
+                    Ok(Ok((outcome, _))) => fate_of(outcome),
+                    Ok(Err(refusal)) => WriteFate::NothingSent(refusal.detail),
+                    Err(_) => WriteFate::Unknown,
+                };
+                let told_ms = gateway.clock().unix_ms() - EPOCH_MS;
+                let mut history = shared.history();
+                history.writes[index].told = Some(fate.clone());
+                if overlapped {
+                    history.writes[index].told_ms = Some(told_ms);
+                }
+                fate
+            }
         };
-        if let WriteFate::Done(revision) = fate {
+        if overlapped {
+            tokio::spawn(write);
+            continue;
+        }
+        if let WriteFate::Done(revision) = write.await {
             known.insert((vault, key), revision);
         }
-        shared.history().writes[index].told = Some(fate);
     }
 }
 

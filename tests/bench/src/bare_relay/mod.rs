@@ -367,21 +367,21 @@ impl TrustedKeys for OnlyKey {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Flavor {
+pub(crate) enum Flavor {
     CurrentThread,
     MultiThread,
 }
 
 /// A tokio runtime on a thread of its own, driven until the host drops.
 #[derive(Debug)]
-struct RuntimeHost {
+pub(crate) struct RuntimeHost {
     handle: tokio::runtime::Handle,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl RuntimeHost {
-    fn start(name: &'static str, flavor: Flavor) -> Result<Self, RelayError> {
+    pub(crate) fn start(name: &'static str, flavor: Flavor) -> Result<Self, RelayError> {
         let (ready_tx, ready) = std::sync::mpsc::channel();
         let (stop, stopped) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -418,7 +418,7 @@ impl RuntimeHost {
         })
     }
 
-    fn handle(&self) -> tokio::runtime::Handle {
+    pub(crate) fn handle(&self) -> tokio::runtime::Handle {
         self.handle.clone()
     }
 }
