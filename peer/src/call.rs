@@ -224,6 +224,10 @@ impl Caller {
             exchanged = exchange(&conn, &frame, deadline, &|| liveness::SILENT_AFTER) => exchanged,
             () = port_closed => return Err(Some(Failure::PortClosed)),
         };
+        if let Exchange::Answered(_) = exchanged {
+            // The exact proof of life a write's window is measured against (`Pool::answered`).
+            self.pool.answered(peer, route.addr, &conn);
+        }
         match exchanged {
             Exchange::Answered(Response::Heartbeat(_)) => Ok(clock::since(started)),
             Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
@@ -299,6 +303,7 @@ impl Caller {
         tickets: &T,
         deadline: Instant,
     ) -> WriteOutcome {
+        self.routes.calling(target.node, clock::now());
         let kinds: Vec<_> = target.routes.iter().map(|r| r.kind).collect();
         let (mut machine, mut step) = WriteMachine::start(deadline, clock::now(), &kinds);
         let mut ticket = None;
@@ -405,6 +410,8 @@ impl Caller {
             .instrument(tracing::debug_span!("send", route = %route))
             .await;
         if let Exchange::Answered(_) = exchanged {
+            self.pool.answered(target.node, route.addr, &conn);
+            self.routes.calling(target.node, clock::now());
             self.routes.carried(target.node, route.addr, clock::now());
         }
         match exchanged {
@@ -670,6 +677,12 @@ impl Caller {
         deadline: Instant,
         fresh_only: bool,
     ) -> Result<(Response, u16), ReadError> {
+        // A hello (sent when a peer is trusted or found) is no sign the peer will be called:
+        // it leaves the heartbeats at their idle pace.
+        let is_use = !matches!(body, Request::Hello(_));
+        if is_use {
+            self.routes.calling(target.node, clock::now());
+        }
         let frame = RequestFrame {
             body,
             ext: Extensions::default(),
@@ -799,6 +812,7 @@ impl Caller {
                     return OnRoute::GoingAway;
                 }
                 Exchange::Answered(response) => {
+                    self.pool.answered(target.node, route.addr, &conn);
                     self.routes.carried(target.node, route.addr, clock::now());
                     let version = transport::protocol_of(&conn).unwrap_or_default();
                     return OnRoute::Answered(response, version);
@@ -922,7 +936,7 @@ async fn exchange(
         biased;
         answered = tokio::time::timeout_at(deadline, sent_and_answered) => answered,
         () = gone_silent(conn, silence) => {
-            // Nothing heard for three heartbeats (or six keep-alives): the path is dead,
+            // Nothing heard for three heartbeats (or QUIC's idle timeout): the path is dead,
             // whatever the owner is doing. Close it so nobody reuses it, and let the caller
             // settle elsewhere.
             conn.close(quinn::VarInt::from_u32(0), b"silent");
@@ -949,9 +963,9 @@ async fn exchange(
 }
 
 /// Resolves once the connection has been silent long enough to be dead to a call
-/// (`ferry_core::liveness::gone_silent`). Keep-alives come from quinn's driver whatever the
-/// peer's application is doing, and heartbeats every interval while the peer is in use, so
-/// silence means the path or the peer is gone, not that the owner is busy. A look that comes
+/// (`ferry_core::liveness::gone_silent`). Heartbeats cross the route's pooled connection every
+/// interval while the peer is in use, whatever the owner is doing, so silence there means the
+/// path or the peer is gone, not that the owner is busy. A look that comes
 /// much later than asked (this machine stalled) restarts the count: that silence is ours.
 async fn gone_silent(conn: &Connection, silence: &(dyn Fn() -> Duration + Sync)) {
     // Nothing to check before the first interval: most exchanges end well within it, and a

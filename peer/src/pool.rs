@@ -1,10 +1,15 @@
 //! Open connections to peers, one per (peer, address), and how recently each was heard.
 //!
 //! Reads reuse any open connection. Writes need more: a connection that is not *proven alive*
-//! (a packet from the peer within `write_liveness`) may be dead without knowing it, and a write
-//! sent on it could vanish into an outcome nobody can tell. Keep-alives make a live peer audible
-//! several times a second; a small watcher per connection notes when its receive counter last
-//! moved.
+//! (a packet from the peer within the route's write window) may be dead without knowing it, and a
+//! write sent on it could vanish into an outcome nobody can tell.
+//!
+//! What proves a connection is the answer to a heartbeat on it ([`Pool::answered`]), exactly
+//! timed. While its peer is in use (50 ms heartbeats) a small watcher also samples the
+//! connection's receive counter every [`WATCH_INTERVAL`], so the answers and acknowledgements of
+//! calls in flight keep it proven when a heartbeat's answer is slow. While the peer is idle the
+//! watcher only waits for the connection to close: an idle peer costs its heartbeats and no
+//! timer of its own (QUIC keep-alives are off for the same reason, `crate::transport`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,6 +20,7 @@ use std::time::{Duration, Instant};
 use ferry_ticket::NodeId;
 use tokio::task::JoinSet;
 
+use ferry_core::health::ACTIVE_INTERVAL;
 use ferry_core::liveness::PooledView;
 
 use crate::clock;
@@ -22,8 +28,9 @@ use crate::health::Failure;
 use crate::route_table::RouteTable;
 use crate::transport::{CLOSE_GOING_AWAY, CLOSE_UNTRUSTED};
 
-/// How often a watcher samples its connection's receive counter. Bounds the error of
-/// "last heard" from below; far smaller than any liveness window worth using.
+/// How often a watcher samples its connection's receive counter while the peer is in use.
+/// Bounds the error of "last heard" from below; far smaller than the write window of a peer in
+/// use (125 ms).
 const WATCH_INTERVAL: Duration = Duration::from_millis(50);
 
 /// How long a connection replaced in the pool stays open for the calls still using it.
@@ -45,6 +52,8 @@ struct Seen {
     closed: AtomicBool,
     /// The smoothed RTT in microseconds.
     rtt_us: AtomicU64,
+    /// Wakes an idle watcher after a heartbeat's answer, to see whether the peer is in use now.
+    wake: tokio::sync::Notify,
 }
 
 /// A pooled connection and how long ago its peer was last heard.
@@ -124,6 +133,7 @@ impl Pool {
             heard_at_ms: AtomicU64::new(self.now_ms()),
             closed: AtomicBool::new(false),
             rtt_us: AtomicU64::new(micros(conn.rtt())),
+            wake: tokio::sync::Notify::new(),
         });
         let watched = conn.clone();
         let epoch = self.epoch;
@@ -149,6 +159,25 @@ impl Pool {
             });
         }
         watchers.spawn(watch(watched, seen, epoch, self.routes.clone(), peer, addr));
+    }
+
+    /// A heartbeat on `conn` to `peer` at `addr` was answered just now: the connection is
+    /// proven alive at this instant. Nothing happens if `conn` is no longer the pooled one.
+    pub fn answered(&self, peer: NodeId, addr: SocketAddr, conn: &quinn::Connection) {
+        let now_ms = self.now_ms();
+        let conns = self.lock();
+        let Some(pooled) = conns
+            .get(&(peer, addr))
+            .filter(|pooled| pooled.conn.stable_id() == conn.stable_id())
+        else {
+            return;
+        };
+        pooled.seen.heard_at_ms.fetch_max(now_ms, Ordering::Relaxed);
+        pooled
+            .seen
+            .rtt_us
+            .store(micros(conn.rtt()), Ordering::Relaxed);
+        pooled.seen.wake.notify_one();
     }
 
     /// Whether `conn` is the connection pooled for `peer` at `addr`: the one that route's
@@ -182,6 +211,8 @@ impl Pool {
     }
 }
 
+/// Follows one pooled connection until it closes: notes a close (and what it says of the
+/// route), and while the peer is in use samples the receive counter every [`WATCH_INTERVAL`].
 async fn watch(
     conn: quinn::Connection,
     seen: Arc<Seen>,
@@ -192,7 +223,18 @@ async fn watch(
 ) {
     let mut last_count = conn.stats().udp_rx.datagrams;
     let mut ticker = tokio::time::interval(WATCH_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sampling = true;
     loop {
+        let in_use = routes
+            .published(peer, addr)
+            .is_some_and(|published| published <= ACTIVE_INTERVAL);
+        if in_use && !sampling {
+            // Counted packets from the idle time are old news: a move is news only from here.
+            last_count = conn.stats().udp_rx.datagrams;
+            ticker.reset();
+        }
+        sampling = in_use;
         tokio::select! {
             // Biased: a close first, and a replayable order under simulation.
             biased;
@@ -219,13 +261,14 @@ async fn watch(
                 }
                 return;
             }
-            _ = ticker.tick() => {
+            () = seen.wake.notified(), if !sampling => {}
+            _ = ticker.tick(), if sampling => {
                 let stats = conn.stats();
                 seen.rtt_us.store(micros(stats.path.rtt), Ordering::Relaxed);
                 let count = stats.udp_rx.datagrams;
                 if count != last_count {
                     last_count = count;
-                    seen.heard_at_ms.store(clock::since(epoch).as_millis() as u64, Ordering::Relaxed);
+                    seen.heard_at_ms.fetch_max(clock::since(epoch).as_millis() as u64, Ordering::Relaxed);
                     // Any packet from the peer on the route is proof the route works: with
                     // calls in flight, their answers and acknowledgements keep it proven even
                     // when a heartbeat's answer is slow.

@@ -2,9 +2,9 @@
 //! frame each way on a bidirectional stream.
 //!
 //! One UDP socket serves both directions. Every connection is mutually authenticated by node
-//! key ([`crate::tls`]). Keep-alives make a live peer audible every
-//! [`TransportTuning::keep_alive`], which is what lets the pool tell a connection that is
-//! proven alive from one that merely has not failed yet.
+//! key ([`crate::tls`]). No QUIC keep-alives by default: the route's heartbeats prove a
+//! connection alive (`crate::pool`) and keep it open, at a pace that follows use, where
+//! keep-alives would cost every idle peer packets several times a second.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,9 +35,6 @@ pub const RESET_UNANSWERED: u32 = 0x11;
 /// Timers of every connection.
 #[derive(Debug, Clone, Copy)]
 pub struct TransportTuning {
-    /// How often an idle connection sends a keep-alive. Both sides send them, so a live peer is
-    /// heard at least this often.
-    pub keep_alive: Duration,
     /// How long a silent connection lives before QUIC declares it dead.
     pub idle_timeout: Duration,
     /// The seed of QUIC's own randomness (connection ids, skipped packet numbers, greased
@@ -52,8 +49,8 @@ pub struct TransportTuning {
 impl Default for TransportTuning {
     fn default() -> Self {
         Self {
-            keep_alive: ferry_core::liveness::KEEP_ALIVE,
-            // Far below quinn's 30 s: a dead LAN peer must be noticed in seconds.
+            // Heartbeats, not this, tell a dead peer: this only closes a connection nothing
+            // uses any more.
             idle_timeout: ferry_core::liveness::IDLE_TIMEOUT,
             rng_seed: None,
             protocols: ProtocolRange::THIS_BUILD,
@@ -71,7 +68,6 @@ const RECEIVE_WINDOW: u32 = 64 * 1024 * 1024;
 impl TransportTuning {
     fn config(&self) -> Arc<quinn::TransportConfig> {
         let mut config = quinn::TransportConfig::default();
-        config.keep_alive_interval(Some(self.keep_alive));
         // An idle timeout this small always fits a VarInt.
         config.max_idle_timeout(quinn::IdleTimeout::try_from(self.idle_timeout).ok());
         // quinn assumes 333 ms before it has measured a path, so a lost first packet is sent

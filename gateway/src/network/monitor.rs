@@ -17,10 +17,10 @@ use crate::lifecycle::Lifecycle;
 
 use super::Network;
 
-/// The longest the prober sleeps: it wakes at the instant the route table names (the next
-/// heartbeat due, the end of a silence allowance), and at least this often, because a call
-/// can make a route's next heartbeat due sooner.
-const TICK: Duration = Duration::from_millis(50);
+/// The longest the prober sleeps. It wakes at the instant the route table names (the next
+/// heartbeat due, the end of a silence allowance) or when the table rings because a heartbeat
+/// became due sooner (`RouteTable::on_sooner`); this is only a safety net.
+const TICK: Duration = Duration::from_secs(1);
 /// The most heartbeats in flight at once.
 const MAX_IN_FLIGHT: usize = 64;
 /// The least time a heartbeat waits for its answer. A heartbeat that times out only triggers
@@ -34,6 +34,11 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
     let mut stopping = lifecycle.stopping();
     let mut beats = JoinSet::new();
     let mut looked = network.clock.now();
+    let bell = Arc::new(tokio::sync::Notify::new());
+    network.routes.on_sooner({
+        let bell = bell.clone();
+        move || bell.notify_one()
+    });
     loop {
         let now = network.clock.now();
         // Never a wake at `now`: a deadline the table cannot act on yet (every heartbeat slot
@@ -49,6 +54,8 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
             _ = stopping.wait_for(|stopping| *stopping) => break,
             // Finished beats are reaped before new ones start (they count toward the bound).
             Some(_) = beats.join_next(), if !beats.is_empty() => {}
+            // A heartbeat became due sooner: look at the table's next instant again.
+            () = bell.notified() => {}
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 let now = network.clock.now();
                 // Woken far later than asked: this machine stalled, and the silence the table

@@ -24,14 +24,21 @@ use crate::routes::{RouteState, Standing};
 /// Heartbeat interval while calls use the peer: six of them (300 ms) is the silence that takes
 /// a route in use down.
 pub const ACTIVE_INTERVAL: Duration = Duration::from_millis(50);
-/// Heartbeat interval after a short quiet.
+/// Heartbeat interval after a short quiet: a peer called a minute ago is likely called again.
 pub const IDLE_INTERVAL: Duration = Duration::from_secs(1);
-/// Heartbeat interval after minutes of quiet.
-pub const QUIET_INTERVAL: Duration = Duration::from_secs(3);
+/// Heartbeat interval of a peer not called for minutes (or never): what a gateway with many
+/// trusted peers pays for each idle one (`ferry-bench liveness`). Six of them (90 s) take a
+/// silent idle route down; a call to it does not wait for that: a write needs proof from the
+/// last second and dials for it, and a read hedges.
+pub const QUIET_INTERVAL: Duration = Duration::from_secs(15);
+/// Quiet heartbeats go out on a grid of this step shared by every route of the table, so a
+/// gateway with many idle peers wakes once for a batch of them rather than once for each. A
+/// quiet heartbeat is so at most this much late: well inside its doubt window (two intervals).
+pub const QUIET_GRID: Duration = Duration::from_secs(5);
 /// A peer called within this long counts as in use.
 pub const ACTIVE_FOR: Duration = Duration::from_secs(10);
 /// A route unused for this long counts as quiet.
-const QUIET_AFTER: Duration = Duration::from_secs(300);
+pub const QUIET_AFTER: Duration = Duration::from_secs(120);
 /// Silence of this many published intervals makes a route `Down`.
 pub const SILENT_INTERVALS: u32 = 6;
 /// A route that missed this many of its published intervals is doubtful.
@@ -192,9 +199,9 @@ impl RouteHealth {
             Some(quiet) if quiet < ACTIVE_FOR => ACTIVE_INTERVAL,
             Some(quiet) if quiet < QUIET_AFTER => IDLE_INTERVAL,
             Some(_) => QUIET_INTERVAL,
-            // Never used by a call: fast until first heard, then idle.
+            // Never used by a call: fast until first heard, then quiet.
             None if self.last_heard.is_none() => ACTIVE_INTERVAL,
-            None => IDLE_INTERVAL,
+            None => QUIET_INTERVAL,
         }
     }
 
@@ -211,6 +218,23 @@ impl RouteHealth {
         self.published = interval.max(ACTIVE_INTERVAL);
         self.next_probe = now + interval;
         Some(self.published)
+    }
+
+    /// Moves the next heartbeat later, onto the next step of a grid of `grid` counted from
+    /// `epoch` (the table's), if the heartbeat just sent was a quiet one ([`QUIET_GRID`]).
+    pub fn align_quiet_probe(&mut self, epoch: Instant, grid: Duration) {
+        if self.state == RouteState::Down || self.published < QUIET_INTERVAL || grid.is_zero() {
+            return;
+        }
+        let since = self.next_probe.saturating_duration_since(epoch);
+        let steps = since.as_nanos().div_ceil(grid.as_nanos());
+        if let Some(aligned) = u32::try_from(steps)
+            .ok()
+            .and_then(|steps| grid.checked_mul(steps))
+            .and_then(|offset| epoch.checked_add(offset))
+        {
+            self.next_probe = self.next_probe.max(aligned);
+        }
     }
 
     /// The heartbeat that [`Self::probe_due`] started has ended, whatever its result.
@@ -257,11 +281,14 @@ impl RouteHealth {
 
     /// A call used this route or another route to the same peer (makes its heartbeats fast
     /// again: every route to a peer in use is kept warm).
-    pub fn used(&mut self, now: Instant) {
+    /// Returns whether the next heartbeat became due sooner.
+    pub fn used(&mut self, now: Instant) -> bool {
         self.last_used = Some(now);
-        if self.next_probe > now + ACTIVE_INTERVAL {
+        let sooner = self.next_probe > now + ACTIVE_INTERVAL;
+        if sooner {
             self.next_probe = now + ACTIVE_INTERVAL;
         }
+        sooner
     }
 
     /// The route failed: down now, re-probed with backoff.
@@ -356,6 +383,33 @@ mod tests {
     }
 
     #[test]
+    fn quiet_heartbeats_fall_on_a_shared_grid_and_busy_ones_do_not() {
+        let epoch = Instant::now();
+        let grid = QUIET_GRID;
+        let at = |ms| epoch + Duration::from_millis(ms);
+        // Two never-called routes heard at different instants send their quiet heartbeats
+        // on the same grid step.
+        let mut wakes = Vec::new();
+        for offset in [1_300, 3_900] {
+            let mut health = RouteHealth::new(at(offset));
+            health.heard(at(offset), None);
+            assert_eq!(health.probe_due(at(offset)), Some(QUIET_INTERVAL));
+            health.align_quiet_probe(epoch, grid);
+            health.probe_finished();
+            wakes.push(health.next_wake());
+        }
+        assert_eq!(wakes, vec![Some(at(20_000)), Some(at(20_000))]);
+        // A route in use keeps its exact 50 ms pace.
+        let mut busy = RouteHealth::new(at(1_300));
+        busy.heard(at(1_300), None);
+        busy.used(at(1_300));
+        assert_eq!(busy.probe_due(at(1_300)), Some(ACTIVE_INTERVAL));
+        busy.align_quiet_probe(epoch, grid);
+        busy.probe_finished();
+        assert_eq!(busy.next_wake(), Some(at(1_350)));
+    }
+
+    #[test]
     fn intervals_back_off_while_idle_and_speed_up_when_used() {
         let t0 = Instant::now();
         let mut health = RouteHealth::new(t0);
@@ -375,6 +429,11 @@ mod tests {
             health.interval(t0 + Duration::from_secs(601)),
             ACTIVE_INTERVAL
         );
+        // A trusted peer never called is quiet once heard: what each idle peer costs.
+        let mut never_called = RouteHealth::new(t0);
+        assert_eq!(never_called.interval(t0), ACTIVE_INTERVAL);
+        never_called.heard(t0, None);
+        assert_eq!(never_called.interval(t0), QUIET_INTERVAL);
     }
 
     #[test]

@@ -1,19 +1,26 @@
 //! When a connection counts as alive, and when as dead (SPEC 6 rule 5, SPEC 8).
 //!
-//! Keep-alives come from QUIC itself every [`KEEP_ALIVE`], whatever the peer's application is
-//! doing, so silence on a connection means the path or the peer is gone, not that the owner is
-//! busy.
+//! QUIC sends no keep-alives: they would cost every idle peer several packets a second. What
+//! proves a connection alive is the answer to a heartbeat on it, every 50 ms while the peer is in
+//! use and every few seconds while it is idle (`crate::health`); the route's dialer sends them,
+//! so they keep both ends of its pooled connection open.
 
 use std::time::{Duration, Instant};
 
-/// How often QUIC sends a keep-alive on an idle connection (both sides do).
-pub const KEEP_ALIVE: Duration = Duration::from_millis(300);
-/// How long a silent connection lives before QUIC declares it dead.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
-/// A call waiting on a connection gives it up after this much silence: six keep-alive
-/// intervals (SPEC 8's silence rule, applied to the connection in hand).
-pub const SILENT_AFTER: Duration =
-    Duration::from_millis(KEEP_ALIVE.as_millis() as u64 * crate::health::SILENT_INTERVALS as u64);
+use crate::health::{DOUBT_INTERVALS, DOUBT_SLACK, QUIET_INTERVAL};
+
+/// How long a silent connection lives before QUIC closes it: three of the longest heartbeat
+/// intervals, so a lost heartbeat or two never closes a live route's connection.
+pub const IDLE_TIMEOUT: Duration = Duration::from_millis(QUIET_INTERVAL.as_millis() as u64 * 3);
+/// A call waiting on a connection the route's heartbeats do not run on (one replaced in the
+/// pool, or a route not yet heard) has nothing sure to cross it but the answer: it gives the
+/// connection up only when QUIC does, or at its deadline.
+pub const SILENT_AFTER: Duration = IDLE_TIMEOUT;
+/// A pooled connection is worth trying for a read if it was heard within the doubt window of
+/// the slowest heartbeats (a read that finds it dead is retried once, fresh).
+pub const READ_LIVENESS: Duration = Duration::from_millis(
+    QUIET_INTERVAL.as_millis() as u64 * DOUBT_INTERVALS as u64 + DOUBT_SLACK.as_millis() as u64,
+);
 /// How often a call waiting on a connection looks at its receive counter.
 pub const SILENCE_CHECK: Duration = Duration::from_millis(25);
 /// A call waiting on the connection its route's heartbeats use gives it up after this many of
@@ -38,7 +45,7 @@ impl Default for CallTuning {
         Self {
             connect_timeout: Duration::from_secs(2),
             write_liveness: Duration::from_secs(1),
-            read_liveness: SILENT_AFTER,
+            read_liveness: READ_LIVENESS,
         }
     }
 }
@@ -77,7 +84,7 @@ pub fn fit_for_read(pooled: &PooledView, tuning: &CallTuning) -> bool {
 
 /// How much silence ends a call waiting on a connection: three of its route's published
 /// intervals when the route's heartbeats run on this very connection (`heartbeats_here`), and
-/// six keep-alives otherwise (only keep-alives are sure to cross it then).
+/// only QUIC's idle timeout otherwise (nothing else is sure to cross it then).
 pub fn exchange_silence(published: Option<Duration>, heartbeats_here: bool) -> Duration {
     match published {
         Some(published) if heartbeats_here => {
@@ -127,8 +134,11 @@ mod tests {
         assert_eq!(in_use, Duration::from_millis(125));
         assert!(fit_for_write(&view(120), in_use));
         assert!(!fit_for_write(&view(130), in_use));
-        assert!(fit_for_read(&view(1500), &tuning));
-        assert!(!fit_for_read(&view(1900), &tuning));
+        // A read takes a connection heard within two of the slowest heartbeat intervals.
+        let read = READ_LIVENESS.as_millis() as u64;
+        assert_eq!(read, 30_025);
+        assert!(fit_for_read(&view(read), &tuning));
+        assert!(!fit_for_read(&view(read + 1), &tuning));
         let closed = PooledView {
             closed: true,
             ..view(0)
@@ -141,7 +151,8 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(exchange_silence(Some(ms(50)), true), ms(150));
         assert_eq!(exchange_silence(Some(ms(50)), false), SILENT_AFTER);
-        assert_eq!(exchange_silence(Some(ms(3_000)), true), SILENT_AFTER);
+        assert_eq!(exchange_silence(Some(ms(3_000)), true), ms(9_000));
+        assert_eq!(exchange_silence(Some(ms(60_000)), true), SILENT_AFTER);
         assert_eq!(exchange_silence(None, true), SILENT_AFTER);
         let t0 = Instant::now();
         assert!(!gone_silent(t0, t0 + ms(149), ms(150)));

@@ -449,8 +449,9 @@ mod tests {
             attempts(Some(&pooled), true, now, deadline, &tuning),
             vec![Attempt::Fresh]
         );
+        // Unheard for longer than two of the slowest heartbeat intervals.
         let silent = PooledView {
-            heard_ago: Duration::from_secs(5),
+            heard_ago: crate::liveness::READ_LIVENESS + Duration::from_millis(1),
             ..pooled
         };
         assert_eq!(

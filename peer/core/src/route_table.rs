@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use ferry_ticket::NodeId;
 use serde::{Deserialize, Serialize};
 
-use crate::health::{Failure, RouteHealth};
+use crate::health::{Failure, RouteHealth, QUIET_GRID};
 use crate::routes::{rank_routes, Route, RouteState, Standing};
 
 /// Where a route came from.
@@ -52,9 +52,46 @@ pub struct RouteView {
 pub struct RouteTable {
     /// Ordered, so every walk of the table (the prober's above all) is the same from run to run.
     peers: Mutex<BTreeMap<NodeId, Vec<Entry>>>,
+    bell: ProberBell,
+    /// Where the grid of quiet heartbeats starts (`health::QUIET_GRID`): the first look.
+    grid_epoch: Mutex<Option<Instant>>,
+}
+
+/// Rung when a heartbeat became due sooner than the prober may be sleeping for (a call to an
+/// idle peer, a new route, a failure), so the prober sleeps until the table's next instant and
+/// no longer: a table of idle peers costs no wake-ups between their heartbeats.
+#[derive(Default)]
+struct ProberBell(Mutex<Option<Box<dyn Fn() + Send + Sync>>>);
+
+impl std::fmt::Debug for ProberBell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProberBell")
+    }
+}
+
+impl ProberBell {
+    fn ring(&self) {
+        let bell = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(ring) = bell.as_ref() {
+            ring();
+        }
+    }
 }
 
 impl RouteTable {
+    /// `ring` is called whenever a heartbeat becomes due sooner than the table said before
+    /// (the prober wakes on it). It must not call back into the table.
+    pub fn on_sooner(&self, ring: impl Fn() + Send + Sync + 'static) {
+        *self
+            .bell
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Box::new(ring));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Vec<Entry>>> {
         // Each method is one short edit of plain data; a panic cannot leave it half-done.
         self.peers
@@ -79,6 +116,8 @@ impl RouteTable {
                 });
             }
         }
+        drop(peers);
+        self.bell.ring();
     }
 
     /// Adds a discovered route (an upsert: rediscovering a known route changes nothing).
@@ -101,6 +140,8 @@ impl RouteTable {
             health: RouteHealth::new(now),
             carried_last_call: false,
         });
+        drop(peers);
+        self.bell.ring();
         true
     }
 
@@ -197,13 +238,28 @@ impl RouteTable {
         Some(entry.health.published())
     }
 
-    /// A call went over this route (and answered): it carried the last call. Every route to
-    /// the peer counts as in use, so the one that would take over is warm and audible too.
+    /// A call to `node` starts (or just ended): every route to the peer counts as in use, so
+    /// their heartbeats run fast from the next one on (50 ms): a route that dies under the
+    /// call is known within a few intervals, and the one that would take over is warm.
+    pub fn calling(&self, node: NodeId, now: Instant) {
+        let mut sooner = false;
+        if let Some(entries) = self.lock().get_mut(&node) {
+            for entry in entries.iter_mut() {
+                sooner |= entry.health.used(now);
+            }
+        }
+        // Only the first call after a quiet rings: a call is no wake-up of its own.
+        if sooner {
+            self.bell.ring();
+        }
+    }
+
+    /// A call went over this route and was answered: it carried the last call, and the peer
+    /// was heard on it.
     pub fn carried(&self, node: NodeId, addr: SocketAddr, now: Instant) {
         if let Some(entries) = self.lock().get_mut(&node) {
             for entry in entries.iter_mut() {
                 entry.carried_last_call = entry.route.addr == addr;
-                entry.health.used(now);
                 if entry.carried_last_call {
                     entry.health.heard(now, None);
                 }
@@ -214,6 +270,7 @@ impl RouteTable {
     /// The route failed.
     pub fn failed(&self, node: NodeId, addr: SocketAddr, now: Instant, why: Failure) {
         self.with_route(node, addr, |e| e.health.failed(now, why));
+        self.bell.ring();
     }
 
     /// Every route to `node` failed at once (it said goodbye, or is going away).
@@ -223,6 +280,7 @@ impl RouteTable {
                 entry.health.failed(now, why.clone());
             }
         }
+        self.bell.ring();
     }
 
     /// The heartbeat on this route ended (whatever it found).
@@ -237,6 +295,7 @@ impl RouteTable {
                 entry.health.revive(now);
             }
         }
+        self.bell.ring();
     }
 
     /// Probes every route to `node` at once (one of them found the gateway not running: the
@@ -247,6 +306,7 @@ impl RouteTable {
                 entry.health.probe_now(now);
             }
         }
+        self.bell.ring();
     }
 
     /// Applies the silence rule to every route; returns the routes it turned down.
@@ -285,10 +345,16 @@ impl RouteTable {
 
     /// The heartbeats due now: (peer, route, interval to publish).
     pub fn due_probes(&self, now: Instant) -> Vec<(NodeId, Route, Duration)> {
+        let epoch = *self
+            .grid_epoch
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get_or_insert(now);
         let mut due = Vec::new();
         for (node, entries) in self.lock().iter_mut() {
             for entry in entries.iter_mut() {
                 if let Some(interval) = entry.health.probe_due(now) {
+                    entry.health.align_quiet_probe(epoch, QUIET_GRID);
                     due.push((*node, entry.route, interval));
                 }
             }
@@ -349,6 +415,7 @@ mod tests {
         // Calls flow over the LAN; both routes are heard on every heartbeat.
         let mut now = t0;
         while now < t0 + ms(1_000) {
+            table.calling(node, now);
             table.carried(node, lan.addr, now);
             for (_, route, _) in table.due_probes(now) {
                 table.heard(node, route.addr, now, Some(ms(1)));

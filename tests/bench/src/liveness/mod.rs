@@ -1,7 +1,8 @@
 //! What liveness costs: one gateway (the hub) trusting many peers, every one a real
 //! `ferry serve` on loopback, each pair probing the other (SPEC 8). Two phases:
 //!
-//! - **idle**: no calls; every route heartbeats at the idle interval (1 s);
+//! - **idle**: no calls; every route heartbeats at the quiet interval of a peer never called
+//!   (`ferry_core::health::QUIET_INTERVAL`, 15 s);
 //! - **busy**: the hub reads once a second from a vault on each of a few peers, so its routes
 //!   to them are in use and heartbeat every 50 ms (`ferry_core::health::ACTIVE_INTERVAL`).
 //!
@@ -108,12 +109,12 @@ pub fn run(options: &Options<Plan>) -> Result<LivenessReport, LivenessError> {
     ))
 }
 
-/// The floor's two phases: every connection at the idle interval, then the busy ones at the
+/// The floor's two phases: every connection at the quiet interval, then the busy ones at the
 /// active interval with a request a second.
 fn measure_floor(plan: &Plan) -> Result<(Measured, Measured), LivenessError> {
-    use ferry_peer::health::{ACTIVE_INTERVAL, IDLE_INTERVAL};
+    use ferry_peer::health::{ACTIVE_INTERVAL, QUIET_INTERVAL};
     let idle = {
-        let floor = Floor::start(&vec![IDLE_INTERVAL; plan.peers])?;
+        let floor = Floor::start(&vec![QUIET_INTERVAL; plan.peers])?;
         std::thread::sleep(plan.warm);
         let measured = measure_phase(plan.phase, floor_cpu, || 0);
         check_connected(&floor, plan.peers)?;
@@ -125,7 +126,7 @@ fn measure_floor(plan: &Plan) -> Result<(Measured, Measured), LivenessError> {
                 if i < plan.busy {
                     ACTIVE_INTERVAL
                 } else {
-                    IDLE_INTERVAL
+                    QUIET_INTERVAL
                 }
             })
             .collect();
