@@ -34,7 +34,10 @@ pub struct Config {
     pub max_value_bytes: usize,
     /// The most one connection attempt may take.
     pub connect_timeout_ms: u64,
-    /// A pooled connection carries a write only if its peer was heard this recently.
+    /// The cap on a write's proof window: a pooled connection carries a write only if its
+    /// peer was heard within two of the route's heartbeat intervals plus 25 ms, and never more
+    /// than this long ago (`ferry_core::liveness::write_window`). It is the whole window of a
+    /// route not in use (1 s and 15 s heartbeats).
     pub write_liveness_ms: u64,
     /// How long a stop waits for in-flight writes.
     pub drain_ms: u64,
@@ -228,7 +231,7 @@ impl Config {
         if self.write_liveness_ms < 100 {
             return Err(ConfigError::Invalid {
                 key: "write_liveness_ms",
-                detail: "must be at least 100 (keep-alives arrive every 300 ms)".into(),
+                detail: "must be at least 100 (two heartbeat intervals of a peer in use)".into(),
             });
         }
         if self.journal_retention_days == 0 {

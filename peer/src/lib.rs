@@ -34,6 +34,6 @@ pub mod transport;
 // The decisions and the types they speak live in `ferry-core` (no IO); they are re-exported
 // here under their old names so the drivers read as before.
 pub use ferry_core::write as write_machine;
-pub use ferry_core::{health, outcome, route_table, routes, wire};
+pub use ferry_core::{health, liveness, outcome, route_table, routes, wire};
 
 pub use ferry_ticket::{NodeId, NodeKey};

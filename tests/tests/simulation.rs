@@ -97,7 +97,7 @@ fn run_many(seeds: std::ops::Range<u64>, bug: Option<ferry_core::bugs::Bug>) -> 
 
 const WORKLOAD: Duration = Duration::from_secs(3);
 
-/// Seeds every `cargo test` runs (1000 to 1999): about three minutes on two cores.
+/// Seeds every `cargo test` runs (1000 to 1999): about four minutes on two cores.
 const CI_SEEDS: u64 = 1000;
 
 #[test]

@@ -33,10 +33,14 @@ pub const EXCHANGE_SILENT_INTERVALS: u32 = 3;
 pub struct CallTuning {
     /// The most a connection attempt may take (never more than what is left of a deadline).
     pub connect_timeout: Duration,
-    /// A pooled connection carries a write only if the peer was heard this recently; less
-    /// while the peer is in use (two heartbeat intervals, [`write_window`]).
+    /// The cap on a write's proof window: a pooled connection carries a write only if the
+    /// peer was heard on it within two of the route's heartbeat intervals plus 25 ms (125 ms
+    /// while the peer is in use), never more than this ([`write_window`]). It is the whole
+    /// window of a route not in use (1 s and 15 s heartbeats), so the first write after a quiet
+    /// spell usually dials.
     pub write_liveness: Duration,
-    /// A pooled connection is tried for a read only if the peer was heard this recently.
+    /// A pooled connection is tried for a read only if the peer was heard on it this recently
+    /// ([`READ_LIVENESS`] by default: two of the slowest heartbeat intervals plus 25 ms).
     pub read_liveness: Duration,
 }
 
@@ -53,7 +57,8 @@ impl Default for CallTuning {
 /// A pooled connection as the decisions see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PooledView {
-    /// How long ago a packet from the peer arrived on it.
+    /// How long ago the peer was last heard on it: its handshake, the answer to a heartbeat or
+    /// a call, or, while the peer is in use, any packet the pool's watcher saw.
     pub heard_ago: Duration,
     /// Its smoothed RTT.
     pub rtt: Duration,

@@ -1,8 +1,9 @@
 //! Ways to reach a peer and which one to try first.
 //!
-//! A route is a kind (`thunderbolt`, `lan`, `tailnet`) and an address. Preference is by kind,
-//! then by measured RTT (SPEC 8). Route health (heartbeats, backoff) builds on this table; the
-//! choice itself is a plain function of the table and the time.
+//! A route is a kind (`thunderbolt`, `lan`, `tailnet`) and an address. Preference is by
+//! standing first (proven routes before doubtful ones, down ones last), then by kind, then by
+//! measured RTT (SPEC 8, [`rank_routes`]). Route health (heartbeats, backoff, standing) builds
+//! on this table; the choice itself is a plain function of the table and the time.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};

@@ -134,7 +134,7 @@ impl Slot {
 /// Every system is started first and the phases are interleaved (every system's sequential
 /// phase, then every system's concurrent phase), so the figures compared with each other are
 /// seconds apart, not minutes: on a shared machine the speed drifts. An idle system costs next
-/// to nothing (a QUIC keep-alive every 300 ms).
+/// to nothing (no QUIC keep-alives; Ferry's heartbeats every 15 s once quiet).
 pub fn run(options: &Options) -> Result<Report, WritesError> {
     let plan = options.plan;
     let load_before = cpu::load_average();

@@ -10,7 +10,7 @@
 //!   the request): the body is read and handed on. Like Ferry's `axum::serve`, it leaves
 //!   `TCP_NODELAY` off on accepted sockets (`caller`);
 //! - the QUIC side uses Ferry's own raw-public-key TLS (`ferry_peer::tls`) with fresh keys, and
-//!   Ferry's transport timers (keep-alive 300 ms, idle timeout 5 s), so handshake and crypto
+//!   Ferry's transport timers (no keep-alives, idle timeout 45 s), so handshake and crypto
 //!   costs are identical; the frames have no codec (`frames`);
 //! - for writes, the owner is one thread with the only SQLite connection (WAL,
 //!   `synchronous=FULL`). It takes up to 256 queued writes, inserts each in one transaction,
@@ -42,9 +42,8 @@ use crate::sqlite::open_durable;
 use caller::Handler;
 use owner::{Backend, QUEUE_DEPTH};
 
-/// Ferry's transport timers (`TransportTuning::default()`).
-const KEEP_ALIVE: Duration = Duration::from_millis(300);
-const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Ferry's transport timers (`TransportTuning::default()`): no keep-alives, this idle timeout.
+const IDLE_TIMEOUT: Duration = ferry_peer::liveness::IDLE_TIMEOUT;
 /// How long a part may take to start, and a runtime to shut down.
 const START_BOUND: Duration = Duration::from_secs(10);
 const STOP_BOUND: Duration = Duration::from_secs(2);
@@ -351,7 +350,6 @@ fn bind_http(runtime: &tokio::runtime::Handle) -> Result<(TcpListener, SocketAdd
 
 fn transport() -> Arc<quinn::TransportConfig> {
     let mut config = quinn::TransportConfig::default();
-    config.keep_alive_interval(Some(KEEP_ALIVE));
     config.max_idle_timeout(quinn::IdleTimeout::try_from(IDLE_TIMEOUT).ok());
     Arc::new(config)
 }
