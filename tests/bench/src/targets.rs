@@ -231,6 +231,23 @@ pub fn render(out: &mut String, corner: &str, layouts: &[Layout], lines: &[Line]
     let _ = writeln!(out);
 }
 
+/// A report's `## Targets` section: each judged target with its value, bound and verdict.
+pub fn render_judged(out: &mut String, judged: &[Judged]) {
+    let _ = writeln!(out, "## Targets\n");
+    let _ = writeln!(out, "| target | value | target | met |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    for judged in judged {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            judged.name,
+            judged.value_shown(),
+            judged.shown(),
+            met(judged.met)
+        );
+    }
+}
+
 /// The table's `met` cell: `yes`, `**no**`, or `-` when there was nothing to judge.
 pub fn met(ok: Option<bool>) -> &'static str {
     match ok {

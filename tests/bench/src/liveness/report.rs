@@ -191,31 +191,8 @@ impl LivenessReport {
                 ratio(ferry.busy_extra_cpu_us_per_s, floor.busy_extra_cpu_us_per_s)
             );
         }
-        let _ = writeln!(out, "## Targets\n");
-        let _ = writeln!(out, "| target | value | target | met |");
-        let _ = writeln!(out, "|---|---|---|---|");
-        for judged in &self.targets {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                judged.name,
-                judged.value_shown(),
-                judged.shown(),
-                targets::met(judged.met)
-            );
-        }
-        let m = &self.machine;
-        let _ = writeln!(
-            out,
-            "\n{} cores; load average before {}, after {}; other work used {} cores on average. \
-             Binary: `{}`.",
-            m.cores,
-            m.load_before,
-            m.load_after,
-            m.others_cores
-                .map_or_else(|| "an unknown number of".to_string(), |c| format!("{c:.2}")),
-            m.binary
-        );
+        targets::render_judged(&mut out, &self.targets);
+        let _ = writeln!(out, "\n{}", self.machine.summary());
         out
     }
 }

@@ -165,6 +165,22 @@ pub struct Machine {
     pub binary: String,
 }
 
+impl Machine {
+    /// One line for a report: cores, load, what other work used, and the binary measured.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} cores; load average before {}, after {}; other work used {} cores on average \
+             over the run. Binary: `{}`.",
+            self.cores,
+            self.load_before,
+            self.load_after,
+            self.others_cores
+                .map_or_else(|| "an unknown number of".to_string(), |c| format!("{c:.2}")),
+            self.binary
+        )
+    }
+}
+
 /// How the run was set up.
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -371,19 +387,8 @@ impl OverloadReport {
         self.render_catch_up(&mut out);
         self.render_targets(&mut out);
         self.render_unexpected(&mut out);
-        let m = &self.machine;
         let _ = writeln!(out, "## Machine\n");
-        let _ = writeln!(
-            out,
-            "{} cores; load average before {}, after {}; other work used {} cores on average \
-             over the run. Binary: `{}`.",
-            m.cores,
-            m.load_before,
-            m.load_after,
-            m.others_cores
-                .map_or_else(|| "an unknown number of".to_string(), |c| format!("{c:.2}")),
-            m.binary
-        );
+        let _ = writeln!(out, "{}", self.machine.summary());
         for note in &self.notes {
             let _ = writeln!(out, "\n- {note}");
         }
@@ -598,19 +603,7 @@ impl OverloadReport {
     }
 
     fn render_targets(&self, out: &mut String) {
-        let _ = writeln!(out, "## Targets\n");
-        let _ = writeln!(out, "| target | value | target | met |");
-        let _ = writeln!(out, "|---|---|---|---|");
-        for judged in &self.targets {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                judged.name,
-                judged.value_shown(),
-                judged.shown(),
-                targets::met(judged.met)
-            );
-        }
+        targets::render_judged(out, &self.targets);
         let _ = writeln!(out);
     }
 
