@@ -13,7 +13,13 @@
 //! - each vault's revision is the number of writes that ran on it (so none ran twice);
 //! - an app never read a revision older than one it had already seen (its own writes included),
 //!   while its gateway's memory lasted (one incarnation);
-//! - after healing, every replica holds what its owner holds.
+//! - after healing, every replica holds what its owner holds;
+//! - where the history knows each write's effect (the value put, or a deletion): per key, the
+//!   writes that ran, in revision order, explain what the owner holds at the end, and every
+//!   compare-and-swap that ran expected the revision that was live just before it (it never
+//!   succeeded against a revision it did not see);
+//! - where the history gives a freshness bound: a read not marked stale is not older than a
+//!   write to its key that was acknowledged longer than that bound before the read was sent.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -66,6 +72,17 @@ pub struct Write {
     /// When the app was told, if it went on with other calls before that (an app with calls in
     /// parallel); `None`: it waited, so it learned the answer before its next call.
     pub told_ms: Option<u64>,
+    /// What it does if it runs; `None`: not recorded (the per-key checks skip its key).
+    pub effect: Option<Effect>,
+    /// A compare-and-swap's expected live revision (0: the key must not be live).
+    pub if_match: Option<u64>,
+}
+
+/// What a write does to its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    Put(Vec<u8>),
+    Delete,
 }
 
 impl Write {
@@ -101,6 +118,9 @@ pub struct Read {
 pub struct History {
     pub writes: Vec<Write>,
     pub reads: Vec<Read>,
+    /// How much older than the newest acknowledged write a read not marked stale may be, in
+    /// milliseconds; `None`: not checked.
+    pub read_freshness_ms: Option<u64>,
 }
 
 /// An owner's journal entry, as read from its database at the end.
@@ -301,6 +321,10 @@ pub fn check(
             *entry = (revision, at_ms);
         }
     }
+    check_keys(history, owners, &mut flag);
+    if let Some(bound) = history.read_freshness_ms {
+        check_freshness(history, owners, bound, &mut flag);
+    }
     for (vault, list) in replicas {
         let Some(owner) = owners.get(vault) else {
             continue;
@@ -321,6 +345,117 @@ pub fn check(
     violations
 }
 
+/// Per (vault, key): the writes that ran on it with their revisions, or `None` (see
+/// [`runs_by_key`]).
+type RunsByKey<'h> = BTreeMap<(String, String), Option<Vec<(u64, &'h Write)>>>;
+
+/// The writes that ran on each (vault, key), by revision, when every write to that key has a
+/// recorded effect: `None` for a key some write of unknown effect touched.
+fn runs_by_key<'h>(history: &'h History, owners: &BTreeMap<String, OwnerState>) -> RunsByKey<'h> {
+    let mut keys: RunsByKey = BTreeMap::new();
+    for write in history.writes.iter().filter(|w| !w.key.is_empty()) {
+        let entry = keys
+            .entry((write.vault.clone(), write.key.clone()))
+            .or_insert_with(|| Some(Vec::new()));
+        if write.effect.is_none() {
+            *entry = None;
+            continue;
+        }
+        let ran = owners.get(&write.vault).and_then(|owner| {
+            owner
+                .journal
+                .get(&(write.caller.clone(), write.request_id.clone()))
+        });
+        if let (Some(list), Some(JournalState::Done(revision))) = (entry.as_mut(), ran) {
+            list.push((*revision, write));
+        }
+    }
+    for list in keys.values_mut().flatten() {
+        list.sort_by_key(|(revision, _)| *revision);
+    }
+    keys
+}
+
+/// Per key: the writes that ran explain the owner's record, and each compare-and-swap that ran
+/// expected the revision live just before it.
+fn check_keys(
+    history: &History,
+    owners: &BTreeMap<String, OwnerState>,
+    flag: &mut impl FnMut(String),
+) {
+    for ((vault, key), runs) in runs_by_key(history, owners) {
+        let (Some(runs), Some(owner)) = (runs, owners.get(&vault)) else {
+            continue;
+        };
+        let mut live = 0u64;
+        for (revision, write) in &runs {
+            if let Some(expected) = write.if_match {
+                if expected != live {
+                    flag(format!(
+                        "{} ({vault}/{key} via {}): a compare-and-swap expecting revision {expected} ran at revision {revision}, but revision {live} was live",
+                        write.request_id, write.host
+                    ));
+                }
+            }
+            live = match write.effect {
+                Some(Effect::Put(_)) => *revision,
+                _ => 0,
+            };
+        }
+        let expected = runs.last().map(|(revision, write)| {
+            let value = match &write.effect {
+                Some(Effect::Put(value)) => Some(value.clone()),
+                _ => None,
+            };
+            (*revision, value)
+        });
+        let held = owner.records.get(&key).cloned();
+        // A key nothing ran on may be absent or (never) a row.
+        if held != expected {
+            let last = runs.last().map(|(_, w)| w.request_id.as_str());
+            flag(format!(
+                "{vault}/{key}: the owner holds {:?} but the writes that ran end with {:?} (request {last:?})",
+                held.map(|(r, v)| (r, v.map(|v| String::from_utf8_lossy(&v).into_owned()))),
+                expected.map(|(r, v)| (r, v.map(|v| String::from_utf8_lossy(&v).into_owned())))
+            ));
+        }
+    }
+}
+
+/// A read not marked stale is not older than a write to its key acknowledged more than `bound`
+/// milliseconds before the read was sent.
+fn check_freshness(
+    history: &History,
+    owners: &BTreeMap<String, OwnerState>,
+    bound: u64,
+    flag: &mut impl FnMut(String),
+) {
+    let runs = runs_by_key(history, owners);
+    for read in &history.reads {
+        let Some((revision, source, false)) = &read.answer else {
+            continue;
+        };
+        let Some(Some(list)) = runs.get(&(read.vault.clone(), read.key.clone())) else {
+            continue;
+        };
+        let newest_known = list
+            .iter()
+            .filter(|(_, w)| matches!(w.told, Some(WriteFate::Done(_))))
+            .filter(|(_, w)| w.told_ms.unwrap_or(w.at_ms) + bound <= read.at_ms)
+            .map(|(r, w)| (*r, w))
+            .next_back();
+        if let Some((newest, write)) = newest_known {
+            if *revision < newest {
+                flag(format!(
+                    "{} on {} ({}/{}): a read from {source} not marked stale, sent at {} ms, gave revision {revision}, but {} was acknowledged at revision {newest} at {} ms (more than {bound} ms before)",
+                    read.app, read.host, read.vault, read.key, read.at_ms, write.request_id,
+                    write.told_ms.unwrap_or(write.at_ms)
+                ));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,6 +474,8 @@ mod tests {
             settled,
             at_ms: 0,
             told_ms: None,
+            effect: None,
+            if_match: None,
         }
     }
 
@@ -373,6 +510,7 @@ mod tests {
                 ),
             ],
             reads: vec![],
+            read_freshness_ms: None,
         };
         let owners = owner(
             &[
@@ -396,6 +534,7 @@ mod tests {
                     Some(WriteFate::Done(1)),
                 )],
                 reads: vec![],
+                read_freshness_ms: None,
             },
             owner(
                 &[("1", JournalState::Done(1)), ("9", JournalState::Done(2))],
@@ -408,6 +547,7 @@ mod tests {
             History {
                 writes: vec![write("1", Some(WriteFate::NothingSent("x".into())), None)],
                 reads: vec![],
+                read_freshness_ms: None,
             },
             owner(&[("1", JournalState::Done(1))], 1),
         );
@@ -420,6 +560,7 @@ mod tests {
                     write("2", Some(WriteFate::Done(1)), None),
                 ],
                 reads: vec![],
+                read_freshness_ms: None,
             },
             owner(&[], 0),
         );
@@ -437,6 +578,7 @@ mod tests {
                 not_found_at: None,
                 at_ms: 10,
             }],
+            read_freshness_ms: None,
         };
         history.writes[0].at_ms = 5;
         let v = check_one(history.clone(), owner(&[("1", JournalState::Done(5))], 5));
@@ -475,6 +617,7 @@ mod tests {
                     Some(WriteFate::Done(1)),
                 )],
                 reads: vec![],
+                read_freshness_ms: None,
             },
             owner(&[("1", JournalState::Done(1))], 1),
         );
@@ -485,5 +628,140 @@ mod tests {
             owner(&[("9", JournalState::Refused)], 0),
         );
         assert!(v.iter().any(|v| v.0.contains("no app sent it")), "{v:?}");
+    }
+
+    fn put(id: &str, key: &str, if_match: Option<u64>) -> Write {
+        let mut w = write(id, Some(WriteFate::Done(0)), None);
+        w.key = key.into();
+        w.effect = Some(Effect::Put(id.as_bytes().to_vec()));
+        w.if_match = if_match;
+        w
+    }
+
+    fn held(records: &[(&str, u64, Option<&str>)]) -> Records {
+        records
+            .iter()
+            .map(|(k, r, v)| (k.to_string(), (*r, v.map(|v| v.as_bytes().to_vec()))))
+            .collect()
+    }
+
+    #[test]
+    fn per_key_checks_catch_a_blind_swap_and_a_record_no_write_explains() {
+        // Two puts of k, then a compare-and-swap expecting 2, then a delete: all as it should.
+        let mut writes = vec![
+            put("1", "k", None),
+            put("2", "k", Some(1)),
+            put("3", "k", Some(2)),
+        ];
+        let mut delete = put("4", "k", Some(3));
+        delete.effect = Some(Effect::Delete);
+        writes.push(delete);
+        for (i, w) in writes.iter_mut().enumerate() {
+            w.told = Some(WriteFate::Done(i as u64 + 1));
+        }
+        let journal: Vec<(String, JournalState)> = (1..=4)
+            .map(|i| (i.to_string(), JournalState::Done(i)))
+            .collect();
+        let journal: Vec<(&str, JournalState)> = journal
+            .iter()
+            .map(|(id, s)| (id.as_str(), s.clone()))
+            .collect();
+        let mut owners = owner(&journal, 4);
+        owners.get_mut("v").unwrap().records = held(&[("k", 4, None)]);
+        let history = History {
+            writes: writes.clone(),
+            ..History::default()
+        };
+        assert_eq!(check_one(history, owners.clone()), vec![]);
+        // The swap that ran at 3 had expected 1, which was no longer live.
+        let mut blind = writes.clone();
+        blind[2].if_match = Some(1);
+        let v = check_one(
+            History {
+                writes: blind,
+                ..History::default()
+            },
+            owners.clone(),
+        );
+        assert!(
+            v.iter().any(|v| v
+                .0
+                .contains("expecting revision 1 ran at revision 3, but revision 2 was live")),
+            "{v:?}"
+        );
+        // The owner holds the put of 3 where the delete at 4 ran last.
+        let mut wrong = owners.clone();
+        wrong.get_mut("v").unwrap().records = held(&[("k", 3, Some("3"))]);
+        let v = check_one(
+            History {
+                writes: writes.clone(),
+                ..History::default()
+            },
+            wrong,
+        );
+        assert!(
+            v.iter().any(|v| v.0.contains("v/k: the owner holds")),
+            "{v:?}"
+        );
+        // A write of unknown effect on the key: its key is not checked.
+        let mut unknown = writes;
+        unknown[0].effect = None;
+        let mut wrong = owners;
+        wrong.get_mut("v").unwrap().records = held(&[("k", 3, Some("3"))]);
+        let v = check_one(
+            History {
+                writes: unknown,
+                ..History::default()
+            },
+            wrong,
+        );
+        assert_eq!(v, vec![]);
+    }
+
+    #[test]
+    fn a_fresh_read_older_than_an_acknowledged_write_is_caught() {
+        let mut w1 = put("1", "k", None);
+        w1.told = Some(WriteFate::Done(1));
+        w1.told_ms = Some(100);
+        let mut w2 = put("2", "k", None);
+        w2.told = Some(WriteFate::Done(2));
+        w2.told_ms = Some(1_000);
+        w2.host = "g2".into();
+        let mut owners = owner(
+            &[("1", JournalState::Done(1)), ("2", JournalState::Done(2))],
+            2,
+        );
+        owners.get_mut("v").unwrap().records = held(&[("k", 2, Some("2"))]);
+        let read = |at_ms: u64, stale: bool| Read {
+            host: "g1".into(),
+            app: "b".into(),
+            incarnation: 0,
+            vault: "v".into(),
+            key: "k".into(),
+            answer: Some((1, "replica:g3".into(), stale)),
+            not_found_at: None,
+            at_ms,
+        };
+        let history = |reads: Vec<Read>| History {
+            writes: vec![w1.clone(), w2.clone()],
+            reads,
+            read_freshness_ms: Some(2_000),
+        };
+        // Within the bound, or marked stale: fine.
+        assert_eq!(
+            check_one(history(vec![read(2_500, false)]), owners.clone()),
+            vec![]
+        );
+        assert_eq!(
+            check_one(history(vec![read(9_000, true)]), owners.clone()),
+            vec![]
+        );
+        // Past it and not marked stale: caught.
+        let v = check_one(history(vec![read(3_001, false)]), owners);
+        assert!(
+            v.iter()
+                .any(|v| v.0.contains("not marked stale") && v.0.contains("revision 2")),
+            "{v:?}"
+        );
     }
 }

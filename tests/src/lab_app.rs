@@ -9,7 +9,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::File;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -94,11 +93,7 @@ struct Sent {
 
 impl App {
     fn log(&mut self, line: Value) {
-        let mut text = line.to_string();
-        text.push('\n');
-        self.out
-            .write_all(text.as_bytes())
-            .expect("write the app's output");
+        crate::lab_api::append_line(&mut self.out, &line);
     }
 
     fn call(
@@ -243,12 +238,7 @@ impl App {
 }
 
 pub fn run(settings: &Value) {
-    let text = |field: &str| {
-        settings[field]
-            .as_str()
-            .unwrap_or_else(|| panic!("the app's settings have no {field}: {settings}"))
-            .to_string()
-    };
+    let text = |field: &str| crate::lab_api::setting(settings, field);
     let vaults: Vec<String> = settings["vaults"]
         .as_array()
         .expect("vaults")

@@ -10,14 +10,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::File;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use reqwest::blocking::Client;
 use serde_json::{json, Value};
 
+use crate::lab_api::{Api, NoAnswer};
 use crate::lab_app::{now_ms, DRIVER_LIFETIME};
 
 /// The app's name (`X-Ferry-App`).
@@ -38,86 +37,14 @@ struct Settings {
     pace: Duration,
 }
 
-/// The gateway's API, as the app reaches it.
-#[derive(Clone)]
-struct Api {
-    home: PathBuf,
-    client: Client,
-}
-
-/// An answer: status, headers of interest, body as JSON (or text).
-struct Answer {
-    status: u16,
-    source: Option<String>,
-    stale: bool,
-    revision: Option<u64>,
-    body: Value,
-}
-
-impl Api {
-    fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        headers: &[(&str, String)],
-        body: Option<String>,
-    ) -> Result<Answer, (String, bool)> {
-        let addr = std::fs::read_to_string(self.home.join("api.addr"))
-            .ok()
-            .filter(|addr| addr.ends_with('\n'))
-            .ok_or_else(|| ("no api.addr: the gateway is not running".to_string(), false))?;
-        let token = std::fs::read_to_string(self.home.join("local-token")).unwrap_or_default();
-        let mut request = self
-            .client
-            .request(method, format!("http://{}{path}", addr.trim()))
-            .header("authorization", format!("Bearer {}", token.trim()))
-            .header("x-ferry-app", APP)
-            .header("x-ferry-timeout", CALL_TIMEOUT_S);
-        for (name, value) in headers {
-            request = request.header(*name, value);
-        }
-        if let Some(body) = body {
-            request = request.body(body);
-        }
-        // `true`: the call may have reached the gateway (settle it).
-        let response = request
-            .send()
-            .map_err(|err| (err.to_string(), !err.is_connect()))?;
-        let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let source = header("x-ferry-source");
-        let stale = header("x-ferry-stale").as_deref() == Some("true");
-        let revision = header("x-ferry-revision").and_then(|r| r.parse().ok());
-        let bytes = response.bytes().map_err(|err| (err.to_string(), true))?;
-        let body = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        Ok(Answer {
-            status,
-            source,
-            stale,
-            revision,
-            body,
-        })
-    }
-}
-
 /// One line of output, shared by the two threads.
 #[derive(Clone)]
 struct Out(Arc<Mutex<File>>);
 
 impl Out {
     fn log(&self, line: &Value) {
-        let mut text = line.to_string();
-        text.push('\n');
         let mut file = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        file.write_all(text.as_bytes())
-            .expect("write the app's output");
+        crate::lab_api::append_line(&mut *file, line);
     }
 }
 
@@ -162,8 +89,13 @@ fn write_loop(
                 None,
                 a.body["detail"].clone(),
             ),
-            Err((detail, false)) => (None, "local_gateway_down".into(), None, json!(detail)),
-            Err((detail, true)) => (None, "app_unknown".into(), None, json!(detail)),
+            Err(NoAnswer {
+                detail,
+                sent: false,
+            }) => (None, "local_gateway_down".into(), None, json!(detail)),
+            Err(NoAnswer { detail, sent: true }) => {
+                (None, "app_unknown".into(), None, json!(detail))
+            }
         };
         if code == "done" {
             *newest.lock().unwrap_or_else(|p| p.into_inner()) = Some(key.clone());
@@ -194,7 +126,7 @@ fn read_loop(settings: &Settings, api: &Api, out: &Out, newest: &Mutex<Option<St
                 Ok(a) => {
                     json!({"code": a.body["error"].as_str().unwrap_or("unreadable"), "detail": a.body["detail"]})
                 }
-                Err((detail, _)) => json!({"code": "read_broke", "detail": detail}),
+                Err(no) => json!({"code": "read_broke", "detail": no.detail}),
             };
             let mut line = line;
             line["kind"] = json!("read");
@@ -210,12 +142,7 @@ fn read_loop(settings: &Settings, api: &Api, out: &Out, newest: &Mutex<Option<St
 /// Runs the app (see the module docs) with `settings`: `label`, `home`, `vault`, `out`,
 /// `stop` and `pace_ms`.
 pub fn run(settings: &Value) {
-    let text = |field: &str| {
-        settings[field]
-            .as_str()
-            .unwrap_or_else(|| panic!("the app's settings have no {field}: {settings}"))
-            .to_string()
-    };
+    let text = |field: &str| crate::lab_api::setting(settings, field);
     let settings = Settings {
         label: text("label"),
         home: PathBuf::from(text("home")),
@@ -229,14 +156,12 @@ pub fn run(settings: &Value) {
         .open(Path::new(&text("out")))
         .expect("open the app's output");
     let out = Out(Arc::new(Mutex::new(file)));
-    let api = Api {
-        home: settings.home.clone(),
-        client: Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(8))
-            .build()
-            .expect("an HTTP client"),
-    };
+    let api = Api::new(
+        settings.home.clone(),
+        APP,
+        CALL_TIMEOUT_S,
+        Duration::from_secs(8),
+    );
     let newest = Mutex::new(None);
     let unknown = std::thread::scope(|scope| {
         scope.spawn(|| read_loop(&settings, &api, &out, &newest));
@@ -250,7 +175,7 @@ pub fn run(settings: &Value) {
         );
         let (status, body) = match api.call(reqwest::Method::GET, &path, &[], None) {
             Ok(a) => (Some(a.status), a.body),
-            Err((detail, _)) => (None, json!({"detail": detail})),
+            Err(no) => (None, json!({"detail": no.detail})),
         };
         out.log(&json!({"kind": "settle", "id": id, "key": key, "status": status, "body": body}));
     }

@@ -1,9 +1,14 @@
 //! Ferry's cross-crate and multi-process tests live in `tests/` of this package. Their two
-//! harnesses are `tests/harness/mod.rs` (gateways on loopback) and `tests/lab/mod.rs` (gateways
-//! in network namespaces); each finds the binary under test itself, since only integration
-//! tests are told its path (`env!("CARGO_BIN_EXE_...")`). This library holds what both share.
+//! harnesses are `tests/harness/mod.rs` (gateways on loopback; it finds the binary under test
+//! with `env!("CARGO_BIN_EXE_...")`, which only integration tests are told) and [`lab`]
+//! (gateways in network namespaces; here in the library, since the fault campaign's binary,
+//! [`campaign`], uses it too, and it finds the binary beside the running program). This
+//! library holds what they share, the history checker, the lab apps and the simulation.
 
+pub mod campaign;
 pub mod history;
+pub mod lab;
+pub mod lab_api;
 pub mod lab_app;
 pub mod lab_steady;
 pub mod owner_db;

@@ -210,6 +210,8 @@ impl Scene {
                             // The app's reader runs beside its writer: a write's revision is
                             // seen when its answer came.
                             told_ms: e["answered_ms"].as_u64(),
+                            effect: None,
+                            if_match: None,
                         });
                     }
                     Some("read") => history.reads.push(Read {

@@ -784,6 +784,8 @@ fn history_of(
                         settled,
                         at_ms: at,
                         told_ms: None,
+                        effect: None,
+                        if_match: None,
                     });
                 }
                 Some("read") => {
@@ -842,6 +844,8 @@ fn history_of(
                         settled,
                         at_ms: at,
                         told_ms: None,
+                        effect: None,
+                        if_match: None,
                     });
                 }
                 _ => {}

@@ -906,8 +906,13 @@ fn execute_step(
     if batch.iter().any(|job| matches!(job, Job::Write { .. })) {
         fault::point("after_commit");
     }
+    answer_batch(batch, pending);
+}
+
+/// Sends every job of `batch` its answer (taking the jobs out). A caller that went away (its
+/// connection broke) finds the answer in the journal.
+fn answer_batch(batch: &mut Vec<Job>, pending: Vec<Pending>) {
     for (job, outcome) in batch.drain(..).zip(pending) {
-        // A caller that went away (its connection broke) finds the answer in the journal.
         match (job, outcome) {
             // The caller's place in the budget is given back before the answer leaves, so
             // its next write cannot arrive to find its own last one still counted.
@@ -983,11 +988,14 @@ fn admit_in_transaction(
     Ok(pending)
 }
 
+/// How long the injected bug `AnswerBeforeCommit` holds a batch's commit after its answers left.
+const BUGGY_COMMIT_DELAY: Duration = Duration::from_millis(200);
+
 /// Transaction 2: each admitted write's effect and answer, then the deferred settle queries;
 /// one durable commit.
 fn execute_all(
     conn: &mut Connection,
-    batch: &[Job],
+    batch: &mut Vec<Job>,
     mut pending: Vec<Pending>,
     limits: &WriteLimits,
     now_ms: u64,
@@ -1045,6 +1053,11 @@ fn execute_all(
     let ran_writes = batch.iter().any(|job| matches!(job, Job::Write { .. }));
     if ran_writes {
         fault::point("before_commit");
+    }
+    if ran_writes && ferry_core::bugs::on(ferry_core::bugs::Bug::AnswerBeforeCommit) {
+        // The injected bug: every answer leaves before the commit, which comes a moment later.
+        answer_batch(batch, pending.clone());
+        std::thread::sleep(BUGGY_COMMIT_DELAY);
     }
     tx.commit()?;
     Ok(pending)

@@ -99,6 +99,9 @@ fn create(
     })
 }
 
+/// The injected bug `ReplicaSkipsChange` skips every change whose revision is a multiple of this.
+const SKIPPED_EVERY: u64 = 40;
+
 /// Applies one page of the owner's change log to a replica and moves its cursor, in one
 /// transaction: after a crash the replica resumes exactly where the last page ended.
 pub fn apply_changes(
@@ -109,6 +112,11 @@ pub fn apply_changes(
 ) -> Result<(), StoreError> {
     super::in_transaction(conn, |tx| {
         for change in changes {
+            if ferry_core::bugs::on(ferry_core::bugs::Bug::ReplicaSkipsChange)
+                && change.revision % SKIPPED_EVERY == 0
+            {
+                continue;
+            }
             super::records::set(
                 tx,
                 name,

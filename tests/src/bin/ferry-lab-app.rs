@@ -1,6 +1,7 @@
 //! The apps of the lab tests, run inside a lab host: the rolling upgrade's
 //! (`ferry_tests::lab_app`) and, with `"mode": "steady"`, the failover test's
-//! (`ferry_tests::lab_steady`). Their settings come in `FERRY_LAB_UPGRADE_APP`.
+//! (`ferry_tests::lab_steady`) and, with `"mode": "campaign"`, the fault campaign's
+//! (`ferry_tests::campaign::app`). Their settings come in `FERRY_LAB_UPGRADE_APP`.
 
 fn main() {
     let Ok(settings) = std::env::var(ferry_tests::lab_app::SETTINGS_VAR) else {
@@ -12,6 +13,9 @@ fn main() {
     };
     match serde_json::from_str::<serde_json::Value>(&settings) {
         Ok(settings) if settings["mode"] == "steady" => ferry_tests::lab_steady::run(&settings),
+        Ok(settings) if settings["mode"] == "campaign" => {
+            ferry_tests::campaign::app::run(&settings)
+        }
         Ok(settings) => ferry_tests::lab_app::run(&settings),
         Err(err) => {
             eprintln!("ferry-lab-app: the settings are not JSON: {err}");

@@ -53,7 +53,7 @@ use ferry_peer::wire::{CallState, RequestId, WriteAnswer, WriteVerb};
 use ferry_ticket::NodeKey;
 
 use crate::history::{
-    self, History, JournalState, OwnerState, Read, Records, ReplicaState, Write, WriteFate,
+    self, Effect, History, JournalState, OwnerState, Read, Records, ReplicaState, Write, WriteFate,
 };
 use crate::rng::Rng;
 use crate::vault_revision;
@@ -950,6 +950,11 @@ async fn app_main(
                 settled: None,
                 at_ms,
                 told_ms: None,
+                effect: Some(match &verb {
+                    WriteVerb::Put { value, .. } => Effect::Put(value.clone()),
+                    WriteVerb::Delete { .. } => Effect::Delete,
+                }),
+                if_match: cas,
             });
             history.writes.len() - 1
         };

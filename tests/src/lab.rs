@@ -1,0 +1,1102 @@
+//! The lab: several machines on one box, each a network namespace, wired to two switches, so
+//! tests can run real `ferry serve` processes on separate hosts and pull cables, power hosts
+//! off, drop or lose packets, and kill processes (see `docs/lab.md`).
+//!
+//! A [`Lab`] owns its namespaces: a switch namespace holding two bridges (`lan` and `tailnet`)
+//! and one namespace per host, host I with `lan0` = 10.77.0.I/24 and `ts0` = 100.77.0.I/24.
+//! Nothing is ever added to the root namespace, so its firewall and routes are never touched.
+//! Every name carries a per-run prefix; dropping the lab (also while a test panics) kills every
+//! process left in its namespaces and deletes them. Lab tests in one test binary run one after
+//! another (a static lock), and need root: without it [`Lab::new`] says SKIPPED and returns
+//! `None`, unless `FERRY_LAB_REQUIRED=1` (set in CI) makes that a failure.
+//!
+//! A [`LabGateway`] is `ferry serve` inside a host, of this build or of another binary (an
+//! older release, for upgrades: [`Lab::start_ferry_with`], [`LabGateway::restart_with_binary`]).
+//! Its local API is on loopback inside that host, so tests talk to it only from inside that
+//! namespace: through the CLI, or a program started there ([`Lab::spawn_in`]).
+
+// Test support: a lab that cannot be built or driven fails the test (or campaign) using it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::{describe, skip_or_fail};
+pub use crate::{wait_for, SIGCONT, SIGSTOP, SIGTERM, START_BOUND};
+use serde_json::Value;
+
+/// The variable that names the gateway binary to run, when it is not found beside this program.
+pub const FERRY_BIN_VAR: &str = "FERRY_UNDER_TEST";
+
+/// The binary under test: `$FERRY_UNDER_TEST`, else `ferry-under-test` beside the running
+/// program or one directory up (an integration test runs from `target/<profile>/deps`, the
+/// campaign from `target/<profile>`; cargo builds the test package's binaries for its tests).
+pub fn ferry_bin() -> &'static str {
+    static FOUND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    FOUND.get_or_init(|| {
+        sibling_binary("ferry-under-test", FERRY_BIN_VAR).unwrap_or_else(|why| panic!("{why}"))
+    })
+}
+
+/// The test package's binary `name`, found as [`ferry_bin`] finds the gateway (`var` names it
+/// outright); the error says where it looked and how to build it.
+pub fn sibling_binary(name: &str, var: &str) -> Result<String, String> {
+    if let Some(path) = std::env::var_os(var) {
+        return Ok(PathBuf::from(path).display().to_string());
+    }
+    let exe = std::env::current_exe().map_err(|err| format!("where am I? {err}"))?;
+    let dirs: Vec<&Path> = exe.ancestors().skip(1).take(2).collect();
+    dirs.iter()
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+        .map(|path| path.display().to_string())
+        .ok_or_else(|| {
+            format!(
+                "no {name} in {dirs:?}: build it (`cargo build -p ferry-tests --bins`, with \
+                 --release for a release campaign) or name it in {var}"
+            )
+        })
+}
+
+/// How long a gateway may take to exit after `ferry stop` (its drain is 5 s by default).
+pub const STOP_BOUND: Duration = Duration::from_secs(15);
+
+/// The QUIC port every lab gateway listens on (each host has its own addresses).
+pub const FERRY_PORT: u16 = 7420;
+
+/// The largest lab: host numbers end up in addresses and in 15-character interface names.
+pub const MAX_HOSTS: usize = 99;
+
+/// Lab tests in one binary run one after another: on a shared CPU their timings would disturb
+/// each other, and a fault in one lab must not be measured by another.
+static LAB_LOCK: Mutex<()> = Mutex::new(());
+
+/// Labs made by this process so far; part of the next lab's prefix.
+static LAB_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A host's network card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nic {
+    /// `lan0`, 10.77.0.I, on the `lan` switch.
+    Lan,
+    /// `ts0`, 100.77.0.I, on the `tailnet` switch.
+    Tailnet,
+}
+
+impl Nic {
+    /// The interface's name inside the host.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Lan => "lan0",
+            Self::Tailnet => "ts0",
+        }
+    }
+}
+
+impl fmt::Display for Nic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Packets a host's drop and loss rules dropped, by direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dropped {
+    pub inbound: u64,
+    pub outbound: u64,
+}
+
+/// The current test's name, for the SKIPPED line (libtest names each test's thread after it).
+fn test_name() -> String {
+    match std::thread::current().name() {
+        Some(name) if name != "main" => name.to_string(),
+        _ => "a lab test".to_string(),
+    }
+}
+
+/// Runs a program to completion with no input.
+fn run_output(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|err| {
+            panic!("could not run {program} {args:?}: {err} (the lab needs iproute2 and nftables)")
+        })
+}
+
+/// Runs a program and panics, naming the command, unless it succeeds.
+fn run(program: &str, args: &[&str]) -> Output {
+    let output = run_output(program, args);
+    assert!(
+        output.status.success(),
+        "`{program} {}` failed: {}",
+        args.join(" "),
+        describe(&output)
+    );
+    output
+}
+
+/// `ip` with these arguments; panics unless it succeeds.
+fn ip(args: &[&str]) {
+    run("ip", args);
+}
+
+/// Names of the network namespaces on this box (`ip netns list`).
+pub fn netns_list() -> Vec<String> {
+    let output = run_output("ip", &["netns", "list"]);
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Kills every process inside `ns` and deletes it. Best effort: teardown must not panic.
+fn delete_netns(ns: &str) {
+    let pids = run_output("ip", &["netns", "pids", ns]);
+    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        let _ = run_output("kill", &["-9", pid]);
+    }
+    let deleted = run_output("ip", &["netns", "delete", ns]);
+    if !deleted.status.success() && netns_list().iter().any(|n| n == ns) {
+        eprintln!(
+            "lab: could not delete namespace {ns}: {}",
+            describe(&deleted)
+        );
+    }
+}
+
+/// Deletes every namespace whose name starts with `prefix`: host namespaces first, so their
+/// veth pairs go before the switch that holds the other ends.
+fn delete_netns_with_prefix(prefix: &str) {
+    let mut names: Vec<String> = netns_list()
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort_by_key(|n| n.ends_with("-sw"));
+    for ns in names {
+        delete_netns(&ns);
+    }
+}
+
+/// The pid in a lab namespace's name (`fl<pid base 36>-<counter>-<sw|hI>`), if it is one.
+fn lab_owner(ns: &str) -> Option<u32> {
+    let rest = ns.strip_prefix("fl")?;
+    let mut parts = rest.split('-');
+    let (pid, counter, node) = (parts.next()?, parts.next()?, parts.next()?);
+    let is_node = node == "sw"
+        || node
+            .strip_prefix('h')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    let base36_ok = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+    };
+    if parts.next().is_some() || !is_node || !base36_ok(counter) || !base36_ok(pid) {
+        return None;
+    }
+    u32::from_str_radix(pid, 36).ok()
+}
+
+/// Deletes labs whose test process is gone (SIGKILLed, so its teardown never ran): their
+/// gateways would otherwise run on and hold the namespaces forever. A lab whose pid runs is
+/// left alone, whoever runs it.
+fn delete_orphaned_labs() {
+    let mut orphans: Vec<String> = netns_list()
+        .into_iter()
+        .filter(|ns| lab_owner(ns).is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()))
+        .collect();
+    orphans.sort_by_key(|n| n.ends_with("-sw"));
+    for ns in orphans {
+        eprintln!("lab: deleting {ns}, left by a test process that no longer runs");
+        delete_netns(&ns);
+    }
+}
+
+/// Several hosts on two switches, each host a network namespace (see the module docs).
+pub struct Lab {
+    /// Unique to this lab while it lives: `fl<pid base 36>-<counter base 36>`, at most 10
+    /// characters, so `<prefix>-<I>l` fits the 15 characters of an interface name.
+    prefix: String,
+    hosts: usize,
+    /// Held for the lab's whole life; released after the teardown (fields drop after `drop`).
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl fmt::Debug for Lab {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lab")
+            .field("prefix", &self.prefix)
+            .field("hosts", &self.hosts)
+            .finish()
+    }
+}
+
+fn base36(mut n: u32) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Lab {
+    /// Builds a lab of `hosts` hosts (numbered 1..=hosts), or says SKIPPED on standard error
+    /// and returns `None` when not running as root. With `FERRY_LAB_REQUIRED=1` (as in CI) a
+    /// missing prerequisite (root, `ip`) fails the test instead of skipping it; so does a lab
+    /// that cannot be built, with or without it.
+    pub fn new(hosts: usize) -> Option<Lab> {
+        if !crate::running_as_root() {
+            skip_or_fail(
+                &test_name(),
+                "lab tests need root for network namespaces (run as root; CI does)",
+            );
+            return None;
+        }
+        if crate::lab_required() && !crate::have_ip() {
+            panic!(
+                "{} cannot run: `ip` (iproute2) is missing, and the lab builds its hosts with it; \
+                 {} is set, so this is a failure, not a skip",
+                test_name(),
+                crate::LAB_REQUIRED_VAR
+            );
+        }
+        assert!(
+            (1..=MAX_HOSTS).contains(&hosts),
+            "a lab has 1 to {MAX_HOSTS} hosts, not {hosts}"
+        );
+        // A poisoned lock only means an earlier lab test failed; its lab is already gone.
+        let serial = LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let counter = LAB_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let pid_part = format!("fl{}-", base36(std::process::id()));
+        if counter == 0 {
+            // Anything named after this pid was left by an earlier process that had the same
+            // pid and died before its teardown: this process made nothing yet.
+            delete_netns_with_prefix(&pid_part);
+        }
+        delete_orphaned_labs();
+        let lab = Lab {
+            prefix: format!("{pid_part}{}", base36(counter % 1296)),
+            hosts,
+            _serial: serial,
+        };
+        delete_netns_with_prefix(&format!("{}-", lab.prefix));
+        // If building panics, `lab` is dropped while unwinding and tears down what exists.
+        let started = Instant::now();
+        lab.build();
+        eprintln!(
+            "lab {}: {hosts} hosts built in {:?}",
+            lab.prefix,
+            started.elapsed()
+        );
+        Some(lab)
+    }
+
+    fn build(&self) {
+        let sw = self.switch_ns();
+        ip(&["netns", "add", &sw]);
+        self.quiet_ipv6(&sw);
+        for bridge in [self.lan_bridge(), self.tailnet_bridge()] {
+            ip(&[
+                "-n",
+                &sw,
+                "link",
+                "add",
+                &bridge,
+                "type",
+                "bridge",
+                "mcast_snooping",
+                "0",
+                "stp_state",
+                "0",
+            ]);
+            ip(&["-n", &sw, "link", "set", &bridge, "up"]);
+        }
+        for host in 1..=self.hosts {
+            let ns = self.host_ns(host);
+            ip(&["netns", "add", &ns]);
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+            // Before any interface arrives: no IPv6 means no duplicate address detection to
+            // wait for (mDNS over IPv4 is enough).
+            self.quiet_ipv6(&ns);
+            self.sysctl(&ns, "net.ipv4.icmp_ratelimit=0");
+            for (nic, port, bridge, addr) in [
+                (
+                    Nic::Lan,
+                    self.lan_port(host),
+                    self.lan_bridge(),
+                    format!("10.77.0.{host}/24"),
+                ),
+                (
+                    Nic::Tailnet,
+                    self.tailnet_port(host),
+                    self.tailnet_bridge(),
+                    format!("100.77.0.{host}/24"),
+                ),
+            ] {
+                // Made inside the switch namespace, so nothing ever appears in the root one.
+                ip(&[
+                    "-n",
+                    &sw,
+                    "link",
+                    "add",
+                    &port,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    nic.name(),
+                    "netns",
+                    &ns,
+                ]);
+                ip(&["-n", &sw, "link", "set", &port, "master", &bridge]);
+                ip(&["-n", &sw, "link", "set", &port, "up"]);
+                ip(&["-n", &ns, "addr", "add", &addr, "dev", nic.name()]);
+                ip(&["-n", &ns, "link", "set", nic.name(), "up"]);
+            }
+            // A real tailnet carries no multicast.
+            ip(&[
+                "-n",
+                &sw,
+                "link",
+                "set",
+                &self.tailnet_port(host),
+                "type",
+                "bridge_slave",
+                "mcast_flood",
+                "off",
+            ]);
+        }
+    }
+
+    fn sysctl(&self, ns: &str, setting: &str) {
+        run("ip", &["netns", "exec", ns, "sysctl", "-qw", setting]);
+    }
+
+    fn quiet_ipv6(&self, ns: &str) {
+        self.sysctl(ns, "net.ipv6.conf.all.disable_ipv6=1");
+        self.sysctl(ns, "net.ipv6.conf.default.disable_ipv6=1");
+    }
+
+    /// This lab's name prefix (namespaces `<prefix>-sw`, `<prefix>-h<I>`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// How many hosts the lab has.
+    pub fn hosts(&self) -> usize {
+        self.hosts
+    }
+
+    fn check(&self, host: usize) {
+        assert!(
+            (1..=self.hosts).contains(&host),
+            "the lab has hosts 1..={}, not host {host}",
+            self.hosts
+        );
+    }
+
+    /// The switch namespace.
+    pub fn switch_ns(&self) -> String {
+        format!("{}-sw", self.prefix)
+    }
+
+    /// Host `host`'s namespace.
+    pub fn host_ns(&self, host: usize) -> String {
+        self.check(host);
+        format!("{}-h{host}", self.prefix)
+    }
+
+    fn lan_bridge(&self) -> String {
+        format!("{}-lan", self.prefix)
+    }
+
+    fn tailnet_bridge(&self) -> String {
+        format!("{}-ts", self.prefix)
+    }
+
+    /// The switch's end of host `host`'s LAN cable.
+    pub fn lan_port(&self, host: usize) -> String {
+        self.check(host);
+        format!("{}-{host}l", self.prefix)
+    }
+
+    /// The switch's end of host `host`'s tailnet link.
+    pub fn tailnet_port(&self, host: usize) -> String {
+        self.check(host);
+        format!("{}-{host}t", self.prefix)
+    }
+
+    fn port(&self, host: usize, nic: Nic) -> String {
+        match nic {
+            Nic::Lan => self.lan_port(host),
+            Nic::Tailnet => self.tailnet_port(host),
+        }
+    }
+
+    /// Host `host`'s address on `nic`.
+    pub fn addr(&self, host: usize, nic: Nic) -> String {
+        self.check(host);
+        match nic {
+            Nic::Lan => format!("10.77.0.{host}"),
+            Nic::Tailnet => format!("100.77.0.{host}"),
+        }
+    }
+
+    fn set_port(&self, host: usize, nic: Nic, state: &str) {
+        ip(&[
+            "-n",
+            &self.switch_ns(),
+            "link",
+            "set",
+            &self.port(host, nic),
+            state,
+        ]);
+    }
+
+    /// Pulls host `host`'s LAN cable: its `lan0` sees NO-CARRIER, nothing crosses.
+    pub fn cut_cable(&self, host: usize) {
+        self.set_port(host, Nic::Lan, "down");
+    }
+
+    /// Plugs host `host`'s LAN cable back in.
+    pub fn heal_cable(&self, host: usize) {
+        self.set_port(host, Nic::Lan, "up");
+    }
+
+    /// Cuts host `host`'s tailnet link.
+    pub fn cut_tailnet(&self, host: usize) {
+        self.set_port(host, Nic::Tailnet, "down");
+    }
+
+    /// Restores host `host`'s tailnet link.
+    pub fn heal_tailnet(&self, host: usize) {
+        self.set_port(host, Nic::Tailnet, "up");
+    }
+
+    /// Host `host` vanishes from both networks; its processes keep running.
+    pub fn power_off(&self, host: usize) {
+        self.cut_cable(host);
+        self.cut_tailnet(host);
+    }
+
+    /// Host `host` is back on both networks.
+    pub fn power_on(&self, host: usize) {
+        self.heal_cable(host);
+        self.heal_tailnet(host);
+    }
+
+    /// Runs `nft -f -` inside host `host` with `script` on its standard input.
+    fn nft(&self, host: usize, script: &str) {
+        let ns = self.host_ns(host);
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run ip netns exec ... nft (the lab needs nftables)");
+        child
+            .stdin
+            .take()
+            .expect("nft's stdin")
+            .write_all(script.as_bytes())
+            .expect("write the nft script");
+        let output = child.wait_with_output().expect("wait for nft");
+        assert!(
+            output.status.success(),
+            "nft in {ns} failed on\n{script}\n{}",
+            describe(&output)
+        );
+    }
+
+    /// The lab's nftables table in a host, made if absent (`add` is idempotent).
+    const NFT_TABLE: &'static str = "add table inet lab
+add chain inet lab in { type filter hook input priority -300; policy accept; }
+add chain inet lab out { type filter hook output priority -300; policy accept; }
+";
+
+    /// Drops everything in and out on host `host`'s `nic`; the link stays up, so nothing on
+    /// either side sees a carrier change or gets an ICMP answer.
+    pub fn silent_drop(&self, host: usize, nic: Nic) {
+        let name = nic.name();
+        self.nft(
+            host,
+            &format!(
+                "{}add rule inet lab in iifname \"{name}\" counter drop
+add rule inet lab out oifname \"{name}\" counter drop
+",
+                Self::NFT_TABLE
+            ),
+        );
+    }
+
+    /// Loses `percent` % of packets at random, in each direction, on host `host`'s `lan0`.
+    pub fn random_loss(&self, host: usize, percent: u8) {
+        assert!(percent <= 100, "a loss of {percent}% is not a percentage");
+        self.nft(
+            host,
+            &format!(
+                "{}add rule inet lab in iifname \"lan0\" numgen random mod 100 < {percent} counter drop
+add rule inet lab out oifname \"lan0\" numgen random mod 100 < {percent} counter drop
+",
+                Self::NFT_TABLE
+            ),
+        );
+    }
+
+    /// Loses `percent` % of packets at random, in each direction, on both of host `host`'s
+    /// cards (the LAN and the tailnet).
+    pub fn random_loss_everywhere(&self, host: usize, percent: u8) {
+        assert!(percent <= 100, "a loss of {percent}% is not a percentage");
+        let mut script = Self::NFT_TABLE.to_string();
+        for nic in [Nic::Lan, Nic::Tailnet] {
+            let name = nic.name();
+            script.push_str(&format!(
+                "add rule inet lab in iifname \"{name}\" numgen random mod 100 < {percent} counter drop
+add rule inet lab out oifname \"{name}\" numgen random mod 100 < {percent} counter drop
+"
+            ));
+        }
+        self.nft(host, &script);
+    }
+
+    /// Splits the lab in two: nothing crosses between a host of `side` and a host not in it,
+    /// on either network, while each side still talks within itself. Healed by
+    /// [`Lab::clear_drop`] on every host.
+    pub fn partition(&self, side: &[usize]) {
+        let addrs = |hosts: &[usize]| {
+            hosts
+                .iter()
+                .flat_map(|h| [self.addr(*h, Nic::Lan), self.addr(*h, Nic::Tailnet)])
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let other: Vec<usize> = (1..=self.hosts).filter(|h| !side.contains(h)).collect();
+        if side.is_empty() || other.is_empty() {
+            return;
+        }
+        for host in 1..=self.hosts {
+            let far = if side.contains(&host) {
+                &other[..]
+            } else {
+                side
+            };
+            let far = addrs(far);
+            self.nft(
+                host,
+                &format!(
+                    "{}add rule inet lab in ip saddr {{ {far} }} counter drop
+add rule inet lab out ip daddr {{ {far} }} counter drop
+",
+                    Self::NFT_TABLE
+                ),
+            );
+        }
+    }
+
+    /// Removes every drop and loss rule from host `host`.
+    pub fn clear_drop(&self, host: usize) {
+        self.nft(host, "add table inet lab\ndelete table inet lab\n");
+    }
+
+    /// Packets dropped so far by host `host`'s drop and loss rules (zeros when it has none).
+    pub fn dropped_packets(&self, host: usize) -> Dropped {
+        let mut dropped = Dropped::default();
+        let listed = self.exec(host, "nft", &["list", "table", "inet", "lab"]);
+        if !listed.status.success() {
+            return dropped;
+        }
+        let text = String::from_utf8_lossy(&listed.stdout);
+        let mut inbound = true;
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if words.first() == Some(&"chain") {
+                inbound = words.get(1) == Some(&"in");
+            }
+            let packets: u64 = words
+                .windows(2)
+                .filter(|pair| pair[0] == "packets")
+                .filter_map(|pair| pair[1].parse::<u64>().ok())
+                .sum();
+            if inbound {
+                dropped.inbound += packets;
+            } else {
+                dropped.outbound += packets;
+            }
+        }
+        dropped
+    }
+
+    /// Whether host `host`'s `nic` sees a carrier (its cable is in and the switch port is up).
+    pub fn has_carrier(&self, host: usize, nic: Nic) -> bool {
+        let shown = run(
+            "ip",
+            &["-n", &self.host_ns(host), "-o", "link", "show", nic.name()],
+        );
+        !String::from_utf8_lossy(&shown.stdout).contains("NO-CARRIER")
+    }
+
+    /// Runs `program args...` inside host `host` and returns what it did (not checked).
+    pub fn exec(&self, host: usize, program: &str, args: &[&str]) -> Output {
+        let ns = self.host_ns(host);
+        let mut all = vec!["netns", "exec", &ns, program];
+        all.extend_from_slice(args);
+        run_output("ip", &all)
+    }
+
+    /// Starts `program args...` inside host `host` in the background (not a gateway: an app,
+    /// say), its standard output and error appended to `log`, with `env` added. The caller
+    /// waits for it; whatever still runs in the host when the lab is torn down is killed.
+    pub fn spawn_in(
+        &self,
+        host: usize,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Child {
+        let ns = self.host_ns(host);
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap_or_else(|err| panic!("open {}: {err}", log.display()))
+        };
+        Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(program)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(open())
+            .stderr(open())
+            .spawn()
+            .unwrap_or_else(|err| panic!("spawn ip netns exec {ns} {}: {err}", program.display()))
+    }
+
+    /// Starts `ferry serve` on host `host` in a fresh home, its QUIC endpoint on
+    /// 0.0.0.0:7420 and its API on loopback inside the host; waits (bounded) for `api.addr`.
+    pub fn start_ferry(&self, host: usize, label: &str, extra_serve_args: &[&str]) -> LabGateway {
+        self.start_ferry_with_env(host, label, extra_serve_args, &[])
+    }
+
+    /// [`Lab::start_ferry`] with extra environment for the gateway process (e.g. a `PATH`
+    /// with a fake `tailscale` first).
+    pub fn start_ferry_with_env(
+        &self,
+        host: usize,
+        label: &str,
+        extra_serve_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> LabGateway {
+        self.start_ferry_with(
+            host,
+            label,
+            &StartOptions {
+                extra_args: extra_serve_args,
+                env,
+                ..StartOptions::default()
+            },
+        )
+    }
+
+    /// [`Lab::start_ferry`] with every option: another gateway binary (an older release, whose
+    /// CLI then also runs this gateway's commands), a `config.toml` written into the fresh home
+    /// before the first start, extra arguments and environment.
+    pub fn start_ferry_with(&self, host: usize, label: &str, options: &StartOptions) -> LabGateway {
+        let home = tempfile::Builder::new()
+            .prefix(&format!("ferry-lab-{label}-"))
+            .tempdir()
+            .expect("a temporary home");
+        if let Some(config) = options.config_toml {
+            std::fs::write(home.path().join("config.toml"), config)
+                .unwrap_or_else(|err| panic!("write {label}'s config.toml: {err}"));
+        }
+        let mut gateway = LabGateway {
+            host,
+            ns: self.host_ns(host),
+            label: label.to_string(),
+            lan_addr: format!("{}:{FERRY_PORT}", self.addr(host, Nic::Lan)),
+            tailnet_addr: format!("{}:{FERRY_PORT}", self.addr(host, Nic::Tailnet)),
+            binary: options
+                .binary
+                .map_or_else(|| PathBuf::from(ferry_bin()), Path::to_path_buf),
+            extra_args: options.extra_args.iter().map(|s| s.to_string()).collect(),
+            extra_env: options
+                .env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            home,
+            child: None,
+            node_id: String::new(),
+        };
+        gateway.spawn();
+        let (code, id) = gateway.cli_json(&["id"]);
+        assert_eq!(code, 0, "ferry id on {label}: {id}");
+        gateway.node_id = id["node_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("ferry id on {label} printed no node_id: {id}"))
+            .to_string();
+        gateway
+    }
+}
+
+/// What [`Lab::start_ferry_with`] may change; the default is [`Lab::start_ferry`]'s gateway.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartOptions<'a> {
+    /// The gateway binary; `None`: [`ferry_bin`], the build under test.
+    pub binary: Option<&'a Path>,
+    /// Written to `config.toml` in the new home before the gateway first starts.
+    pub config_toml: Option<&'a str>,
+    /// Arguments after `serve --api ... --listen ... --label ...`.
+    pub extra_args: &'a [&'a str],
+    /// Extra environment for the gateway process.
+    pub env: &'a [(&'a str, &'a str)],
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let started = Instant::now();
+        delete_netns_with_prefix(&format!("{}-", self.prefix));
+        let left: Vec<String> = netns_list()
+            .into_iter()
+            .filter(|n| n.starts_with(&format!("{}-", self.prefix)))
+            .collect();
+        if left.is_empty() {
+            eprintln!("lab {}: torn down in {:?}", self.prefix, started.elapsed());
+        } else {
+            eprintln!("lab {}: LEFT BEHIND namespaces {left:?}", self.prefix);
+        }
+    }
+}
+
+/// Makes every gateway trust every other, with both routes: the LAN one and the tailnet one.
+pub fn trust_all(gateways: &[&LabGateway]) {
+    for me in gateways {
+        for them in gateways {
+            if me.node_id == them.node_id {
+                continue;
+            }
+            let lan = format!("{},lan", them.lan_addr);
+            let tailnet = format!("{},tailnet", them.tailnet_addr);
+            let out = me.cli(&[
+                "trust",
+                &them.node_id,
+                "--label",
+                &them.label,
+                "--addr",
+                &lan,
+                "--addr",
+                &tailnet,
+            ]);
+            assert!(
+                out.status.success(),
+                "{} trusting {}: {}",
+                me.label,
+                them.label,
+                describe(&out)
+            );
+        }
+    }
+}
+
+/// `ferry serve` on one lab host. Its process is killed when the handle drops.
+pub struct LabGateway {
+    host: usize,
+    ns: String,
+    label: String,
+    lan_addr: String,
+    tailnet_addr: String,
+    /// The gateway binary it runs (and whose CLI runs its commands).
+    binary: PathBuf,
+    extra_args: Vec<String>,
+    extra_env: Vec<(String, String)>,
+    home: tempfile::TempDir,
+    child: Option<Child>,
+    node_id: String,
+}
+
+impl fmt::Debug for LabGateway {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LabGateway")
+            .field("label", &self.label)
+            .field("ns", &self.ns)
+            .field("home", &self.home.path())
+            .field("binary", &self.binary)
+            .field("pid", &self.child.as_ref().map(Child::id))
+            .finish()
+    }
+}
+
+impl LabGateway {
+    fn spawn(&mut self) {
+        let home = self.home.path().to_path_buf();
+        let _ = std::fs::remove_file(home.join("api.addr"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open serve.log");
+        let home_arg = home.to_str().expect("a UTF-8 temporary path");
+        let listen = format!("0.0.0.0:{FERRY_PORT}");
+        let binary = self.binary.to_str().expect("a UTF-8 binary path");
+        let mut args = vec![
+            "netns",
+            "exec",
+            &self.ns,
+            binary,
+            "--home",
+            home_arg,
+            "serve",
+            "--api",
+            "127.0.0.1:0",
+            "--listen",
+            &listen,
+            "--label",
+            &self.label,
+        ];
+        args.extend(self.extra_args.iter().map(String::as_str));
+        // `ip netns exec` execs the program: the child's pid is ferry's own.
+        let child = Command::new("ip")
+            .args(&args)
+            .env("RUST_LOG", "info,ferry_peer=debug,ferry_gateway=debug")
+            .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env_remove("FERRY_HOME")
+            .env_remove("FERRY_DANGEROUS_FAULT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn ip netns exec ... ferry serve");
+        // Bounded, and fails at once with the log if the process exits before it listens.
+        let who = format!("{} (in {})", self.label, self.ns);
+        let child = self.child.insert(child);
+        crate::wait_until_listening(child, &home, &who);
+    }
+
+    /// The label this gateway runs with.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The lab host it runs on.
+    pub fn host(&self) -> usize {
+        self.host
+    }
+
+    /// Its state directory.
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.home.path().join("serve.log")
+    }
+
+    /// Its node id (from `ferry id` at start).
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Its QUIC address on the LAN, `10.77.0.I:7420`.
+    pub fn lan_addr(&self) -> &str {
+        &self.lan_addr
+    }
+
+    /// Its QUIC address on the tailnet, `100.77.0.I:7420`.
+    pub fn tailnet_addr(&self) -> &str {
+        &self.tailnet_addr
+    }
+
+    /// The `ferry serve` process id.
+    pub fn pid(&self) -> u32 {
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .unwrap_or_else(|| panic!("{} is not running", self.label))
+    }
+
+    /// Whether the process is still running (not exited or reaped).
+    pub fn running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().ok().flatten().is_none(),
+            None => false,
+        }
+    }
+
+    /// The gateway binary it runs ([`ferry_bin`] unless started or restarted on another).
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// Runs the CLI (of the binary the gateway runs) against this gateway, inside its host.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_of(&self.binary, args)
+    }
+
+    /// Runs the CLI of `binary` (another build's, say) against this gateway, inside its host.
+    pub fn cli_of(&self, binary: &Path, args: &[&str]) -> Output {
+        let home = self.home.path().to_str().expect("a UTF-8 temporary path");
+        let binary = binary.to_str().expect("a UTF-8 binary path");
+        let mut all = vec!["netns", "exec", &self.ns, binary, "--home", home];
+        all.extend_from_slice(args);
+        Command::new("ip")
+            .args(&all)
+            .env_remove("FERRY_HOME")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ip netns exec ... ferry")
+    }
+
+    /// A handle that runs this gateway's CLI from another thread (the CLI of the binary it
+    /// runs now: a later [`LabGateway::restart_with_binary`] does not change the handle's).
+    pub fn cli_prefix(&self) -> LabCli {
+        LabCli {
+            ns: self.ns.clone(),
+            home: self.home.path().to_path_buf(),
+            binary: self.binary.clone(),
+        }
+    }
+
+    /// Waits (bounded) for the process to exit by itself; returns its exit code.
+    pub fn wait_exit(&mut self, bound: Duration) -> Option<i32> {
+        let label = self.label.clone();
+        let child = self
+            .child
+            .as_mut()
+            .unwrap_or_else(|| panic!("{label} is not running"));
+        let status = wait_for(&format!("{label} to exit"), bound, || {
+            child.try_wait().ok().flatten()
+        });
+        self.child = None;
+        status.code()
+    }
+
+    /// Runs the CLI with `--json`; returns the exit code and the parsed standard output.
+    pub fn cli_json(&self, args: &[&str]) -> (i32, Value) {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let output = self.cli(&all);
+        let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+            panic!(
+                "ferry {args:?} on {} printed no JSON: {}",
+                self.label,
+                describe(&output)
+            )
+        });
+        (output.status.code().unwrap_or(-1), value)
+    }
+
+    /// Sends signal number `signal` to the process (kill(1) keeps the harness free of unsafe).
+    pub fn signal(&self, signal: i32) {
+        crate::send_signal(self.pid(), signal);
+    }
+
+    /// SIGKILL, and reaps the process: it is gone when this returns.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `ferry stop`, then waits (bounded) for the process to exit; returns its exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        let binary = self.binary.clone();
+        self.stop_with_cli(&binary)
+    }
+
+    /// [`LabGateway::stop`] with the `ferry stop` of another build's CLI: an operator who has
+    /// just installed a new release stops the running old gateway with the new CLI.
+    pub fn stop_with_cli(&mut self, binary: &Path) -> Option<i32> {
+        let out = self.cli_of(binary, &["stop"]);
+        assert!(
+            out.status.success(),
+            "ferry stop ({}) on {}: {}",
+            binary.display(),
+            self.label,
+            describe(&out)
+        );
+        let label = self.label.clone();
+        let child = self
+            .child
+            .as_mut()
+            .unwrap_or_else(|| panic!("{label} is not running"));
+        let status = wait_for(
+            &format!("{label} to exit after `ferry stop`"),
+            STOP_BOUND,
+            || child.try_wait().ok().flatten(),
+        );
+        self.child = None;
+        status.code()
+    }
+
+    /// Starts the gateway again in the same home, host and port (after a stop or a kill; a
+    /// running one is killed first), so peers' routes still lead to it.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// [`LabGateway::restart`] on another gateway binary (an upgrade or a downgrade): the same
+    /// home, host, port, label and arguments; its CLI is that binary's from now on. Stop it
+    /// first (`ferry stop`) for an orderly upgrade; a running one is killed.
+    pub fn restart_with_binary(&mut self, binary: &Path) {
+        self.kill();
+        self.binary = binary.to_path_buf();
+        self.spawn();
+    }
+
+    /// The gateway's log so far (standard error of every run in this home).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+}
+
+/// A gateway's CLI, runnable from any thread (see [`LabGateway::cli_prefix`]).
+#[derive(Debug, Clone)]
+pub struct LabCli {
+    ns: String,
+    home: std::path::PathBuf,
+    binary: PathBuf,
+}
+
+impl LabCli {
+    /// Runs `ferry ARGS` inside the host; returns the exit code and the parsed JSON output
+    /// (`Value::Null` when it printed none).
+    pub fn run(&self, args: &[&str]) -> (i32, Value) {
+        let home = self.home.to_str().expect("a UTF-8 temporary path");
+        let binary = self.binary.to_str().expect("a UTF-8 binary path");
+        let mut all = vec!["netns", "exec", &self.ns, binary, "--home", home];
+        all.extend_from_slice(args);
+        let output = Command::new("ip")
+            .args(&all)
+            .env_remove("FERRY_HOME")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ip netns exec ... ferry");
+        let value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        (output.status.code().unwrap_or(-1), value)
+    }
+}
+
+impl Drop for LabGateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,113 @@
+//! The fault campaign, short (issue 14; `ferry_tests::campaign`, `docs/campaign.md`): five lab
+//! hosts, three vaults, ten apps and a seeded nemesis of every kind, then the history checker.
+//! A fixed seed, so a failure here replays with `ferry-campaign` and the seed it prints. Then
+//! each bug the checker must catch is switched on in turn, in a smaller campaign, and caught.
+//!
+//! Run: `cargo test -p ferry-tests --test lab_campaign -- --nocapture --test-threads 1` (as
+//! root; without root these say SKIPPED, and CI, which sets `FERRY_LAB_REQUIRED=1`, fails).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ferry_core::bugs::Bug;
+use ferry_tests::campaign::{self, nemesis::KINDS, Options, Report};
+
+/// Where a campaign's app files stay, for a look after a failure.
+fn files(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferry-lab-campaign-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Runs `options`; `None` when the lab cannot be built without root (SKIPPED was said).
+fn run(options: &Options) -> Option<Report> {
+    match campaign::run(options) {
+        Ok(report) => {
+            eprintln!("{}", report.text());
+            Some(report)
+        }
+        Err(why) if !ferry_tests::running_as_root() => {
+            eprintln!("campaign not run: {why}");
+            None
+        }
+        Err(why) => panic!("the campaign could not run: {why}"),
+    }
+}
+
+#[test]
+fn a_short_campaign_keeps_every_promise() {
+    let options = Options {
+        seed: 14,
+        ops: 4_000,
+        min_faults: 30,
+        dir: Some(files("short")),
+        ..Options::default()
+    };
+    let Some(report) = run(&options) else { return };
+    assert!(
+        report.violations.is_empty(),
+        "the campaign found broken promises (files in {:?}):\n{}",
+        options.dir,
+        report.text()
+    );
+    assert!(
+        report.ops >= options.ops && report.faults >= options.min_faults,
+        "{}",
+        report.text()
+    );
+    // The seed's plan reaches most kinds of fault; a plan that stopped doing so would test less.
+    let kinds = report.faults_by_kind.len();
+    assert!(
+        kinds >= KINDS.len() - 2,
+        "only {kinds} kinds of fault: {}",
+        report.text()
+    );
+    // Faults bit: some calls had to be settled, and every one of them was.
+    assert!(
+        report.unknown_settled == report.unknown,
+        "{}",
+        report.text()
+    );
+}
+
+/// A bug, the fault kinds that expose it quickly, and words of the violation it must cause.
+const BUGS: [(Bug, &str, &str); 4] = [
+    (
+        Bug::ResendAfterSend,
+        "loss,partition,freeze",
+        "no app sent it",
+    ),
+    (Bug::AnswerBeforeCommit, "kill", "told done at revision"),
+    (
+        Bug::NothingSentAfterSend,
+        "loss,partition,freeze",
+        "but it ran",
+    ),
+    (
+        Bug::ReplicaSkipsChange,
+        "cut_lan",
+        "does not hold what its owner holds",
+    ),
+];
+
+#[test]
+fn each_injected_bug_is_caught_by_a_campaign() {
+    for (bug, kinds, words) in BUGS {
+        let options = Options {
+            seed: 3,
+            ops: 1_500,
+            min_faults: 8,
+            kinds: kinds.split(',').map(str::to_string).collect(),
+            bug: Some(bug),
+            pace: Duration::from_millis(5),
+            dir: Some(files(bug.name())),
+        };
+        let Some(report) = run(&options) else { return };
+        assert!(
+            report.violations.iter().any(|v| v.contains(words)),
+            "with {} switched on, the campaign should have found a violation saying {words:?}:\n{}",
+            bug.name(),
+            report.text()
+        );
+    }
+}
