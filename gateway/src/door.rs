@@ -20,6 +20,7 @@ use ferry_peer::wire::{
 use ferry_ticket::NodeId;
 use tracing::Instrument;
 
+use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::network::Network;
 use crate::owner::executor::SubmitError;
@@ -37,6 +38,8 @@ pub struct PeerService {
     /// Background reads (replicas' change pages) served at once: a replica catching up reads
     /// as fast as this lets it, and no faster, so apps' calls keep the owner's time.
     background_reads: Arc<tokio::sync::Semaphore>,
+    /// A stopping gateway answers its long polls at once (its drain waits for served streams).
+    lifecycle: Arc<Lifecycle>,
 }
 
 fn untrusted() -> Refusal {
@@ -61,6 +64,7 @@ impl PeerService {
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
         background_reads: usize,
+        lifecycle: Arc<Lifecycle>,
     ) -> Self {
         Self {
             owner,
@@ -69,6 +73,7 @@ impl PeerService {
             metrics,
             clock,
             background_reads: Arc::new(tokio::sync::Semaphore::new(background_reads)),
+            lifecycle,
         }
     }
 
@@ -108,37 +113,10 @@ impl PeerService {
     }
 }
 
-impl Service for PeerService {
-    async fn hello(&self, from: NodeId, hello: Hello, version: u16) -> Hello {
-        if self.trusted(&from) {
-            self.network
-                .heard_hello(from, &hello.owned_vaults, &hello.replicated_vaults);
-            self.network.heard_version(from, version, hello.release);
-        }
-        self.vaults.hello(self.network.label())
-    }
-
-    async fn write(&self, from: NodeId, request: WriteRequest) -> Option<WriteAnswer> {
-        let span = tracing::debug_span!(
-            "owner_write",
-            request_id = %request.request_id,
-            app = %request.app,
-            peer = %self.network.label_of(&from)
-        );
-        span.in_scope(|| tracing::debug!(vault = %request.vault, "received at the door"));
-        let answer = self
-            .write_checked(from, request)
-            .instrument(span.clone())
-            .await;
-        span.in_scope(|| tracing::debug!(?answer, "answered"));
-        answer
-    }
-
-    async fn read(&self, from: NodeId, request: ReadRequest) -> ReadAnswer {
-        if !self.trusted(&from) {
-            return ReadAnswer::Refused(untrusted());
-        }
-        self.metrics.peer_read_served();
+impl PeerService {
+    /// One read of the local copy; a change page first waits for its turn among background
+    /// work.
+    async fn read_once(&self, request: ReadRequest) -> ReadAnswer {
         let ReadRequest {
             vault,
             verb,
@@ -176,6 +154,68 @@ impl Service for PeerService {
                 Duration::from_secs(1),
             )),
         }
+    }
+}
+
+impl Service for PeerService {
+    async fn hello(&self, from: NodeId, hello: Hello, version: u16) -> Hello {
+        if self.trusted(&from) {
+            self.network
+                .heard_hello(from, &hello.owned_vaults, &hello.replicated_vaults);
+            self.network.heard_version(from, version, hello.release);
+        }
+        self.vaults.hello(self.network.label())
+    }
+
+    async fn write(&self, from: NodeId, request: WriteRequest) -> Option<WriteAnswer> {
+        let span = tracing::debug_span!(
+            "owner_write",
+            request_id = %request.request_id,
+            app = %request.app,
+            peer = %self.network.label_of(&from)
+        );
+        span.in_scope(|| tracing::debug!(vault = %request.vault, "received at the door"));
+        let answer = self
+            .write_checked(from, request)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| tracing::debug!(?answer, "answered"));
+        answer
+    }
+
+    async fn read(&self, from: NodeId, request: ReadRequest, wait: Option<Duration>) -> ReadAnswer {
+        if !self.trusted(&from) {
+            return ReadAnswer::Refused(untrusted());
+        }
+        self.metrics.peer_read_served();
+        // A long poll of a change page: subscribed before the first read, so a commit between
+        // that read and the wait still wakes it.
+        let mut moved = match (&request.verb, wait) {
+            (ReadVerb::Changes { .. }, Some(wait)) if !wait.is_zero() => {
+                Some((self.vaults.revisions().watch(&request.vault), wait))
+            }
+            _ => None,
+        };
+        let answer = self.read_once(request.clone()).await;
+        let Some((moved, wait)) = moved.as_mut() else {
+            return answer;
+        };
+        if !matches!(&answer, ReadAnswer::Changes { changes, .. } if changes.is_empty()) {
+            return answer;
+        }
+        // Nothing past the cursor: hold the answer until the first commit or the end of the
+        // wait, leaving the caller a quarter of its deadline to receive the page.
+        let asked = tokio::time::Instant::now();
+        let deadline = asked + Duration::from_millis(u64::from(request.deadline_ms));
+        let until = (asked + *wait).min(deadline - (deadline - asked) / 4);
+        let mut stopping = self.lifecycle.stopping();
+        tokio::select! {
+            biased;
+            () = async { let _ = stopping.wait_for(|stopping| *stopping).await; } => return answer,
+            _ = moved.changed() => {}
+            () = tokio::time::sleep_until(until) => return answer,
+        }
+        self.read_once(request).await
     }
 
     async fn issue_ticket(&self, from: NodeId, request: TicketRequest) -> TicketAnswer {

@@ -299,6 +299,7 @@ impl Gateway {
             self.metrics.clone(),
             self.env.clock.clone(),
             self.config().background_reads,
+            self.lifecycle.clone(),
         ));
         let protocols = endpoint.protocols();
         loop {

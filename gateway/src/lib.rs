@@ -40,6 +40,7 @@ pub mod read_around;
 pub mod reader;
 pub mod reads;
 pub mod replication;
+pub mod revisions;
 pub mod settlement;
 pub mod store;
 pub mod sync_board;

@@ -107,7 +107,20 @@ pub struct Metrics {
     door_refusals: AtomicU64,
     calls_settled: AtomicU64,
     cache_hits: AtomicU64,
+    /// Change feed requests waiting for news now (long polls).
+    feed_waiting: AtomicU64,
     owner: OwnerLoad,
+}
+
+/// A change feed request waiting for news, counted in `ferry_feed_waiting` until dropped (an
+/// answer, or an app that gave up and closed its connection).
+#[derive(Debug)]
+pub struct FeedWaiter<'m>(&'m Metrics);
+
+impl Drop for FeedWaiter<'_> {
+    fn drop(&mut self) {
+        self.0.feed_waiting.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The owner's queue (SPEC 7 rule 7), by class: what waits, how long it waited, what was
@@ -171,6 +184,12 @@ impl Metrics {
     /// A read was answered from the cache without asking anyone.
     pub fn cache_hit(&self) {
         self.cache_hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A change feed request starts waiting for news; it stops when the guard drops.
+    pub fn feed_waiter(&self) -> FeedWaiter<'_> {
+        self.feed_waiting.fetch_add(1, Ordering::Relaxed);
+        FeedWaiter(self)
     }
 
     /// A remembered `outcome_unknown` call got its definite answer.
@@ -266,6 +285,11 @@ impl Metrics {
                 count.load(Ordering::Relaxed)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP ferry_feed_waiting Change feed requests waiting for news (long polls).\n# TYPE ferry_feed_waiting gauge\nferry_feed_waiting {}",
+            self.feed_waiting.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP ferry_peer_requests_served_total Requests from peers this gateway served.\n# TYPE ferry_peer_requests_served_total counter\n");
         let _ = writeln!(
             out,

@@ -1,7 +1,9 @@
 //! Replicas (SPEC 10): a replica pulls its owner's change log in pages, as background reads
 //! through the pool and the read path's route fallbacks (never the write path), and applies
 //! each page and moves its cursor in one SQLite transaction, so after any crash it resumes
-//! exactly where it stopped. Deletes arrive as tombstones and are applied as such.
+//! exactly where it stopped. Deletes arrive as tombstones and are applied as such. Once caught
+//! up it asks with a long poll ([`LONG_POLL`]): the owner holds the question until its next
+//! commit, so a change reaches an online replica about one round trip after it is made.
 //!
 //! The `SyncBoard` (`sync_board.rs`) keeps each replica's progress: its cursor, the owner's
 //! revision, when it last pulled (the heartbeat) and last caught up, for `ferry vault list` and
@@ -28,8 +30,14 @@ use crate::vaults::Vaults;
 
 /// Changes pulled per page (also bounded by bytes on the owner).
 const PAGE: u32 = 1000;
-/// How often a caught-up replica asks for more.
+/// How often a caught-up replica asks for more when its owner does not hold the question
+/// open (a release before long polls).
 const PULL_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a caught-up replica's question waits at the owner for the next change (a long
+/// poll, `EXT_WAIT_MS`): a change reaches the replica at once, and the owner's answer, even an
+/// empty one, proves the replica current at least this often (under `replica_fresh_ms`, 2 s by
+/// default, so a caught-up replica keeps answering its reads itself).
+const LONG_POLL: Duration = Duration::from_secs(1);
 /// The wait after a failed pull before the next.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// One page's deadline.
@@ -151,20 +159,29 @@ impl Replication {
         self.board.edit(&vault, |s| s.cursor = cursor);
         let mut stopping = self.lifecycle.stopping();
         info!(%vault, cursor, "replica sync started");
+        // Caught up: the next question is a long poll.
+        let mut caught_up = false;
         loop {
             if self.lifecycle.is_stopping() {
                 return;
             }
             let started = self.clock.now();
-            let wait = match self.pull_once(&vault, owner, cursor).await {
+            let long_poll = caught_up.then_some(LONG_POLL);
+            let wait = match self.pull_once(&vault, owner, cursor, long_poll).await {
                 Ok((next, more)) => {
+                    let moved = next > cursor;
                     cursor = next;
+                    caught_up = !more;
+                    let took = self.clock.now().saturating_duration_since(started);
                     if more {
                         // Catching up is background work (`capacity::catch_up_pause`).
-                        capacity::catch_up_pause(
-                            self.clock.now().saturating_duration_since(started),
-                        )
+                        capacity::catch_up_pause(took)
+                    } else if moved || long_poll.is_none() || took >= LONG_POLL / 2 {
+                        // News, or just caught up (the next question is a long poll), or the
+                        // owner held the question open: ask again at once.
+                        Duration::ZERO
                     } else {
+                        // An owner that answers at once (no long polls): ask at a pace.
                         PULL_INTERVAL
                     }
                 }
@@ -177,6 +194,7 @@ impl Replication {
                         .min(RETRY_AFTER)
                 }
                 Err(err) => {
+                    caught_up = false;
                     debug!(%vault, %err, "replica pull failed");
                     self.board
                         .edit(&vault, |s| s.last_error = Some(err.to_string()));
@@ -193,18 +211,22 @@ impl Replication {
         }
     }
 
-    /// Pulls and applies one page; returns the new cursor and whether more is waiting.
+    /// Pulls and applies one page; returns the new cursor and whether more is waiting. With
+    /// `long_poll`, the owner may hold the question that long for the first change past the
+    /// cursor.
     async fn pull_once(
         &self,
         vault: &str,
         owner: NodeId,
         cursor: u64,
+        long_poll: Option<Duration>,
     ) -> Result<(u64, bool), PullError> {
         let target = self
             .network
             .target(&owner)
             .ok_or(PullError::OwnerNotTrusted { owner })?;
-        let deadline = self.clock.now() + PAGE_DEADLINE;
+        let budget = PAGE_DEADLINE + long_poll.unwrap_or_default();
+        let deadline = self.clock.now() + budget;
         let request = ReadRequest {
             app: APP.into(),
             vault: vault.to_string(),
@@ -212,23 +234,27 @@ impl Replication {
                 since_revision: cursor,
                 limit: PAGE,
             },
-            deadline_ms: PAGE_DEADLINE.as_millis() as u32,
+            deadline_ms: budget.as_millis() as u32,
         };
-        let (changes, more, owner_revision) =
-            match self.network.caller().read(&target, request, deadline).await {
-                Ok(ReadAnswer::Changes {
-                    changes,
-                    more,
-                    vault_revision,
-                }) => (changes, more, vault_revision),
-                Ok(ReadAnswer::Refused(refusal)) => return Err(PullError::Refused { refusal }),
-                Ok(other) => {
-                    return Err(PullError::UnexpectedAnswer {
-                        answer: Box::new(other),
-                    })
-                }
-                Err(source) => return Err(PullError::Unreachable { source }),
-            };
+        let caller = self.network.caller();
+        let read = match long_poll {
+            Some(wait) => caller.read_waiting(&target, request, wait, deadline).await,
+            None => caller.read(&target, request, deadline).await,
+        };
+        let (changes, more, owner_revision) = match read {
+            Ok(ReadAnswer::Changes {
+                changes,
+                more,
+                vault_revision,
+            }) => (changes, more, vault_revision),
+            Ok(ReadAnswer::Refused(refusal)) => return Err(PullError::Refused { refusal }),
+            Ok(other) => {
+                return Err(PullError::UnexpectedAnswer {
+                    answer: Box::new(other),
+                })
+            }
+            Err(source) => return Err(PullError::Unreachable { source }),
+        };
         let next = changes.last().map_or(cursor, |c| c.revision.max(cursor));
         let count = changes.len() as u64;
         if !changes.is_empty() {

@@ -117,9 +117,17 @@ impl Vaults {
         changes: Vec<WireChange>,
         next: u64,
     ) -> Result<(), StoreError> {
+        let vault = name.clone();
         self.writer
             .apply(move |conn| vaults::apply_changes(conn, &name, &changes, next))
-            .await
+            .await?;
+        self.writer.revisions().advanced(&vault, next);
+        Ok(())
+    }
+
+    /// Each local vault's newest committed revision (the owner's writes, a replica's pages).
+    pub fn revisions(&self) -> &Arc<crate::revisions::Revisions> {
+        self.writer.revisions()
     }
 
     /// Answers a read verb from the local copy of `vault` (`None`: no copy here).

@@ -599,6 +599,29 @@ impl Caller {
         }
     }
 
+    /// [`Caller::read`] as a long poll: the peer may hold its answer up to `wait` for news
+    /// (only a change page honours it, [`crate::wire::EXT_WAIT_MS`]; a peer that does not know
+    /// the extension answers at once). `deadline` must leave room for the wait.
+    pub async fn read_waiting(
+        &self,
+        target: &Target,
+        request: ReadRequest,
+        wait: Duration,
+        deadline: Instant,
+    ) -> Result<ReadAnswer, ReadError> {
+        let frame = RequestFrame {
+            body: Request::Read(request),
+            ext: Extensions::wait(wait),
+        };
+        match self
+            .idempotent_frame(target, frame, wait, deadline, false)
+            .await?
+        {
+            (Response::Read(answer), _) => Ok(answer),
+            (other, _) => Err(unexpected(target, "a read", &other)),
+        }
+    }
+
     /// Tells a peer who this gateway is and which vaults it has; learns the same of the peer,
     /// and the protocol version their connection agreed on.
     pub async fn hello(
@@ -677,16 +700,31 @@ impl Caller {
         deadline: Instant,
         fresh_only: bool,
     ) -> Result<(Response, u16), ReadError> {
-        // A hello (sent when a peer is trusted or found) is no sign the peer will be called:
-        // it leaves the heartbeats at their idle pace.
-        let is_use = !matches!(body, Request::Hello(_));
-        if is_use {
-            self.routes.calling(target.node, clock::now());
-        }
         let frame = RequestFrame {
             body,
             ext: Extensions::default(),
         };
+        self.idempotent_frame(target, frame, Duration::ZERO, deadline, fresh_only)
+            .await
+    }
+
+    /// [`Caller::idempotent_on`] with the frame's extensions given, and `wait`: how long the
+    /// peer may hold its answer back on purpose (a long poll), added to a pooled attempt's own
+    /// short bound so the wait is not taken for a dead connection.
+    async fn idempotent_frame(
+        &self,
+        target: &Target,
+        frame: RequestFrame,
+        wait: Duration,
+        deadline: Instant,
+        fresh_only: bool,
+    ) -> Result<(Response, u16), ReadError> {
+        // A hello (sent when a peer is trusted or found) is no sign the peer will be called:
+        // it leaves the heartbeats at their idle pace.
+        let is_use = !matches!(frame.body, Request::Hello(_));
+        if is_use {
+            self.routes.calling(target.node, clock::now());
+        }
         // Ranked now, not when the call started: a retry after a break (a settle query above
         // all) must not go back to the route that just died.
         let routes: Vec<Route> = match self.routes.ranked(target.node, clock::now()) {
@@ -710,7 +748,7 @@ impl Caller {
                     break;
                 }
                 watched = Some(self.hedge_watch(target.node, route, fresh_only));
-                running.push(self.on_route(target, *route, &frame, deadline, fresh_only));
+                running.push(self.on_route(target, *route, &frame, wait, deadline, fresh_only));
                 next += 1;
             }
             let hedge = async {
@@ -737,7 +775,7 @@ impl Caller {
                     let route = routes[next];
                     debug!(peer = %target.label, %route, "no word on the route in use: the request goes on the next route too");
                     watched = Some(self.hedge_watch(target.node, &route, fresh_only));
-                    running.push(self.on_route(target, route, &frame, deadline, fresh_only));
+                    running.push(self.on_route(target, route, &frame, wait, deadline, fresh_only));
                     next += 1;
                 }
             }
@@ -778,6 +816,7 @@ impl Caller {
         target: &Target,
         route: Route,
         frame: &RequestFrame,
+        wait: Duration,
         deadline: Instant,
         fresh_only: bool,
     ) -> OnRoute {
@@ -792,7 +831,9 @@ impl Caller {
         let mut last_error = String::from("no attempt could be made before the deadline");
         for attempt in plan {
             let (conn, attempt_deadline) = match (attempt, &pooled) {
-                (Attempt::Pooled { until }, Some(pooled)) => (pooled.conn.clone(), until),
+                (Attempt::Pooled { until }, Some(pooled)) => {
+                    (pooled.conn.clone(), (until + wait).min(deadline))
+                }
                 (Attempt::Pooled { .. }, None) => continue,
                 (Attempt::Fresh, _) => match self.dial(target.node, route.addr, deadline).await {
                     Ok(conn) => (conn, deadline),

@@ -33,6 +33,10 @@ const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a write's (or a going-away) stream waits for the caller to acknowledge the answer.
 const ANSWER_ACK_WAIT: Duration = Duration::from_secs(2);
 
+/// The longest long poll a caller may ask of a read ([`crate::wire::EXT_WAIT_MS`]); a longer
+/// one is cut to this.
+pub const MAX_READ_WAIT: Duration = Duration::from_secs(5);
+
 /// What a gateway does with the requests peers send it.
 pub trait Service: Send + Sync + 'static {
     /// A peer introduced itself, on a connection of protocol `version`; answer with this
@@ -47,8 +51,15 @@ pub trait Service: Send + Sync + 'static {
         from: NodeId,
         request: WriteRequest,
     ) -> impl Future<Output = Option<WriteAnswer>> + Send;
-    /// A read of a vault this gateway owns or replicates.
-    fn read(&self, from: NodeId, request: ReadRequest) -> impl Future<Output = ReadAnswer> + Send;
+    /// A read of a vault this gateway owns or replicates; `wait`: the caller asked for a long
+    /// poll ([`crate::wire::EXT_WAIT_MS`], at most [`MAX_READ_WAIT`]), which only a change
+    /// page with nothing past its cursor honours.
+    fn read(
+        &self,
+        from: NodeId,
+        request: ReadRequest,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = ReadAnswer> + Send;
     /// A ticket request: sign one for `from` if its app may use those verbs on that vault.
     fn issue_ticket(
         &self,
@@ -210,7 +221,13 @@ async fn serve_stream<S: Service>(
                     return;
                 }
             },
-            Request::Read(request) => Response::Read(service.read(peer, request).await),
+            Request::Read(request) => {
+                let wait = frame
+                    .ext
+                    .wait_ms()
+                    .map(|ms| Duration::from_millis(u64::from(ms)).min(MAX_READ_WAIT));
+                Response::Read(service.read(peer, request, wait).await)
+            }
             Request::IssueTicket(request) => {
                 Response::Ticket(service.issue_ticket(peer, request).await)
             }

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 mod common;
 
@@ -33,7 +34,7 @@ impl Service for PanicsOnRead {
     async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
         unreachable!("this test sends no writes")
     }
-    async fn read(&self, _: NodeId, _: ReadRequest) -> ReadAnswer {
+    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadAnswer {
         panic!("a bug in a read handler")
     }
     async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {

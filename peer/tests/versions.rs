@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 mod common;
 
@@ -36,7 +37,7 @@ impl Service for Greeter {
     async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
         unreachable!("no writes here")
     }
-    async fn read(&self, _: NodeId, _: ReadRequest) -> ReadAnswer {
+    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadAnswer {
         unreachable!("no reads here")
     }
     async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {

@@ -13,9 +13,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::contract::{
-    parse_timeout, CallAnswer, CallStateName, ErrorBody, ErrorCode, ListPage, ListedKey, WriteDone,
-    DEFAULT_TIMEOUT, HEADER_CLASS, HEADER_IF_MATCH, HEADER_REQUEST_ID, HEADER_REVISION,
-    HEADER_SOURCE, HEADER_STALE, HEADER_TIMEOUT, MAX_TIMEOUT, QUERY_VAULT,
+    parse_timeout, CallAnswer, CallStateName, ChangePage, ErrorBody, ErrorCode, FeedChange,
+    ListPage, ListedKey, WriteDone, DEFAULT_TIMEOUT, HEADER_CLASS, HEADER_IF_MATCH,
+    HEADER_REQUEST_ID, HEADER_REVISION, HEADER_SOURCE, HEADER_STALE, HEADER_TIMEOUT, MAX_TIMEOUT,
+    QUERY_VAULT,
 };
 use crate::http::{self, encode_segment, query, Answer, Call, Failure};
 use crate::outcome::{KitError, ReadRecord, Settlement, WriteResult};
@@ -26,6 +27,56 @@ const CLIENT_GRACE: Duration = Duration::from_secs(5);
 /// The call timeout when the app names none (SPEC 5).
 /// Admin and listing calls: answered from the gateway's memory or database.
 const ADMIN_BOUND: Duration = Duration::from_secs(60);
+
+/// The longest a change feed page waits for its first change (the API's bound).
+pub const MAX_FEED_WAIT: Duration = Duration::from_secs(60);
+
+/// A vault's change feed on the local gateway, followed page after page: each change once, in
+/// revision order, from a cursor the app may keep (and give back after a restart, its own or
+/// the gateway's, to lose nothing).
+#[derive(Debug, Clone)]
+pub struct ChangeFeed {
+    kit: Kit,
+    vault: String,
+    cursor: u64,
+    wait: Duration,
+}
+
+impl ChangeFeed {
+    /// The feed of `vault` after revision `after` (0: from the start), each page waiting up to
+    /// `wait` for news.
+    pub fn new(kit: Kit, vault: &str, after: u64, wait: Duration) -> Self {
+        ChangeFeed {
+            kit,
+            vault: vault.to_string(),
+            cursor: after,
+            wait,
+        }
+    }
+
+    /// The revision the feed has reached: every change up to it was returned.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// The next changes (none if `wait` passed with no news). On an error the cursor stays,
+    /// so calling again (once the gateway is back, say) loses nothing and repeats nothing.
+    pub async fn next(&mut self) -> Result<Vec<FeedChange>, KitError> {
+        let page = self
+            .kit
+            .changes(&self.vault, self.cursor, None, self.wait)
+            .await?;
+        // A page never goes back (a copy's feed only moves forward), and nothing at or below
+        // the cursor is given twice.
+        let changes: Vec<FeedChange> = page
+            .changes
+            .into_iter()
+            .filter(|c| c.revision > self.cursor)
+            .collect();
+        self.cursor = self.cursor.max(page.next);
+        Ok(changes)
+    }
+}
 
 /// Options of one write.
 #[derive(Debug, Clone, Default)]
@@ -574,6 +625,46 @@ impl Kit {
                 _ => return Ok(keys),
             }
         }
+    }
+
+    /// One page of `vault`'s change feed on the local gateway (its own copy: owned or
+    /// replicated): the changes after revision `after`, oldest first, at once if there are any,
+    /// else as soon as one is committed there, waiting up to `wait` (at most a minute). Resume
+    /// with `after = page.next`. See [`ChangeFeed`] for the loop.
+    pub async fn changes(
+        &self,
+        vault: &str,
+        after: u64,
+        limit: Option<u32>,
+        wait: Duration,
+    ) -> Result<ChangePage, KitError> {
+        let wait = wait.min(MAX_FEED_WAIT);
+        let mut pairs = vec![("after", after.to_string())];
+        if let Some(limit) = limit {
+            pairs.push(("limit", limit.to_string()));
+        }
+        if !wait.is_zero() {
+            pairs.push(("wait", format!("{:.3}", wait.as_secs_f64())));
+        }
+        let path = format!(
+            "/v1/vaults/{}/changes{}",
+            encode_segment(vault),
+            query(&pairs)
+        );
+        let answer = self
+            .call(
+                Method::GET,
+                path,
+                Vec::new(),
+                Bytes::new(),
+                wait + ADMIN_BOUND,
+            )
+            .await
+            .map_err(CallFailure::into_kit_error)?;
+        if !answer.status.is_success() {
+            return Err(answered(&answer));
+        }
+        parse(&answer)
     }
 
     /// A call that is safe to repeat and must succeed: its answer, or the error it was.

@@ -283,6 +283,29 @@ pub struct ListPage {
     pub vault_revision: u64,
 }
 
+/// One entry of a change feed: a key's state as of `revision` (its newest change; a key
+/// changed twice between two pages shows once, at its newer revision).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedChange {
+    pub key: String,
+    pub revision: u64,
+    /// The key was deleted at `revision`.
+    pub deleted: bool,
+}
+
+/// `GET /v1/vaults/{vault}/changes?after=REV&limit=N&wait=SECONDS`: the changes after `REV`,
+/// oldest first, from this gateway's own copy (the owner's, or what a replica has applied).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangePage {
+    pub changes: Vec<FeedChange>,
+    /// Ask again with `after = next` (the last change's revision, or `after` if none came).
+    pub next: u64,
+    /// Whether more changes are waiting past this page.
+    pub more: bool,
+    /// This copy's revision.
+    pub vault_revision: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

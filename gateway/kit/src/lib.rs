@@ -23,5 +23,7 @@ pub mod contract;
 pub mod http;
 mod outcome;
 
-pub use client::{AroundError, AroundRead, Kit, ReadAround, RetryPolicy, WriteOptions};
+pub use client::{
+    AroundError, AroundRead, ChangeFeed, Kit, ReadAround, RetryPolicy, WriteOptions, MAX_FEED_WAIT,
+};
 pub use outcome::{KitError, ReadRecord, Settlement, WriteResult};

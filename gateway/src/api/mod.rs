@@ -56,6 +56,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
                 .delete(records::delete_record),
         )
         .route("/v1/vaults/{vault}/records", get(records::list_records))
+        .route("/v1/vaults/{vault}/changes", get(records::changes))
         .layer(DefaultBodyLimit::disable());
     let admin = Router::new()
         .route("/v1/calls/{id}", get(calls::settle))

@@ -1,14 +1,14 @@
-//! Record calls: get, list, put, delete.
+//! Record calls: get, list, put, delete, and the change feed.
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ferry_kit::contract::{ErrorCode, ListPage, ListedKey, WriteDone};
+use ferry_kit::contract::{ChangePage, ErrorCode, FeedChange, ListPage, ListedKey, WriteDone};
 use ferry_peer::outcome::{Refusal, UnknownReason, WriteOutcome};
 use ferry_peer::wire::{Priority, ReadAnswer, ReadVerb, RequestId, WriteAnswer, WriteVerb};
 use serde::Deserialize;
@@ -390,5 +390,109 @@ fn answer(
             })
             .into_response(),
         ),
+    }
+}
+
+/// The most changes one page of the feed carries.
+pub const MAX_FEED_PAGE: u32 = 1000;
+
+/// The longest a change feed request waits for a first change, in seconds.
+pub const MAX_FEED_WAIT_S: f64 = 60.0;
+
+#[derive(Debug, Deserialize)]
+pub struct ChangesQuery {
+    after: Option<u64>,
+    limit: Option<u32>,
+    wait: Option<f64>,
+}
+
+/// `GET /v1/vaults/{vault}/changes`: the changes after `after` in this gateway's own copy of
+/// the vault (owned or replicated), at once if there are any, else as soon as the first one is
+/// committed here, waiting up to `wait` seconds (a long poll). Never asks another gateway: a
+/// feed follows one copy, so its revisions only go forward.
+pub async fn changes(
+    State(gateway): State<Arc<Gateway>>,
+    Path(vault): Path<String>,
+    Query(query): Query<ChangesQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    headers::app(&headers)?;
+    names::check_vault(&vault).map_err(ApiError::bad_request)?;
+    let wait = match query.wait {
+        None => 0.0,
+        Some(wait) if (0.0..=MAX_FEED_WAIT_S).contains(&wait) => wait,
+        Some(wait) => {
+            return Err(ApiError::bad_request(format!(
+                "wait={wait} is not a number of seconds from 0 to {MAX_FEED_WAIT_S}"
+            )))
+        }
+    };
+    let after = query.after.unwrap_or(0);
+    let limit = query.limit.unwrap_or(MAX_FEED_PAGE).clamp(1, MAX_FEED_PAGE);
+    if gateway.vaults().get(&vault).is_none() {
+        return Err(ApiError::new(
+            404,
+            ErrorCode::UnknownVault,
+            format!(
+                "this gateway neither owns nor follows a vault named {vault:?}; its change feed \
+                 is served by its owner's gateway and its replicas' (`ferry vault follow {vault} \
+                 --owner LABEL` makes one here)"
+            ),
+        ));
+    }
+    // Subscribed before the first read: a commit between the read and the wait still wakes it.
+    let mut moved = gateway.vaults().revisions().watch(&vault);
+    let mut stopping = gateway.lifecycle().stopping();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
+    loop {
+        let verb = ReadVerb::Changes {
+            since_revision: after,
+            limit,
+        };
+        let answer = gateway
+            .vaults()
+            .read_verb(vault.clone(), verb)
+            .await
+            .map_err(|err| ApiError::internal(err.to_string()))?;
+        let Some(ReadAnswer::Changes {
+            changes,
+            more,
+            vault_revision,
+        }) = answer
+        else {
+            return Err(ApiError::internal(format!(
+                "the local copy of {vault} answered a change page with {answer:?}"
+            )));
+        };
+        let waited_enough = tokio::time::Instant::now() >= deadline;
+        if !changes.is_empty() || waited_enough || gateway.lifecycle().is_stopping() {
+            let next = changes.last().map_or(after, |c| c.revision.max(after));
+            let page = ChangePage {
+                changes: changes
+                    .into_iter()
+                    .map(|c| FeedChange {
+                        deleted: c.value.is_none(),
+                        key: c.key,
+                        revision: c.revision,
+                    })
+                    .collect(),
+                next,
+                more,
+                vault_revision,
+            };
+            return Ok(axum::Json(page).into_response());
+        }
+        let _waiting = gateway.metrics().feed_waiter();
+        tokio::select! {
+            biased;
+            () = async { let _ = stopping.wait_for(|stopping| *stopping).await; } => {}
+            changed = moved.changed() => {
+                if changed.is_err() {
+                    // The watch is gone (never, while the gateway runs): answer what there is.
+                    tokio::time::sleep_until(deadline).await;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {}
+        }
     }
 }

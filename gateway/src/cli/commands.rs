@@ -3,6 +3,7 @@
 //! directory directly (the gateway reads it when it starts).
 
 use std::io::Read;
+use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -89,6 +90,11 @@ pub async fn run(cli: Cli) -> Exit {
             prefix,
             limit,
         } => list(&kit, json, &vault, &prefix, limit).await,
+        Command::Watch {
+            vault,
+            after,
+            count,
+        } => watch(&kit, json, &vault, after, count).await,
     }
 }
 
@@ -728,6 +734,57 @@ async fn list(kit: &Kit, json: bool, vault: &str, prefix: &str, limit: Option<us
             Exit::Done
         }
         Err(err) => kit_failure(err, json),
+    }
+}
+
+/// How long `ferry watch` waits on one page before asking again.
+const WATCH_WAIT: Duration = Duration::from_secs(25);
+
+/// The pause before `ferry watch` asks a gateway that could not be reached again.
+const WATCH_RETRY: Duration = Duration::from_secs(1);
+
+async fn watch(kit: &Kit, json: bool, vault: &str, after: u64, count: Option<u64>) -> Exit {
+    let mut feed = ferry_kit::ChangeFeed::new(kit.clone(), vault, after, WATCH_WAIT);
+    let mut shown = 0u64;
+    let mut said_down = false;
+    loop {
+        if count.is_some_and(|count| shown >= count) {
+            return Exit::Done;
+        }
+        let changes = match feed.next().await {
+            Ok(changes) => changes,
+            // The gateway restarting: say so once, and carry on from the same revision.
+            Err(KitError::LocalGatewayDown { detail }) => {
+                if !said_down {
+                    eprintln!(
+                        "waiting for the gateway ({detail}); from revision {}",
+                        feed.cursor()
+                    );
+                    said_down = true;
+                }
+                tokio::time::sleep(WATCH_RETRY).await;
+                continue;
+            }
+            Err(err) => return kit_failure(err, json),
+        };
+        said_down = false;
+        for change in changes {
+            if json {
+                output::json_line(&json!({
+                    "key": change.key,
+                    "revision": change.revision,
+                    "deleted": change.deleted,
+                }));
+            } else if change.deleted {
+                println!("{} {} deleted", change.revision, change.key);
+            } else {
+                println!("{} {}", change.revision, change.key);
+            }
+            shown += 1;
+            if count.is_some_and(|count| shown >= count) {
+                return Exit::Done;
+            }
+        }
     }
 }
 

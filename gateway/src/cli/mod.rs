@@ -120,6 +120,17 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<TicketsCommand>,
     },
+    /// Follow a vault's changes on this gateway (its owner's copy or its replica), one line
+    /// per change as it is committed here, until interrupted (or `--count` changes).
+    Watch {
+        vault: String,
+        /// Start after this revision (0: every key's latest change from the start).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Stop after this many changes.
+        #[arg(long)]
+        count: Option<u64>,
+    },
     /// List keys.
     List {
         vault: String,

@@ -31,6 +31,11 @@ pub fn json(value: &Value) {
     );
 }
 
+/// One JSON value on one line (a stream of them, for `ferry watch --json`).
+pub fn json_line(value: &Value) {
+    println!("{value}");
+}
+
 /// A JSON field as display text: strings bare, null as `-`.
 pub fn cell(value: Option<&Value>) -> String {
     match value {

@@ -42,6 +42,7 @@ use super::fault;
 use super::verbs::{self, Admission, Execution, WriteLimits};
 use crate::env::Blocking;
 use crate::metrics::Metrics;
+use crate::revisions::Revisions;
 use crate::store::{self, journal, StoreError};
 
 /// Jobs other than writes (settle queries, collections, changes) that may wait for the
@@ -258,6 +259,8 @@ pub struct Executor {
     /// Reads the journal for copies of answered writes that the budget would refuse.
     journal_reader: Mutex<Connection>,
     clock: Arc<dyn Clock>,
+    /// Each vault's newest committed revision, moved after every batch that wrote.
+    revisions: Arc<Revisions>,
 }
 
 /// How the executor runs: its limits, its capacity budget, where it reports.
@@ -341,6 +344,7 @@ impl Executor {
             }),
             metrics: metrics.clone(),
         });
+        let revisions = Arc::new(Revisions::default());
         let work = Work {
             conn,
             limits,
@@ -348,6 +352,7 @@ impl Executor {
             waiting: ClassQueue::new(&rules),
             service: ServiceTime::default(),
             metrics,
+            revisions: revisions.clone(),
         };
         match blocking {
             Blocking::Threads => {
@@ -377,7 +382,13 @@ impl Executor {
             budget,
             journal_reader,
             clock,
+            revisions,
         })
+    }
+
+    /// Each vault's newest committed revision (the change feed waits on it).
+    pub fn revisions(&self) -> &Arc<Revisions> {
+        &self.revisions
     }
 
     /// The owner's queue by class and its busiest callers.
@@ -656,6 +667,7 @@ struct Work {
     /// What a batch takes now: a write starts only if it can finish before its deadline.
     service: ServiceTime,
     metrics: Arc<Metrics>,
+    revisions: Arc<Revisions>,
 }
 
 impl Work {
@@ -732,7 +744,8 @@ impl Work {
     fn take(&mut self, batch: &mut Vec<Job>) {
         self.take_alone(batch);
         if !batch.is_empty() {
-            run_batch(&mut self.conn, batch, &self.limits, self.clock.unix_ms());
+            let now_ms = self.clock.unix_ms();
+            run_batch(&mut self.conn, batch, &self.limits, now_ms, &self.revisions);
         }
     }
 
@@ -747,7 +760,14 @@ impl Work {
         let now_ms = self.clock.unix_ms();
         if let Some(admitted) = admit_step(&mut self.conn, batch, &self.limits, now_ms) {
             tokio::task::yield_now().await;
-            execute_step(&mut self.conn, batch, admitted, &self.limits, now_ms);
+            execute_step(
+                &mut self.conn,
+                batch,
+                admitted,
+                &self.limits,
+                now_ms,
+                &self.revisions,
+            );
         }
     }
 
@@ -859,9 +879,15 @@ enum Pending {
     StatusAfterRun,
 }
 
-fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, limits: &WriteLimits, now_ms: u64) {
+fn run_batch(
+    conn: &mut Connection,
+    batch: &mut Vec<Job>,
+    limits: &WriteLimits,
+    now_ms: u64,
+    revisions: &Revisions,
+) {
     if let Some(admitted) = admit_step(conn, batch, limits, now_ms) {
-        execute_step(conn, batch, admitted, limits, now_ms);
+        execute_step(conn, batch, admitted, limits, now_ms, revisions);
     }
 }
 
@@ -889,6 +915,7 @@ fn execute_step(
     pending: Vec<Pending>,
     limits: &WriteLimits,
     now_ms: u64,
+    revisions: &Revisions,
 ) {
     // What transaction 1 decided is durable (answers from the journal, stale ids); kept in
     // case transaction 2 fails.
@@ -905,6 +932,14 @@ fn execute_step(
     };
     if batch.iter().any(|job| matches!(job, Job::Write { .. })) {
         fault::point("after_commit");
+    }
+    // Committed: the change feed's waiters may read it now.
+    for (job, outcome) in batch.iter().zip(&pending) {
+        if let (Job::Write { request, .. }, Pending::Answered(WriteAnswer::Done { revision })) =
+            (job, outcome)
+        {
+            revisions.advanced(&request.vault, *revision);
+        }
     }
     answer_batch(batch, pending);
 }

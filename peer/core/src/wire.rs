@@ -136,6 +136,33 @@ pub fn version_of_alpn(id: &[u8]) -> Option<u16> {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Extensions(pub Vec<Extension>);
 
+/// Extension tag 1, on a read of a change page (`ReadVerb::Changes`): "if nothing is past my
+/// cursor, wait up to this many milliseconds for the first change before answering" (a long
+/// poll; value: the milliseconds as a little-endian `u32`). A peer that does not know it answers
+/// at once, as before.
+pub const EXT_WAIT_MS: u32 = 1;
+
+impl Extensions {
+    /// Extensions holding only a long-poll wait ([`EXT_WAIT_MS`]).
+    pub fn wait(wait: std::time::Duration) -> Self {
+        let ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+        Extensions(vec![Extension {
+            tag: EXT_WAIT_MS,
+            value: ms.to_le_bytes().to_vec(),
+        }])
+    }
+
+    /// The long-poll wait asked for, if any (a malformed value is no wait: ignored, as an
+    /// unknown tag is).
+    pub fn wait_ms(&self) -> Option<u32> {
+        self.0
+            .iter()
+            .find(|e| e.tag == EXT_WAIT_MS)
+            .and_then(|e| <[u8; 4]>::try_from(e.value.as_slice()).ok())
+            .map(u32::from_le_bytes)
+    }
+}
+
 /// One optional field: a tag from the registry in `docs/protocol.md`, and its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Extension {

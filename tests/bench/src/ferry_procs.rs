@@ -345,6 +345,11 @@ impl Gateway {
     }
 
     /// The process id, while it runs.
+    /// Its state directory (a kit finds its API and token there).
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }

@@ -34,6 +34,7 @@ mod json;
 mod liveness;
 mod load;
 mod overload;
+mod propagation;
 mod reads;
 mod reads_report;
 mod report;
@@ -95,6 +96,13 @@ enum Bench {
     /// some in use, against bare quinn keep-alives at the same intervals. (`--layouts` is
     /// ignored.)
     Liveness {
+        #[command(flatten)]
+        flags: Flags,
+    },
+    /// How fast a change reaches the replicas: an owner and 1 or 20 followers on loopback, an
+    /// app long-polling each follower's change feed, and a frozen follower. (`--layouts` is
+    /// ignored.)
+    Propagation {
         #[command(flatten)]
         flags: Flags,
     },
@@ -199,6 +207,18 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             let as_json = flags.json;
             let report =
                 liveness::run(&flags.options(liveness::Plan::quick, liveness::Plan::full))?;
+            if as_json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            report.clean()
+        }
+        Bench::Propagation { flags } => {
+            let as_json = flags.json;
+            let report = propagation::run(
+                &flags.options(propagation::Plan::quick, propagation::Plan::full),
+            )?;
             if as_json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

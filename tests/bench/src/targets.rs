@@ -30,6 +30,8 @@ pub enum Unit {
     Seconds,
     /// CPU as a share of one core, finer than [`Unit::Share`]: `0.42%` (the value is `0.0042`).
     CoreShare,
+    /// A duration in milliseconds: `2.35 ms`.
+    Millis,
 }
 
 impl Unit {
@@ -42,6 +44,7 @@ impl Unit {
             Unit::Count => crate::figures::count(value.max(0.0).round() as u64),
             Unit::Seconds => format!("{value:.2} s"),
             Unit::CoreShare => format!("{:.2}% of a core", value * 100.0),
+            Unit::Millis => format!("{value:.2} ms"),
         }
     }
 
@@ -52,6 +55,7 @@ impl Unit {
             Unit::Ratio => format!("{value}x"),
             Unit::Seconds => format!("{value} s"),
             Unit::CoreShare => format!("{}% of a core", value * 100.0),
+            Unit::Millis => format!("{value} ms"),
             Unit::Share | Unit::PerSecond | Unit::Count => self.figure(value),
         }
     }

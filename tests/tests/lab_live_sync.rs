@@ -1,0 +1,89 @@
+//! Live sync in the lab (issue 16): h1 owns `notes`, h2 follows it over the LAN and the tailnet.
+//! While h1 writes a stream of changes, h2's LAN cable is cut (its replica must keep following
+//! over the tailnet), then h2 loses both links (powered off), then everything heals; the replica
+//! must converge to exactly the owner's records, and the test prints how long after the heal.
+//!
+//! Run: `cargo test -p ferry-tests --test lab_live_sync -- --nocapture` (as root).
+
+// Tests may unwrap: a panic here is a failed test, not a crashed gateway.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod lab;
+
+use std::time::{Duration, Instant};
+
+use ferry_tests::owner_db::{open_read_only, records};
+use ferry_tests::vault_revision;
+use lab::{trust_all, wait_for, Lab, LabGateway};
+
+const CHANGES: u64 = 240;
+
+fn revision(gateway: &LabGateway) -> u64 {
+    vault_revision(&open_read_only(&gateway.home().join("ferry.db")), "notes")
+}
+
+#[test]
+fn a_replica_follows_a_stream_of_changes_through_a_cut_and_converges_after_the_heal() {
+    let Some(lab) = Lab::new(2) else { return };
+    let h1 = lab.start_ferry(1, "h1", &["--no-mdns"]);
+    let h2 = lab.start_ferry(2, "h2", &["--no-mdns"]);
+    trust_all(&[&h1, &h2]);
+    assert!(h1.cli(&["vault", "create", "notes"]).status.success());
+    wait_for("h2 to follow notes", Duration::from_secs(30), || {
+        h2.cli(&["vault", "follow", "notes", "--owner", "h1"])
+            .status
+            .success()
+            .then_some(())
+    });
+    let writer = {
+        let cli = h1.cli_prefix();
+        std::thread::spawn(move || {
+            for i in 0..CHANGES {
+                let key = format!("k{i:04}");
+                let (code, out) = cli.run(&["put", "notes", &key, &key]);
+                assert_eq!(code, 0, "put {key} on the owner: {out}");
+            }
+        })
+    };
+    let bound = Duration::from_secs(60);
+    wait_for("h2 to follow the first changes", bound, || {
+        (revision(&h2) >= CHANGES / 6).then_some(())
+    });
+    // The LAN cable goes: the replica goes on over the tailnet.
+    lab.cut_cable(2);
+    let cut_at = revision(&h1);
+    wait_for(
+        "h2 to follow over the tailnet while its LAN cable is cut",
+        bound,
+        || (revision(&h2) >= cut_at + 10).then_some(()),
+    );
+    let over_tailnet = revision(&h2) - cut_at;
+    // Both links go: the replica falls behind while the owner goes on.
+    lab.power_off(2);
+    let off_at = revision(&h1);
+    wait_for("the owner to write on without h2", bound, || {
+        (revision(&h1) >= off_at + CHANGES / 6).then_some(())
+    });
+    lab.power_on(2);
+    lab.heal_cable(2);
+    let healed = Instant::now();
+    writer.join().unwrap();
+    let written = Instant::now();
+    let converged = wait_for("h2 to converge after the heal", bound, || {
+        (revision(&h2) == CHANGES).then(|| (healed.elapsed(), written.elapsed()))
+    });
+    assert_eq!(revision(&h1), CHANGES, "every change ran once on the owner");
+    let (on_h1, on_h2) = (
+        records(&open_read_only(&h1.home().join("ferry.db")), "notes"),
+        records(&open_read_only(&h2.home().join("ferry.db")), "notes"),
+    );
+    assert_eq!(
+        on_h2, on_h1,
+        "the replica holds exactly the owner's records"
+    );
+    eprintln!(
+        "figure: live sync through a LAN cut ({over_tailnet}+ changes followed over the tailnet) \
+         and a power-off: converged {:?} after the heal, {:?} after the last write",
+        converged.0, converged.1
+    );
+}
