@@ -209,13 +209,23 @@ impl Service for PeerService {
         let deadline = asked + Duration::from_millis(u64::from(request.deadline_ms));
         let until = (asked + *wait).min(deadline - (deadline - asked) / 4);
         let mut stopping = self.lifecycle.stopping();
-        tokio::select! {
-            biased;
-            () = async { let _ = stopping.wait_for(|stopping| *stopping).await; } => return answer,
-            _ = moved.changed() => {}
-            () = tokio::time::sleep_until(until) => return answer,
+        let mut answer = answer;
+        loop {
+            tokio::select! {
+                biased;
+                () = async { let _ = stopping.wait_for(|stopping| *stopping).await; } => return answer,
+                _ = moved.changed() => {}
+                () = tokio::time::sleep_until(until) => return answer,
+            }
+            // Woken by a commit the first read may already have seen (it came just before the
+            // subscription's notice): only news ends the wait early, so an empty answer always
+            // means "nothing for the whole wait" (the puller tells an owner that holds its
+            // questions open from one that does not by that).
+            answer = self.read_once(request.clone()).await;
+            if !matches!(&answer, ReadAnswer::Changes { changes, .. } if changes.is_empty()) {
+                return answer;
+            }
         }
-        self.read_once(request).await
     }
 
     async fn issue_ticket(&self, from: NodeId, request: TicketRequest) -> TicketAnswer {
