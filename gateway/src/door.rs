@@ -223,6 +223,9 @@ impl Service for PeerService {
             // questions open from one that does not by that).
             answer = self.read_once(request.clone()).await;
             if !matches!(&answer, ReadAnswer::Changes { changes, .. } if changes.is_empty()) {
+                if matches!(&answer, ReadAnswer::Changes { .. }) {
+                    self.metrics.feed_push(moved.borrow().at.elapsed());
+                }
                 return answer;
             }
         }

@@ -235,6 +235,7 @@ impl Gateway {
             board,
             lifecycle.clone(),
             clock.clone(),
+            metrics.clone(),
         ));
         let admin = Arc::new(Admin::new(
             network.clone(),

@@ -109,6 +109,11 @@ pub struct Metrics {
     cache_hits: AtomicU64,
     /// Change feed requests waiting for news now (long polls).
     feed_waiting: AtomicU64,
+    /// Owner: from a commit to the change page carrying it leaving for a follower whose long
+    /// poll it woke.
+    feed_push: Histogram,
+    /// Replica: from a change page's arrival to its changes committed here.
+    replica_apply: Histogram,
     owner: OwnerLoad,
 }
 
@@ -190,6 +195,16 @@ impl Metrics {
     pub fn feed_waiter(&self) -> FeedWaiter<'_> {
         self.feed_waiting.fetch_add(1, Ordering::Relaxed);
         FeedWaiter(self)
+    }
+
+    /// A follower's long poll was answered `after` the commit that woke it.
+    pub fn feed_push(&self, after: Duration) {
+        self.feed_push.record(after);
+    }
+
+    /// A replica applied a page `after` it arrived.
+    pub fn replica_apply(&self, after: Duration) {
+        self.replica_apply.record(after);
     }
 
     /// A remembered `outcome_unknown` call got its definite answer.
@@ -339,6 +354,12 @@ impl Metrics {
             .render(&mut out, "ferry_call_latency_seconds", "call=\"write\",");
         self.read_latency
             .render(&mut out, "ferry_call_latency_seconds", "call=\"read\",");
+        out.push_str("# HELP ferry_feed_push_seconds Owner: from a commit to the change page carrying it leaving for a follower whose long poll it woke.\n# TYPE ferry_feed_push_seconds histogram\n");
+        self.feed_push
+            .render(&mut out, "ferry_feed_push_seconds", "");
+        out.push_str("# HELP ferry_replica_apply_seconds Replica: from a change page's arrival to its changes committed here.\n# TYPE ferry_replica_apply_seconds histogram\n");
+        self.replica_apply
+            .render(&mut out, "ferry_replica_apply_seconds", "");
         self.render_owner(&mut out);
         out
     }

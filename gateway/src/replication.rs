@@ -21,6 +21,7 @@ use ferry_ticket::NodeId;
 use tracing::{debug, info};
 
 use crate::lifecycle::Lifecycle;
+use crate::metrics::Metrics;
 use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
 use crate::reads::Reads;
 use crate::store::vaults::{Role, VaultRow};
@@ -90,6 +91,7 @@ pub struct Replication {
     board: Arc<SyncBoard>,
     lifecycle: Arc<Lifecycle>,
     clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
 }
 
 impl Replication {
@@ -100,6 +102,7 @@ impl Replication {
         board: Arc<SyncBoard>,
         lifecycle: Arc<Lifecycle>,
         clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             network,
@@ -108,6 +111,7 @@ impl Replication {
             board,
             lifecycle,
             clock,
+            metrics,
         }
     }
 
@@ -255,6 +259,7 @@ impl Replication {
             }
             Err(source) => return Err(PullError::Unreachable { source }),
         };
+        let received = self.clock.now();
         let next = changes.last().map_or(cursor, |c| c.revision.max(cursor));
         let count = changes.len() as u64;
         if !changes.is_empty() {
@@ -266,6 +271,8 @@ impl Replication {
             for key in keys {
                 self.reads.invalidate(vault, &key);
             }
+            self.metrics
+                .replica_apply(self.clock.now().saturating_duration_since(received));
         }
         let now = self.clock.now();
         self.board.edit(vault, |s| {

@@ -6,22 +6,36 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use tokio::sync::watch;
+
+/// A vault's newest committed revision, and when it was committed here.
+#[derive(Debug, Clone, Copy)]
+pub struct Moved {
+    pub revision: u64,
+    pub at: Instant,
+}
 
 /// The vaults' revision watches, made on first use.
 #[derive(Debug, Default)]
 pub struct Revisions {
-    by_vault: Mutex<HashMap<String, watch::Sender<u64>>>,
+    by_vault: Mutex<HashMap<String, watch::Sender<Moved>>>,
 }
 
 impl Revisions {
     /// A receiver that sees `vault`'s revision move from now on.
-    pub fn watch(&self, vault: &str) -> watch::Receiver<u64> {
+    pub fn watch(&self, vault: &str) -> watch::Receiver<Moved> {
         let mut by_vault = self.by_vault.lock().unwrap_or_else(|p| p.into_inner());
         by_vault
             .entry(vault.to_string())
-            .or_insert_with(|| watch::channel(0).0)
+            .or_insert_with(|| {
+                watch::channel(Moved {
+                    revision: 0,
+                    at: Instant::now(),
+                })
+                .0
+            })
             .subscribe()
     }
 
@@ -32,9 +46,12 @@ impl Revisions {
         let by_vault = self.by_vault.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(sender) = by_vault.get(vault) {
             sender.send_if_modified(|seen| {
-                let news = revision > *seen;
+                let news = revision > seen.revision;
                 if news {
-                    *seen = revision;
+                    *seen = Moved {
+                        revision,
+                        at: Instant::now(),
+                    };
                 }
                 news
             });
@@ -54,7 +71,7 @@ mod tests {
         let mut rx = revisions.watch("v");
         revisions.advanced("v", 5);
         rx.changed().await.unwrap();
-        assert_eq!(*rx.borrow_and_update(), 5);
+        assert_eq!(rx.borrow_and_update().revision, 5);
         // An older revision (a journal copy) and another vault wake nobody.
         revisions.advanced("v", 4);
         revisions.advanced("w", 9);

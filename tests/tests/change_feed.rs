@@ -215,6 +215,11 @@ fn a_replica_feed_through_the_kit_gives_every_change_once_across_restarts() {
         written.push(put(&a, &format!("first-{i:02}")));
     }
     collect(&runtime, &mut feed, 50, &mut seen);
+    // The replica was caught up and asking when the writes began, so commits woke its long
+    // polls: the push is measured on both sides (the owner's commit to the page leaving, the
+    // page's arrival to its apply).
+    assert!(a.metric("ferry_feed_push_seconds_count{}") > 0);
+    assert!(c.metric("ferry_replica_apply_seconds_count{}") > 0);
 
     // The replica restarts: the app keeps its cursor and loses nothing.
     c.kill();
