@@ -116,20 +116,15 @@ impl PeerService {
 impl PeerService {
     /// One read of the local copy; a change page first waits for its turn among background
     /// work.
-    async fn read_once(&self, request: ReadRequest) -> ReadAnswer {
-        let ReadRequest {
-            vault,
-            verb,
-            deadline_ms,
-            ..
-        } = request;
+    /// `deadline`: the caller's, counted from the request's arrival.
+    async fn read_once(&self, request: ReadRequest, deadline: tokio::time::Instant) -> ReadAnswer {
+        let ReadRequest { vault, verb, .. } = request;
         // A change page is background work (a replica syncing): it waits for its turn, and a
         // page that cannot get one in time is `busy` (the puller asks again), said early enough
         // to reach the puller before its deadline (as a queued write is withdrawn).
         let _turn = match verb {
             ReadVerb::Changes { .. } => {
                 let now = tokio::time::Instant::now();
-                let deadline = now + Duration::from_millis(u64::from(deadline_ms));
                 let until = ferry_core::capacity::withdraw_at(deadline.into_std(), now.into_std());
                 match tokio::time::timeout_at(until.into(), self.background_reads.acquire()).await {
                     Ok(Ok(permit)) => Some(permit),
@@ -188,15 +183,20 @@ impl Service for PeerService {
             return ReadAnswer::Refused(untrusted());
         }
         self.metrics.peer_read_served();
-        // A long poll of a change page: subscribed before the first read, so a commit between
-        // that read and the wait still wakes it.
+        // One deadline for everything this request does, from its arrival.
+        let arrived = tokio::time::Instant::now();
+        let deadline = arrived + Duration::from_millis(u64::from(request.deadline_ms));
+        // A long poll of a change page of a vault held here: subscribed before the first read,
+        // so a commit between that read and the wait still wakes it.
         let mut moved = match (&request.verb, wait) {
-            (ReadVerb::Changes { .. }, Some(wait)) if !wait.is_zero() => {
+            (ReadVerb::Changes { .. }, Some(wait))
+                if !wait.is_zero() && self.vaults.get(&request.vault).is_some() =>
+            {
                 Some((self.vaults.revisions().watch(&request.vault), wait))
             }
             _ => None,
         };
-        let answer = self.read_once(request.clone()).await;
+        let answer = self.read_once(request.clone(), deadline).await;
         let Some((moved, wait)) = moved.as_mut() else {
             return answer;
         };
@@ -205,9 +205,7 @@ impl Service for PeerService {
         }
         // Nothing past the cursor: hold the answer until the first commit or the end of the
         // wait, leaving the caller a quarter of its deadline to receive the page.
-        let asked = tokio::time::Instant::now();
-        let deadline = asked + Duration::from_millis(u64::from(request.deadline_ms));
-        let until = (asked + *wait).min(deadline - (deadline - asked) / 4);
+        let until = (arrived + *wait).min(deadline - (deadline - arrived) / 4);
         let mut stopping = self.lifecycle.stopping();
         let mut answer = answer;
         loop {
@@ -221,7 +219,13 @@ impl Service for PeerService {
             // subscription's notice): only news ends the wait early, so an empty answer always
             // means "nothing for the whole wait" (the puller tells an owner that holds its
             // questions open from one that does not by that).
-            answer = self.read_once(request.clone()).await;
+            // The re-read's turn is bounded by the wait's end too: the caller is owed an
+            // answer by then, and an empty one says only "nothing yet".
+            let reread = self.read_once(request.clone(), deadline);
+            answer = match tokio::time::timeout_at(until, reread).await {
+                Ok(answer) => answer,
+                Err(_) => return answer,
+            };
             if !matches!(&answer, ReadAnswer::Changes { changes, .. } if changes.is_empty()) {
                 if matches!(&answer, ReadAnswer::Changes { .. }) {
                     self.metrics.feed_push(moved.borrow().at.elapsed());

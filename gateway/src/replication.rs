@@ -36,9 +36,10 @@ const PAGE: u32 = 1000;
 const PULL_INTERVAL: Duration = Duration::from_millis(500);
 /// How long a caught-up replica's question waits at the owner for the next change (a long
 /// poll, `EXT_WAIT_MS`): a change reaches the replica at once, and the owner's answer, even an
-/// empty one, proves the replica current at least this often (under `replica_fresh_ms`, 2 s by
-/// default, so a caught-up replica keeps answering its reads itself).
-const LONG_POLL: Duration = Duration::from_secs(1);
+/// empty one, proves the replica current as of when it asked. A catch-up counts from the
+/// asking, so between two answers it ages up to twice this: kept under half of
+/// `replica_fresh_ms` (2 s by default), a caught-up replica keeps answering its reads itself.
+const LONG_POLL: Duration = Duration::from_millis(800);
 /// The wait after a failed pull before the next.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// One page's deadline.
@@ -230,7 +231,11 @@ impl Replication {
             .target(&owner)
             .ok_or(PullError::OwnerNotTrusted { owner })?;
         let budget = PAGE_DEADLINE + long_poll.unwrap_or_default();
-        let deadline = self.clock.now() + budget;
+        // What the answer proves is as of no earlier than this: a catch-up counts from here,
+        // not from the answer's arrival (a frozen replica or a held question must not look
+        // fresher than its page).
+        let asked = self.clock.now();
+        let deadline = asked + budget;
         let request = ReadRequest {
             app: APP.into(),
             vault: vault.to_string(),
@@ -282,7 +287,7 @@ impl Replication {
             s.applied += count;
             s.last_error = None;
             if !more && next >= owner_revision {
-                s.caught_up_at = Some(now);
+                s.caught_up_at = Some(asked);
             }
         });
         Ok((next, more))

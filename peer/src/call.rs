@@ -753,7 +753,10 @@ impl Caller {
             }
             let hedge = async {
                 match &watched {
-                    Some((conn, delay)) if next < routes.len() => {
+                    // A long poll is quiet on purpose: its silence says nothing about the path
+                    // (a dead one ends the attempt through the connection's own silence, and
+                    // the next route is tried then).
+                    Some((conn, delay)) if next < routes.len() && wait.is_zero() => {
                         path_goes_quiet(conn.as_ref(), *delay).await
                     }
                     _ => std::future::pending().await,

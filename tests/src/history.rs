@@ -72,6 +72,9 @@ pub struct Write {
     /// When the app was told, if it went on with other calls before that (an app with calls in
     /// parallel); `None`: it waited, so it learned the answer before its next call.
     pub told_ms: Option<u64>,
+    /// When the app had the answer (wall-clock or simulated ms), for the freshness rule;
+    /// `None`: not recorded (then `told_ms`, if any).
+    pub answered_ms: Option<u64>,
     /// What it does if it runs; `None`: not recorded (the per-key checks skip its key).
     pub effect: Option<Effect>,
     /// A compare-and-swap's expected live revision (0: the key must not be live).
@@ -438,10 +441,15 @@ fn check_freshness(
         let Some(Some(list)) = runs.get(&(read.vault.clone(), read.key.clone())) else {
             continue;
         };
+        // Only writes whose answer time is known: the send time would shorten the bound.
         let newest_known = list
             .iter()
             .filter(|(_, w)| matches!(w.told, Some(WriteFate::Done(_))))
-            .filter(|(_, w)| w.told_ms.unwrap_or(w.at_ms) + bound <= read.at_ms)
+            .filter(|(_, w)| {
+                w.answered_ms
+                    .or(w.told_ms)
+                    .is_some_and(|answered| answered + bound <= read.at_ms)
+            })
             .map(|(r, w)| (*r, w))
             .next_back();
         if let Some((newest, write)) = newest_known {
@@ -449,7 +457,7 @@ fn check_freshness(
                 flag(format!(
                     "{} on {} ({}/{}): a read from {source} not marked stale, sent at {} ms, gave revision {revision}, but {} was acknowledged at revision {newest} at {} ms (more than {bound} ms before)",
                     read.app, read.host, read.vault, read.key, read.at_ms, write.request_id,
-                    write.told_ms.unwrap_or(write.at_ms)
+                    write.answered_ms.or(write.told_ms).unwrap_or(write.at_ms)
                 ));
             }
         }
@@ -474,6 +482,7 @@ mod tests {
             settled,
             at_ms: 0,
             told_ms: None,
+            answered_ms: None,
             effect: None,
             if_match: None,
         }

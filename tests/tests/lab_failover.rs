@@ -210,6 +210,7 @@ impl Scene {
                             // The app's reader runs beside its writer: a write's revision is
                             // seen when its answer came.
                             told_ms: e["answered_ms"].as_u64(),
+                            answered_ms: None,
                             effect: None,
                             if_match: None,
                         });

@@ -784,6 +784,7 @@ fn history_of(
                         settled,
                         at_ms: at,
                         told_ms: None,
+                        answered_ms: None,
                         effect: None,
                         if_match: None,
                     });
@@ -844,6 +845,7 @@ fn history_of(
                         settled,
                         at_ms: at,
                         told_ms: None,
+                        answered_ms: None,
                         effect: None,
                         if_match: None,
                     });

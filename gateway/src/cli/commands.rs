@@ -753,8 +753,18 @@ async fn watch(kit: &Kit, json: bool, vault: &str, after: u64, count: Option<u64
         }
         let changes = match feed.next().await {
             Ok(changes) => changes,
-            // The gateway restarting: say so once, and carry on from the same revision.
-            Err(KitError::LocalGatewayDown { detail }) => {
+            // The gateway restarting (down, its connection broken under a long poll, or
+            // stopping): say so once, and carry on from the same revision; a page is safe to
+            // ask for again.
+            Err(
+                KitError::LocalGatewayDown { detail }
+                | KitError::Broken { detail }
+                | KitError::Answered {
+                    status: 503,
+                    detail,
+                    ..
+                },
+            ) => {
                 if !said_down {
                     eprintln!(
                         "waiting for the gateway ({detail}); from revision {}",

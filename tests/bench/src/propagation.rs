@@ -61,6 +61,9 @@ pub struct Run {
     /// From the owner's 200 to the change in a follower's feed, over every follower and change
     /// (milliseconds): p50, p99, largest.
     pub propagation_ms: Option<[f64; 3]>,
+    /// The owner process's CPU per write (microseconds, user and system): its own cost, apart
+    /// from what the followers' processes take of the shared box.
+    pub owner_cpu_us_per_write: Option<f64>,
 }
 
 /// The frozen follower's figures.
@@ -200,6 +203,7 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
         watchers.push(tokio::spawn(watch(kit, last.clone(), seen.clone())));
         seen_by.push(seen);
     }
+    let owner_cpu_before = owner.pid().and_then(crate::cpu::process_cpu);
     let written = write_all(&owner_kit, changes, "k").await?;
     *last.lock().unwrap_or_else(|p| p.into_inner()) = written.last().map(|w| w.0);
     for watcher in watchers {
@@ -207,6 +211,11 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
             .await
             .map_err(|e| format!("a watcher panicked: {e}"))??;
     }
+    let owner_cpu = owner
+        .pid()
+        .and_then(crate::cpu::process_cpu)
+        .zip(owner_cpu_before)
+        .map(|(after, before)| after.saturating_sub(before).as_secs_f64() * 1e6 / changes as f64);
     let mut writes: Vec<Duration> = written.iter().map(|w| w.2).collect();
     writes.sort_unstable();
     let mut delays = Vec::new();
@@ -235,6 +244,7 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
                 delays.last().map_or(f64::NAN, |d| ms(*d)),
             ]
         }),
+        owner_cpu_us_per_write: owner_cpu,
     })
 }
 
@@ -393,18 +403,21 @@ impl Report {
         let mut out = String::from("# Propagation: a change from the owner to the replicas\n\n");
         let _ = writeln!(
             out,
-            "| followers | owner write p50 | p99 | to a follower's feed p50 | p99 | largest |"
+            "| followers | owner write p50 | p99 | owner CPU per write | to a follower's feed p50 | p99 | largest |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
         for run in &self.runs {
             let p = run
                 .propagation_ms
                 .map_or(["-".to_string(), "-".into(), "-".into()], |p| {
                     p.map(|v| format!("{v:.2} ms"))
                 });
+            let cpu = run
+                .owner_cpu_us_per_write
+                .map_or("-".to_string(), |us| format!("{us:.0} us"));
             let _ = writeln!(
                 out,
-                "| {} | {:.2} ms | {:.2} ms | {} | {} | {} |",
+                "| {} | {:.2} ms | {:.2} ms | {cpu} | {} | {} | {} |",
                 run.followers, run.write_ms[0], run.write_ms[1], p[0], p[1], p[2]
             );
         }

@@ -207,7 +207,9 @@ pub fn run(options: &Options) -> Result<Report, String> {
             let at_ms = now_ms();
             inject(&lab, &mut gateways, fault);
             if matches!(fault, Fault::Kill { .. } | Fault::Stop { .. }) {
-                restarts.push((fault.hosts(HOSTS)[0], at_ms));
+                // The old process is gone once `inject` returns (a kill reaps it, a stop waits
+                // for its exit): calls before this were served by it.
+                restarts.push((fault.hosts(HOSTS)[0], now_ms()));
             }
             begun.push((fault.clone(), at_ms));
         }
@@ -582,7 +584,9 @@ fn history_of(events: &Events, gateways: &[LabGateway], restarts: &[(usize, u64)
                         told: Some(told),
                         settled,
                         at_ms: at,
-                        told_ms: e["answered_ms"].as_u64(),
+                        // One call at a time: the app heard before its next call.
+                        told_ms: None,
+                        answered_ms: e["answered_ms"].as_u64(),
                         effect: Some(if e["put"] == true {
                             Effect::Put(id.into_bytes())
                         } else {

@@ -950,6 +950,7 @@ async fn app_main(
                 settled: None,
                 at_ms,
                 told_ms: None,
+                answered_ms: None,
                 effect: Some(match &verb {
                     WriteVerb::Put { value, .. } => Effect::Put(value.clone()),
                     WriteVerb::Delete { .. } => Effect::Delete,
