@@ -134,17 +134,14 @@ async fn write_all(
     Ok(done)
 }
 
-/// Follows `kit`'s feed until `last` shows (or `stop`), noting when each revision showed.
+/// Follows `kit`'s feed from revision `from` until `last` shows, noting when each revision
+/// showed.
 async fn watch(
     kit: Kit,
+    from: u64,
     last: Arc<Mutex<Option<u64>>>,
     seen: Arc<Mutex<BTreeMap<u64, Instant>>>,
 ) -> Result<(), String> {
-    let from = kit
-        .changes(VAULT, 0, Some(1), Duration::ZERO)
-        .await
-        .map_err(|e| e.to_string())?
-        .vault_revision;
     let mut feed = ferry_kit::ChangeFeed::new(kit, VAULT, from, Duration::from_secs(5));
     let started = Instant::now();
     loop {
@@ -200,7 +197,8 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
     for follower in &list {
         let seen = Arc::new(Mutex::new(BTreeMap::new()));
         let kit = Kit::from_home(follower.home().to_path_buf(), "bench-watcher");
-        watchers.push(tokio::spawn(watch(kit, last.clone(), seen.clone())));
+        // From the warm-up's revision, known before any measured write.
+        watchers.push(tokio::spawn(watch(kit, warm, last.clone(), seen.clone())));
         seen_by.push(seen);
     }
     let owner_cpu_before = owner.pid().and_then(crate::cpu::process_cpu);
