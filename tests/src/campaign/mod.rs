@@ -44,8 +44,8 @@ pub const VAULTS: [(&str, usize, &[usize]); 3] = [
 pub const APPS_PER_HOST: usize = 2;
 
 /// How much older than an acknowledged write a read not marked stale may be: a local replica
-/// answers while its last catch-up is under 2 s old (`replica_fresh_ms`), and that catch-up
-/// asked the owner up to a pull's deadline earlier; the cache's freshness (1 s) is inside it.
+/// answers while its last catch-up, dated from when it asked, is under 2 s old
+/// (`replica_fresh_ms`); the cache's freshness (1 s) is inside it; the rest is margin.
 pub const READ_FRESHNESS_MS: u64 = 5_000;
 
 /// How long the replicas may take to reach their owners once the apps are done.
