@@ -83,6 +83,22 @@ pub enum PullError {
     Store { source: StoreError },
 }
 
+/// The pause before the next pull after a page that took `took`: `more` waiting, the cursor
+/// `moved`, the question a long poll (`long_polled`).
+fn pause_after_page(more: bool, moved: bool, long_polled: bool, took: Duration) -> Duration {
+    if more {
+        // Catching up is background work (`capacity::catch_up_pause`).
+        capacity::catch_up_pause(took)
+    } else if moved || !long_polled || took >= LONG_POLL / 2 {
+        // News, or just caught up (the next question is a long poll), or the owner held the
+        // question open: ask again at once.
+        Duration::ZERO
+    } else {
+        // An empty answer at once to a long poll: an owner without long polls, asked at a pace.
+        PULL_INTERVAL
+    }
+}
+
 /// Replicas and their sync jobs.
 #[derive(Debug)]
 pub struct Replication {
@@ -178,17 +194,7 @@ impl Replication {
                     cursor = next;
                     caught_up = !more;
                     let took = self.clock.now().saturating_duration_since(started);
-                    if more {
-                        // Catching up is background work (`capacity::catch_up_pause`).
-                        capacity::catch_up_pause(took)
-                    } else if moved || long_poll.is_none() || took >= LONG_POLL / 2 {
-                        // News, or just caught up (the next question is a long poll), or the
-                        // owner held the question open: ask again at once.
-                        Duration::ZERO
-                    } else {
-                        // An owner that answers at once (no long polls): ask at a pace.
-                        PULL_INTERVAL
-                    }
+                    pause_after_page(more, moved, long_poll.is_some(), took)
                 }
                 // The owner is busy (it serves apps first): ask again when it says, same page.
                 Err(PullError::Refused { refusal }) if refusal.code.may_resend() => {
@@ -291,5 +297,22 @@ impl Replication {
             }
         });
         Ok((next, more))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caught_up_replica_asks_again_at_once_unless_its_owner_does_not_hold_questions() {
+        let quick = Duration::from_millis(3);
+        assert_eq!(pause_after_page(false, true, true, quick), Duration::ZERO);
+        assert_eq!(pause_after_page(false, false, false, quick), Duration::ZERO);
+        assert_eq!(
+            pause_after_page(false, false, true, LONG_POLL),
+            Duration::ZERO
+        );
+        assert_eq!(pause_after_page(false, false, true, quick), PULL_INTERVAL);
     }
 }
