@@ -25,6 +25,7 @@ use crate::metrics::Metrics;
 use crate::network::Network;
 use crate::owner::executor::SubmitError;
 use crate::owner::Owner;
+use crate::revisions::{gather_for, LongPoll, PushPacer};
 use crate::vaults::Vaults;
 
 /// The peer-facing face of a gateway.
@@ -40,6 +41,8 @@ pub struct PeerService {
     background_reads: Arc<tokio::sync::Semaphore>,
     /// A stopping gateway answers its long polls at once (its drain waits for served streams).
     lifecycle: Arc<Lifecycle>,
+    /// Paces each follower's long-poll answers while changes stream.
+    pacer: Arc<PushPacer>,
 }
 
 fn untrusted() -> Refusal {
@@ -74,6 +77,7 @@ impl PeerService {
             clock,
             background_reads: Arc::new(tokio::sync::Semaphore::new(background_reads)),
             lifecycle,
+            pacer: Arc::default(),
         }
     }
 
@@ -152,6 +156,11 @@ impl PeerService {
     }
 }
 
+/// Whether a read's answer is a change page with nothing past the cursor (a long poll waits on).
+fn is_empty_page(answer: &ReadAnswer) -> bool {
+    matches!(answer, ReadAnswer::Changes { changes, .. } if changes.is_empty())
+}
+
 impl Service for PeerService {
     async fn hello(&self, from: NodeId, hello: Hello, version: u16) -> Hello {
         if self.trusted(&from) {
@@ -186,53 +195,38 @@ impl Service for PeerService {
         // One deadline for everything this request does, from its arrival.
         let arrived = tokio::time::Instant::now();
         let deadline = arrived + Duration::from_millis(u64::from(request.deadline_ms));
-        // A long poll of a change page of a vault held here: subscribed before the first read,
-        // so a commit between that read and the wait still wakes it.
-        let mut moved = match (&request.verb, wait) {
+        // A long poll of a change page of a vault held here. Nothing past the cursor: the
+        // answer waits for the first commit or the end of the wait, leaving the caller a
+        // quarter of its deadline to receive the page.
+        let long_poll = match (&request.verb, wait) {
             (ReadVerb::Changes { .. }, Some(wait))
                 if !wait.is_zero() && self.vaults.get(&request.vault).is_some() =>
             {
-                Some((self.vaults.revisions().watch(&request.vault), wait))
+                let until = (arrived + wait).min(deadline - (deadline - arrived) / 4);
+                let stopping = self.lifecycle.stopping();
+                let revisions = self.vaults.revisions();
+                let long_poll = LongPoll::new(revisions, &request.vault, stopping, until);
+                let gather = gather_for(revisions.waiting(&request.vault));
+                Some(long_poll.not_before(self.pacer.not_before(from, &request.vault, gather)))
             }
             _ => None,
         };
-        let answer = self.read_once(request.clone(), deadline).await;
-        let Some((moved, wait)) = moved.as_mut() else {
-            return answer;
+        let Some(long_poll) = long_poll else {
+            return self.read_once(request, deadline).await;
         };
-        if !matches!(&answer, ReadAnswer::Changes { changes, .. } if changes.is_empty()) {
-            return answer;
-        }
-        // Nothing past the cursor: hold the answer until the first commit or the end of the
-        // wait, leaving the caller a quarter of its deadline to receive the page.
-        let until = (arrived + *wait).min(deadline - (deadline - arrived) / 4);
-        let mut stopping = self.lifecycle.stopping();
-        let mut answer = answer;
-        loop {
-            tokio::select! {
-                biased;
-                () = async { let _ = stopping.wait_for(|stopping| *stopping).await; } => return answer,
-                _ = moved.changed() => {}
-                () = tokio::time::sleep_until(until) => return answer,
+        let (answer, woken_at) = long_poll
+            .run(|| self.read_once(request.clone(), deadline), is_empty_page)
+            .await;
+        if let ReadAnswer::Changes { changes, .. } = &answer {
+            if !changes.is_empty() {
+                self.pacer
+                    .pushed(from, &request.vault, std::time::Instant::now());
             }
-            // Woken by a commit the first read may already have seen (it came just before the
-            // subscription's notice): only news ends the wait early, so an empty answer always
-            // means "nothing for the whole wait" (the puller tells an owner that holds its
-            // questions open from one that does not by that).
-            // The re-read's turn is bounded by the wait's end too: the caller is owed an
-            // answer by then, and an empty one says only "nothing yet".
-            let reread = self.read_once(request.clone(), deadline);
-            answer = match tokio::time::timeout_at(until, reread).await {
-                Ok(answer) => answer,
-                Err(_) => return answer,
-            };
-            if !matches!(&answer, ReadAnswer::Changes { changes, .. } if changes.is_empty()) {
-                if matches!(&answer, ReadAnswer::Changes { .. }) {
-                    self.metrics.feed_push(moved.borrow().at.elapsed());
-                }
-                return answer;
+            if let Some(at) = woken_at {
+                self.metrics.feed_push(at.elapsed());
             }
         }
+        answer
     }
 
     async fn issue_ticket(&self, from: NodeId, request: TicketRequest) -> TicketAnswer {

@@ -1,13 +1,16 @@
-//! Each local vault's newest committed revision, as a watch: the change feed's long polls
-//! (`GET /v1/vaults/{vault}/changes?wait=`) wait on it instead of polling the database. The
-//! owner's executor moves it after every batch that committed writes, a replica's sync after
-//! every page it applied; a waiter subscribes before it reads the store, so a commit between
-//! its read and its wait still wakes it.
+//! Each local vault's newest committed revision, as a watch, and the long poll on it
+//! ([`LongPoll`]): the change feed's (`GET /v1/vaults/{vault}/changes?wait=`) and the door's
+//! for caught-up replicas wait on it instead of polling the database. The owner's executor
+//! moves it after every batch that committed writes, a replica's sync after every page it
+//! applied; a waiter subscribes before it reads the store, so a commit between its read and
+//! its wait still wakes it.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use ferry_ticket::NodeId;
 use tokio::sync::watch;
 
 /// A vault's newest committed revision, and when it was committed here.
@@ -39,6 +42,12 @@ impl Revisions {
             .subscribe()
     }
 
+    /// How many long polls wait on `vault` now.
+    pub fn waiting(&self, vault: &str) -> usize {
+        let by_vault = self.by_vault.lock().unwrap_or_else(|p| p.into_inner());
+        by_vault.get(vault).map_or(0, watch::Sender::receiver_count)
+    }
+
     /// `vault` committed up to `revision`: wakes its waiters if that is news (a revision never
     /// goes back; an older one, from a copy answered from the journal, wakes nobody). Cheap when
     /// nobody waits: no waiter ever asked for this vault, no channel.
@@ -59,9 +68,199 @@ impl Revisions {
     }
 }
 
+/// How long a follower's news gathers between two answers when `waiting` long polls wait on
+/// the vault: nothing for one or two, then [`GATHER_PER_WAITER`] for each further one, at most
+/// [`MAX_GATHER`]. Each answered long poll costs a page read and a stream on the owner and a
+/// commit and a feed's wake-up on the follower, whatever the page carries: changes coming one at
+/// a time to many followers would cost all that per change per follower (on this two-core
+/// box, twenty followers made the owner's writes eight times slower). Gathering bounds the
+/// answers to one per follower per gather however fast changes come, each carrying what came
+/// meanwhile; a change after a quiet still goes at once ([`PushPacer`]).
+pub fn gather_for(waiting: usize) -> Duration {
+    let beyond_two = waiting.saturating_sub(2) as u32;
+    (GATHER_PER_WAITER * beyond_two).min(MAX_GATHER)
+}
+
+/// The gathering each waiting long poll past the second adds.
+pub const GATHER_PER_WAITER: Duration = Duration::from_millis(3);
+/// The most news is held for gathering (issue 16 bounds the 20-follower p99 at 100 ms).
+pub const MAX_GATHER: Duration = Duration::from_millis(60);
+/// Followers' last answers kept before the old ones are dropped.
+const PACER_ENTRIES: usize = 4096;
+
+/// When each follower was last sent news of each vault: its next answer waits for the gather
+/// to pass since then, so a stream of changes reaches it in batches, while a change after a
+/// quiet (its last answer long ago) goes at once.
+#[derive(Debug, Default)]
+pub struct PushPacer {
+    last: Mutex<HashMap<(NodeId, String), Instant>>,
+}
+
+impl PushPacer {
+    /// The earliest `from` may be sent news of `vault` again, with `gather` between answers.
+    pub fn not_before(&self, from: NodeId, vault: &str, gather: Duration) -> Option<Instant> {
+        if gather.is_zero() {
+            return None;
+        }
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.get(&(from, vault.to_string())).map(|at| *at + gather)
+    }
+
+    /// `from` was sent news of `vault` at `at`.
+    pub fn pushed(&self, from: NodeId, vault: &str, at: Instant) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.len() >= PACER_ENTRIES {
+            // Older than any gather: they pace nothing any more.
+            last.retain(|_, pushed| at.saturating_duration_since(*pushed) < MAX_GATHER);
+        }
+        last.insert((from, vault.to_string()), at);
+    }
+}
+
+/// One long poll of a vault's changes: reads until a read has news (anything but an empty
+/// page), waiting between reads for the vault's revision to move, until `until`.
+#[derive(Debug)]
+pub struct LongPoll {
+    moved: watch::Receiver<Moved>,
+    stopping: watch::Receiver<bool>,
+    until: tokio::time::Instant,
+    /// No read before this ([`PushPacer`]).
+    not_before: Option<Instant>,
+}
+
+impl LongPoll {
+    /// Subscribes to `vault`'s revision now, before any read.
+    pub fn new(
+        revisions: &Revisions,
+        vault: &str,
+        stopping: watch::Receiver<bool>,
+        until: tokio::time::Instant,
+    ) -> Self {
+        Self {
+            moved: revisions.watch(vault),
+            stopping,
+            until,
+            not_before: None,
+        }
+    }
+
+    /// Reads no sooner than `at` (never past the wait's end).
+    pub fn not_before(mut self, at: Option<Instant>) -> Self {
+        self.not_before = at;
+        self
+    }
+
+    /// Reads with `read` until `is_empty` says an answer is not an empty page, the wait ends or
+    /// the gateway stops; the last answer, and when the commit that first woke the wait was
+    /// made (`None`: the first read answered). A read still running at `until` is given up and
+    /// the one before it answered: the caller is owed an answer by then, and an empty one says
+    /// only "nothing yet". Only news ends the wait early (a wake-up for a commit the first read
+    /// already saw reads again and waits on), so an empty answer means "nothing for the whole
+    /// wait": a replica tells an owner that holds its questions open from one that does not by
+    /// that.
+    pub async fn run<A, F, Fut>(
+        mut self,
+        mut read: F,
+        is_empty: impl Fn(&A) -> bool,
+    ) -> (A, Option<Instant>)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = A>,
+    {
+        self.paced().await;
+        let mut answer = read().await;
+        let mut woken_at = None;
+        while is_empty(&answer) {
+            tokio::select! {
+                biased;
+                () = async { let _ = self.stopping.wait_for(|stopping| *stopping).await; } => break,
+                changed = self.moved.changed() => if changed.is_err() {
+                    // The watch is gone (never, while the gateway runs): nothing will wake us.
+                    tokio::time::sleep_until(self.until).await;
+                    break;
+                },
+                () = tokio::time::sleep_until(self.until) => break,
+            }
+            woken_at.get_or_insert(self.moved.borrow().at);
+            self.paced().await;
+            answer = match tokio::time::timeout_at(self.until, read()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            };
+        }
+        (answer, woken_at)
+    }
+
+    /// Waits until `not_before` (not past `until`).
+    async fn paced(&self) {
+        if let Some(at) = self.not_before {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(at).min(self.until)).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn news_gathers_only_when_many_wait_and_never_past_the_bound() {
+        assert_eq!(gather_for(0), Duration::ZERO);
+        assert_eq!(gather_for(2), Duration::ZERO);
+        assert_eq!(gather_for(3), GATHER_PER_WAITER);
+        assert_eq!(gather_for(22), GATHER_PER_WAITER * 20);
+        assert_eq!(gather_for(10_000), MAX_GATHER);
+    }
+
+    #[tokio::test]
+    async fn a_paced_long_poll_reads_news_no_sooner_than_its_time_and_a_quiet_one_on_news() {
+        let revisions = Revisions::default();
+        let (_stop, stopping) = watch::channel(false);
+        let started = tokio::time::Instant::now();
+        let until = started + Duration::from_secs(5);
+        let gather = Duration::from_millis(30);
+        // News already there, but the follower was answered just now: read after the gather.
+        let paced = LongPoll::new(&revisions, "v", stopping.clone(), until)
+            .not_before(Some(Instant::now() + gather));
+        let read_at = || async { tokio::time::Instant::now() };
+        let (at, woken) = paced.run(read_at, |_| false).await;
+        assert!(at - started >= gather, "read after {:?}", at - started);
+        assert_eq!(woken, None);
+        // Nothing yet, not paced: the first commit wakes it and it reads at once.
+        let started = tokio::time::Instant::now();
+        let quiet = LongPoll::new(&revisions, "v", stopping, until);
+        let reads = std::sync::atomic::AtomicUsize::new(0);
+        let read = || {
+            let n = reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { (n, tokio::time::Instant::now()) }
+        };
+        let commit = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            revisions.advanced("v", 1);
+        };
+        let ((answer, woken), ()) = tokio::join!(quiet.run(read, |(n, _)| *n == 0), commit);
+        // Read twice: once at once (nothing), once woken by the commit, not before it.
+        assert_eq!(answer.0, 1);
+        assert!(answer.1 - started >= Duration::from_millis(100));
+        assert!(woken.is_some());
+    }
+
+    #[test]
+    fn a_follower_is_paced_from_its_own_last_answer() {
+        let pacer = PushPacer::default();
+        let a = ferry_ticket::NodeKey::from_secret_bytes([1; 32]).node_id();
+        let b = ferry_ticket::NodeKey::from_secret_bytes([2; 32]).node_id();
+        let gather = Duration::from_millis(30);
+        // Never answered: at once.
+        assert_eq!(pacer.not_before(a, "v", gather), None);
+        let t0 = Instant::now();
+        pacer.pushed(a, "v", t0);
+        assert_eq!(pacer.not_before(a, "v", gather), Some(t0 + gather));
+        // Another follower, another vault, or no gathering: not held.
+        assert_eq!(pacer.not_before(b, "v", gather), None);
+        assert_eq!(pacer.not_before(a, "w", gather), None);
+        assert_eq!(pacer.not_before(a, "v", Duration::ZERO), None);
+    }
 
     #[tokio::test]
     async fn a_waiter_wakes_on_news_only() {

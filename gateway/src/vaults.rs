@@ -110,7 +110,8 @@ impl Vaults {
     }
 
     /// Applies a page of the owner's changes to a replica and moves its cursor to `next`, in
-    /// one transaction.
+    /// one transaction, not fsynced of its own (`Executor::apply_rederivable`: the owner holds
+    /// every change durably and gives it again with the same revision).
     pub async fn apply_changes(
         &self,
         name: String,
@@ -119,7 +120,7 @@ impl Vaults {
     ) -> Result<(), StoreError> {
         let vault = name.clone();
         self.writer
-            .apply(move |conn| vaults::apply_changes(conn, &name, &changes, next))
+            .apply_rederivable(move |conn| vaults::apply_changes(conn, &name, &changes, next))
             .await?;
         self.writer.revisions().advanced(&vault, next);
         Ok(())

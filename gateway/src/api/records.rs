@@ -22,6 +22,8 @@ use crate::names;
 use crate::reader::MAX_PAGE;
 use crate::reads::{LocalRefusal, ReadFailure};
 use crate::reads::{RecordRead, Source};
+use crate::revisions::LongPoll;
+use crate::store::StoreError;
 
 fn check_vault_and_key(vault: &str, key: &str) -> Result<(), ApiError> {
     names::check_vault(vault).map_err(ApiError::bad_request)?;
@@ -440,59 +442,43 @@ pub async fn changes(
             ),
         ));
     }
-    // Subscribed before the first read: a commit between the read and the wait still wakes it.
-    let mut moved = gateway.vaults().revisions().watch(&vault);
-    let mut stopping = gateway.lifecycle().stopping();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
-    loop {
+    let until = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
+    let stopping = gateway.lifecycle().stopping();
+    let long_poll = LongPoll::new(gateway.vaults().revisions(), &vault, stopping, until);
+    let _waiting = (wait > 0.0).then(|| gateway.metrics().feed_waiter());
+    let read = || {
         let verb = ReadVerb::Changes {
             since_revision: after,
             limit,
         };
-        let answer = gateway
-            .vaults()
-            .read_verb(vault.clone(), verb)
-            .await
-            .map_err(|err| ApiError::internal(err.to_string()))?;
-        let Some(ReadAnswer::Changes {
-            changes,
-            more,
-            vault_revision,
-        }) = answer
-        else {
-            return Err(ApiError::internal(format!(
-                "the local copy of {vault} answered a change page with {answer:?}"
-            )));
-        };
-        let waited_enough = tokio::time::Instant::now() >= deadline;
-        if !changes.is_empty() || waited_enough || gateway.lifecycle().is_stopping() {
-            let next = changes.last().map_or(after, |c| c.revision.max(after));
-            let page = ChangePage {
-                changes: changes
-                    .into_iter()
-                    .map(|c| FeedChange {
-                        deleted: c.value.is_none(),
-                        key: c.key,
-                        revision: c.revision,
-                    })
-                    .collect(),
-                next,
-                more,
-                vault_revision,
-            };
-            return Ok(axum::Json(page).into_response());
-        }
-        let _waiting = gateway.metrics().feed_waiter();
-        tokio::select! {
-            biased;
-            () = async { let _ = stopping.wait_for(|stopping| *stopping).await; } => {}
-            changed = moved.changed() => {
-                if changed.is_err() {
-                    // The watch is gone (never, while the gateway runs): answer what there is.
-                    tokio::time::sleep_until(deadline).await;
-                }
-            }
-            () = tokio::time::sleep_until(deadline) => {}
-        }
-    }
+        gateway.vaults().read_verb(vault.clone(), verb)
+    };
+    let is_empty = |answer: &Result<Option<ReadAnswer>, StoreError>| matches!(answer, Ok(Some(ReadAnswer::Changes { changes, .. })) if changes.is_empty());
+    let (answer, _) = long_poll.run(read, is_empty).await;
+    let answer = answer.map_err(|err| ApiError::internal(err.to_string()))?;
+    let Some(ReadAnswer::Changes {
+        changes,
+        more,
+        vault_revision,
+    }) = answer
+    else {
+        return Err(ApiError::internal(format!(
+            "the local copy of {vault} answered a change page with {answer:?}"
+        )));
+    };
+    let next = changes.last().map_or(after, |c| c.revision.max(after));
+    let page = ChangePage {
+        changes: changes
+            .into_iter()
+            .map(|c| FeedChange {
+                deleted: c.value.is_none(),
+                key: c.key,
+                revision: c.revision,
+            })
+            .collect(),
+        next,
+        more,
+        vault_revision,
+    };
+    Ok(axum::Json(page).into_response())
 }

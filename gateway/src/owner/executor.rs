@@ -84,6 +84,14 @@ enum Job {
     Apply(Apply),
 }
 
+/// Whether an applied change is fsynced before its caller hears it committed.
+#[derive(Debug, Clone, Copy)]
+enum Durability {
+    Fsynced,
+    /// A change the owner of the data can give again ([`Executor::apply_rederivable`]).
+    Rederivable,
+}
+
 /// A change to run on the writing connection, in its own transaction; it answers its own
 /// caller once that transaction committed (or failed).
 struct Apply(Box<dyn FnOnce(&mut Connection) + Send>);
@@ -614,10 +622,39 @@ impl Executor {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
     {
+        self.apply_with(change, Durability::Fsynced).await
+    }
+
+    /// As [`apply`](Self::apply), but committed without an fsync of its own
+    /// (`synchronous=NORMAL`): for changes that can be derived again, and only those. A
+    /// replica's page is one: it and its cursor commit together, so a power loss can only take
+    /// the last pages back (a killed process loses nothing: they are in the kernel's page
+    /// cache), and the replica pulls them again with the same revisions. The next durable
+    /// commit on this connection syncs them too. Twenty followers of one owner on one disk
+    /// would otherwise make twenty fsyncs a change beside the owner's one.
+    pub async fn apply_rederivable<R, F>(&self, change: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
+        self.apply_with(change, Durability::Rederivable).await
+    }
+
+    async fn apply_with<R, F>(&self, change: F, durability: Durability) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let job = Apply(Box::new(move |conn: &mut Connection| {
             // A failed change is rolled back when its transaction drops.
-            let _ = reply.send(store::in_transaction(conn, change));
+            let result = match durability {
+                Durability::Fsynced => store::in_transaction(conn, change),
+                Durability::Rederivable => {
+                    without_fsync(conn, |conn| store::in_transaction(conn, change))
+                }
+            };
+            let _ = reply.send(result);
         }));
         self.enqueue(Job::Apply(job))?;
         // A dropped reply: the executor died before the change committed.
@@ -978,8 +1015,19 @@ fn admit_all(
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<Vec<Pending>, StoreError> {
+    without_fsync(conn, |conn| {
+        admit_in_transaction(conn, batch, limits, now_ms)
+    })
+}
+
+/// Runs `work` on the writing connection with `synchronous=NORMAL` (its commits are not
+/// fsynced), then puts `FULL` back.
+fn without_fsync<R>(
+    conn: &mut Connection,
+    work: impl FnOnce(&mut Connection) -> Result<R, StoreError>,
+) -> Result<R, StoreError> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
-    let admitted = admit_in_transaction(conn, batch, limits, now_ms);
+    let result = work(conn);
     // Back to FULL on every path, failed ones included: every later commit on this connection
     // (the execute step, tickets, trust, vaults) answers as durable. A connection that cannot
     // be put back can make no durable promise at all, so the process stops rather than lie;
@@ -988,7 +1036,7 @@ fn admit_all(
         error!(%err, "cannot restore synchronous=FULL on the writing connection; stopping");
         std::process::abort();
     }
-    admitted
+    result
 }
 
 fn admit_in_transaction(
@@ -1310,6 +1358,31 @@ mod tests {
         fn unix_ms(&self) -> u64 {
             store::unix_ms()
         }
+    }
+
+    #[tokio::test]
+    async fn a_rederivable_change_runs_unsynced_and_the_connection_goes_back_to_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let executor = start(
+            &dir.path().join("ferry.db"),
+            limits(),
+            CapacityRules::default(),
+        );
+        let synchronous = |conn: &Connection| -> Result<i64, StoreError> {
+            Ok(conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+        };
+        // 1 is NORMAL, 2 is FULL.
+        assert_eq!(executor.apply_rederivable(synchronous).await.unwrap(), 1);
+        assert_eq!(executor.apply(synchronous).await.unwrap(), 2);
+        // A failed one too puts FULL back.
+        let failed = executor
+            .apply_rederivable(|conn| -> Result<(), StoreError> {
+                conn.execute("INSERT INTO no_such_table VALUES (1)", [])?;
+                Ok(())
+            })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(executor.apply(synchronous).await.unwrap(), 2);
     }
 
     /// Holds the executor's thread in a change until the returned sender is dropped or sent to.

@@ -14,6 +14,7 @@ pub mod vaults;
 
 use std::path::Path;
 
+use rusqlite::config::DbConfig;
 use rusqlite::Connection;
 
 /// Something the database refused or could not do.
@@ -251,6 +252,11 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // The planner's stability guarantee: a plan never depends on a bound value. Without it this
+    // SQLite (built with STAT4) recompiles every statement with `LIMIT ?` each time it is bound
+    // again (it reads the bound limit while planning), so every page of a listing or of
+    // changes paid a parse and a plan: 7% of an owner's CPU with 20 followers, measured.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     // The CLI may write the trust store while a gateway reads it: wait rather than fail.
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     Ok(())

@@ -182,6 +182,25 @@ mod tests {
     use ferry_ticket::NodeKey;
 
     #[test]
+    fn pages_are_not_planned_again_each_time_they_are_asked() {
+        let (_dir, conn) = open_temp();
+        let me = NodeKey::from_secret_bytes([1; 32]).node_id();
+        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        for (since, limit) in [(0, 10), (3, 1000), (5, 10)] {
+            changes(&conn, "v", since, limit).unwrap();
+        }
+        let stmt = conn
+            .prepare_cached(
+                "SELECT key, revision, value FROM records WHERE vault = ?1 AND revision > ?2
+         ORDER BY revision LIMIT ?3",
+            )
+            .unwrap();
+        // With the planner's stability guarantee off, each new binding of `LIMIT ?3` would
+        // have recompiled the statement.
+        assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+    }
+
+    #[test]
     fn a_page_of_changes_always_fits_a_frame_whatever_the_values() {
         let (_dir, conn) = open_temp();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();

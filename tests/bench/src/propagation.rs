@@ -64,7 +64,13 @@ pub struct Run {
     /// The owner process's CPU per write (microseconds, user and system): its own cost, apart
     /// from what the followers' processes take of the shared box.
     pub owner_cpu_us_per_write: Option<f64>,
+    /// The owner process's CPU while its followers wait and nothing is written (percent of one
+    /// core, over [`IDLE_SPAN`]).
+    pub owner_idle_cpu_pct: Option<f64>,
 }
+
+/// How long the owner's idle CPU is measured, its followers waiting.
+const IDLE_SPAN: Duration = Duration::from_secs(3);
 
 /// The frozen follower's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -201,6 +207,21 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
         watchers.push(tokio::spawn(watch(kit, warm, last.clone(), seen.clone())));
         seen_by.push(seen);
     }
+    // Settled first: a follower's catch-up counts as a call to its owner, whose routes then
+    // heartbeat at the pace of a peer in use (every 50 ms) for `ACTIVE_FOR`; a caught-up
+    // follower's long polls do not. What follows is the steady state of live sync.
+    tokio::time::sleep(ferry_peer::health::ACTIVE_FOR + Duration::from_secs(1)).await;
+    // The owner's own cost of its followers while nothing is written (their long polls,
+    // heartbeats and routes), so the CPU per write below can be read apart from it.
+    let idle_before = owner.pid().and_then(crate::cpu::process_cpu);
+    tokio::time::sleep(IDLE_SPAN).await;
+    let owner_idle_cpu_pct = owner
+        .pid()
+        .and_then(crate::cpu::process_cpu)
+        .zip(idle_before)
+        .map(|(after, before)| {
+            after.saturating_sub(before).as_secs_f64() * 100.0 / IDLE_SPAN.as_secs_f64()
+        });
     let owner_cpu_before = owner.pid().and_then(crate::cpu::process_cpu);
     let written = write_all(&owner_kit, changes, "k").await?;
     *last.lock().unwrap_or_else(|p| p.into_inner()) = written.last().map(|w| w.0);
@@ -243,6 +264,7 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
             ]
         }),
         owner_cpu_us_per_write: owner_cpu,
+        owner_idle_cpu_pct,
     })
 }
 
@@ -401,9 +423,9 @@ impl Report {
         let mut out = String::from("# Propagation: a change from the owner to the replicas\n\n");
         let _ = writeln!(
             out,
-            "| followers | owner write p50 | p99 | owner CPU per write | to a follower's feed p50 | p99 | largest |"
+            "| followers | owner write p50 | p99 | owner CPU per write | owner idle CPU | to a follower's feed p50 | p99 | largest |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
         for run in &self.runs {
             let p = run
                 .propagation_ms
@@ -413,9 +435,12 @@ impl Report {
             let cpu = run
                 .owner_cpu_us_per_write
                 .map_or("-".to_string(), |us| format!("{us:.0} us"));
+            let idle = run
+                .owner_idle_cpu_pct
+                .map_or("-".to_string(), |pct| format!("{pct:.1}%"));
             let _ = writeln!(
                 out,
-                "| {} | {:.2} ms | {:.2} ms | {cpu} | {} | {} | {} |",
+                "| {} | {:.2} ms | {:.2} ms | {cpu} | {idle} | {} | {} | {} |",
                 run.followers, run.write_ms[0], run.write_ms[1], p[0], p[1], p[2]
             );
         }
