@@ -25,7 +25,8 @@ use crate::metrics::Metrics;
 use crate::network::Network;
 use crate::owner::executor::SubmitError;
 use crate::owner::Owner;
-use crate::revisions::{gather_for, LongPoll, PushPacer};
+use crate::pacer::PushPacer;
+use crate::revisions::LongPoll;
 use crate::vaults::Vaults;
 
 /// The peer-facing face of a gateway.
@@ -205,27 +206,32 @@ impl Service for PeerService {
                 let until = (arrived + wait).min(deadline - (deadline - arrived) / 4);
                 let stopping = self.lifecycle.stopping();
                 let revisions = self.vaults.revisions();
-                let long_poll = LongPoll::new(revisions, &request.vault, stopping, until);
-                let gather = gather_for(revisions.waiting(&request.vault));
-                Some(long_poll.not_before(self.pacer.not_before(from, &request.vault, gather)))
+                let start = self.pacer.start(from, &request.vault);
+                let long_poll = LongPoll::new(revisions, &request.vault, stopping, until)
+                    .not_before(start.not_before);
+                Some((long_poll, start))
             }
             _ => None,
         };
-        let Some(long_poll) = long_poll else {
+        let Some((long_poll, start)) = long_poll else {
             return self.read_once(request, deadline).await;
         };
         let (answer, woken_at) = long_poll
             .run(|| self.read_once(request.clone(), deadline), is_empty_page)
             .await;
         if let ReadAnswer::Changes { changes, .. } = &answer {
-            if !changes.is_empty() {
-                self.pacer
-                    .pushed(from, &request.vault, std::time::Instant::now());
+            let news = !changes.is_empty();
+            if news {
+                // From the commit that woke the wait; news already there when the follower
+                // asked was committed after its previous answer, so from that (an upper bound).
+                if let Some(at) = woken_at.or(start.previous_answer) {
+                    self.metrics.feed_push(at.elapsed());
+                }
             }
-            if let Some(at) = woken_at {
-                self.metrics.feed_push(at.elapsed());
-            }
+            let now = std::time::Instant::now();
+            self.pacer.answered(from, &request.vault, now, news);
         }
+        drop(start.following);
         answer
     }
 

@@ -9,7 +9,8 @@
 //!   builds the components, each owning its state:
 //!   [`vaults`] (the vaults held here), [`network`] (peers, routes, directory, discovery, the
 //!   prober), [`owner`] (tickets, the executor: the store's one writer), [`door`] (what peers'
-//!   requests are answered with, over the owner, the network and the vaults), [`reads`] (the
+//!   requests are answered with, over the owner, the network and the vaults; followers' long
+//!   polls wait on [`revisions`] and are paced by [`pacer`]), [`reads`] (the
 //!   read path and its cache), [`writes`] (the write path: writes run on tasks of their own,
 //!   [`tasks`], recorded in the [`call_log`] before they leave), [`settlement`] (settling by
 //!   request id, after any crash), [`replication`] (replicas' sync, progress on the
@@ -36,6 +37,7 @@ pub mod metrics;
 pub mod names;
 pub mod network;
 pub mod owner;
+pub mod pacer;
 pub mod read_around;
 pub mod reader;
 pub mod reads;

@@ -8,9 +8,8 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use ferry_ticket::NodeId;
 use tokio::sync::watch;
 
 /// A vault's newest committed revision, and when it was committed here.
@@ -42,12 +41,6 @@ impl Revisions {
             .subscribe()
     }
 
-    /// How many long polls wait on `vault` now.
-    pub fn waiting(&self, vault: &str) -> usize {
-        let by_vault = self.by_vault.lock().unwrap_or_else(|p| p.into_inner());
-        by_vault.get(vault).map_or(0, watch::Sender::receiver_count)
-    }
-
     /// `vault` committed up to `revision`: wakes its waiters if that is news (a revision never
     /// goes back; an older one, from a copy answered from the journal, wakes nobody). Cheap when
     /// nobody waits: no waiter ever asked for this vault, no channel.
@@ -68,55 +61,6 @@ impl Revisions {
     }
 }
 
-/// How long a follower's news gathers between two answers when `waiting` long polls wait on
-/// the vault: nothing for one or two, then [`GATHER_PER_WAITER`] for each further one, at most
-/// [`MAX_GATHER`]. Each answered long poll costs a page read and a stream on the owner and a
-/// commit and a feed's wake-up on the follower, whatever the page carries: changes coming one at
-/// a time to many followers would cost all that per change per follower (on this two-core
-/// box, twenty followers made the owner's writes eight times slower). Gathering bounds the
-/// answers to one per follower per gather however fast changes come, each carrying what came
-/// meanwhile; a change after a quiet still goes at once ([`PushPacer`]).
-pub fn gather_for(waiting: usize) -> Duration {
-    let beyond_two = waiting.saturating_sub(2) as u32;
-    (GATHER_PER_WAITER * beyond_two).min(MAX_GATHER)
-}
-
-/// The gathering each waiting long poll past the second adds.
-pub const GATHER_PER_WAITER: Duration = Duration::from_millis(3);
-/// The most news is held for gathering (issue 16 bounds the 20-follower p99 at 100 ms).
-pub const MAX_GATHER: Duration = Duration::from_millis(60);
-/// Followers' last answers kept before the old ones are dropped.
-const PACER_ENTRIES: usize = 4096;
-
-/// When each follower was last sent news of each vault: its next answer waits for the gather
-/// to pass since then, so a stream of changes reaches it in batches, while a change after a
-/// quiet (its last answer long ago) goes at once.
-#[derive(Debug, Default)]
-pub struct PushPacer {
-    last: Mutex<HashMap<(NodeId, String), Instant>>,
-}
-
-impl PushPacer {
-    /// The earliest `from` may be sent news of `vault` again, with `gather` between answers.
-    pub fn not_before(&self, from: NodeId, vault: &str, gather: Duration) -> Option<Instant> {
-        if gather.is_zero() {
-            return None;
-        }
-        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        last.get(&(from, vault.to_string())).map(|at| *at + gather)
-    }
-
-    /// `from` was sent news of `vault` at `at`.
-    pub fn pushed(&self, from: NodeId, vault: &str, at: Instant) {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.len() >= PACER_ENTRIES {
-            // Older than any gather: they pace nothing any more.
-            last.retain(|_, pushed| at.saturating_duration_since(*pushed) < MAX_GATHER);
-        }
-        last.insert((from, vault.to_string()), at);
-    }
-}
-
 /// One long poll of a vault's changes: reads until a read has news (anything but an empty
 /// page), waiting between reads for the vault's revision to move, until `until`.
 #[derive(Debug)]
@@ -124,7 +68,7 @@ pub struct LongPoll {
     moved: watch::Receiver<Moved>,
     stopping: watch::Receiver<bool>,
     until: tokio::time::Instant,
-    /// No read before this ([`PushPacer`]).
+    /// No read before this (`crate::pacer::PushPacer`).
     not_before: Option<Instant>,
 }
 
@@ -191,10 +135,16 @@ impl LongPoll {
         (answer, woken_at)
     }
 
-    /// Waits until `not_before` (not past `until`).
-    async fn paced(&self) {
-        if let Some(at) = self.not_before {
-            tokio::time::sleep_until(tokio::time::Instant::from_std(at).min(self.until)).await;
+    /// Waits until `not_before` (not past `until`; a stopping gateway does not wait).
+    async fn paced(&mut self) {
+        let Some(at) = self.not_before else {
+            return;
+        };
+        let at = tokio::time::Instant::from_std(at).min(self.until);
+        tokio::select! {
+            biased;
+            _ = self.stopping.wait_for(|stopping| *stopping) => {}
+            () = tokio::time::sleep_until(at) => {}
         }
     }
 }
@@ -202,15 +152,7 @@ impl LongPoll {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn news_gathers_only_when_many_wait_and_never_past_the_bound() {
-        assert_eq!(gather_for(0), Duration::ZERO);
-        assert_eq!(gather_for(2), Duration::ZERO);
-        assert_eq!(gather_for(3), GATHER_PER_WAITER);
-        assert_eq!(gather_for(22), GATHER_PER_WAITER * 20);
-        assert_eq!(gather_for(10_000), MAX_GATHER);
-    }
+    use std::time::Duration;
 
     #[tokio::test]
     async fn a_paced_long_poll_reads_news_no_sooner_than_its_time_and_a_quiet_one_on_news() {
@@ -243,23 +185,14 @@ mod tests {
         assert_eq!(answer.0, 1);
         assert!(answer.1 - started >= Duration::from_millis(100));
         assert!(woken.is_some());
-    }
-
-    #[test]
-    fn a_follower_is_paced_from_its_own_last_answer() {
-        let pacer = PushPacer::default();
-        let a = ferry_ticket::NodeKey::from_secret_bytes([1; 32]).node_id();
-        let b = ferry_ticket::NodeKey::from_secret_bytes([2; 32]).node_id();
-        let gather = Duration::from_millis(30);
-        // Never answered: at once.
-        assert_eq!(pacer.not_before(a, "v", gather), None);
-        let t0 = Instant::now();
-        pacer.pushed(a, "v", t0);
-        assert_eq!(pacer.not_before(a, "v", gather), Some(t0 + gather));
-        // Another follower, another vault, or no gathering: not held.
-        assert_eq!(pacer.not_before(b, "v", gather), None);
-        assert_eq!(pacer.not_before(a, "w", gather), None);
-        assert_eq!(pacer.not_before(a, "v", Duration::ZERO), None);
+        // A stopping gateway does not hold news for pacing.
+        let (stop, stopping) = watch::channel(false);
+        let _ = stop.send(true);
+        let started = tokio::time::Instant::now();
+        let held = LongPoll::new(&revisions, "v", stopping, until)
+            .not_before(Some(Instant::now() + Duration::from_secs(4)));
+        let (at, _) = held.run(read_at, |_| false).await;
+        assert!(at - started < Duration::from_secs(4));
     }
 
     #[tokio::test]

@@ -758,8 +758,9 @@ impl Caller {
             let hedge = async {
                 match &watched {
                     // A long poll is quiet on purpose: its silence says nothing about the path
-                    // (a dead one ends the attempt through the connection's own silence, and
-                    // the next route is tried then).
+                    // (a dead one ends the attempt through the connection's own silence, at
+                    // the idle heartbeat's pace since a long poll is not a call, or at the
+                    // end of its wait; the next route is tried then).
                     Some((conn, delay)) if next < routes.len() && wait.is_zero() => {
                         path_goes_quiet(conn.as_ref(), *delay).await
                     }
