@@ -26,7 +26,7 @@ use crate::network::Network;
 use crate::owner::executor::SubmitError;
 use crate::owner::Owner;
 use crate::pacer::PushPacer;
-use crate::revisions::LongPoll;
+use crate::revisions::{is_empty_page, LongPoll};
 use crate::vaults::Vaults;
 
 /// The peer-facing face of a gateway.
@@ -155,11 +155,6 @@ impl PeerService {
             )),
         }
     }
-}
-
-/// Whether a read's answer is a change page with nothing past the cursor (a long poll waits on).
-fn is_empty_page(answer: &ReadAnswer) -> bool {
-    matches!(answer, ReadAnswer::Changes { changes, .. } if changes.is_empty())
 }
 
 impl Service for PeerService {

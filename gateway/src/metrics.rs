@@ -109,8 +109,8 @@ pub struct Metrics {
     cache_hits: AtomicU64,
     /// Change feed requests waiting for news now (long polls).
     feed_waiting: AtomicU64,
-    /// Owner: from a commit to the change page carrying it leaving for a follower whose long
-    /// poll it woke.
+    /// Owner: from a commit to the change page carrying it leaving for a follower's long poll
+    /// (pacing included; news already there when it asked: from its previous answer).
     feed_push: Histogram,
     /// Replica: from a change page's arrival to its changes committed here.
     replica_apply: Histogram,
@@ -197,7 +197,7 @@ impl Metrics {
         FeedWaiter(self)
     }
 
-    /// A follower's long poll was answered `after` the commit that woke it.
+    /// A follower's long poll was answered with news `after` it was committed (at most).
     pub fn feed_push(&self, after: Duration) {
         self.feed_push.record(after);
     }
@@ -354,7 +354,7 @@ impl Metrics {
             .render(&mut out, "ferry_call_latency_seconds", "call=\"write\",");
         self.read_latency
             .render(&mut out, "ferry_call_latency_seconds", "call=\"read\",");
-        out.push_str("# HELP ferry_feed_push_seconds Owner: from a commit to the change page carrying it leaving for a follower whose long poll it woke.\n# TYPE ferry_feed_push_seconds histogram\n");
+        out.push_str("# HELP ferry_feed_push_seconds Owner: from a commit to the change page carrying it leaving for a follower's long poll (pacing included; news already there when it asked: from its previous answer, an upper bound).\n# TYPE ferry_feed_push_seconds histogram\n");
         self.feed_push
             .render(&mut out, "ferry_feed_push_seconds", "");
         out.push_str("# HELP ferry_replica_apply_seconds Replica: from a change page's arrival to its changes committed here.\n# TYPE ferry_replica_apply_seconds histogram\n");

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use ferry_peer::wire::ReadAnswer;
 use tokio::sync::watch;
 
 /// A vault's newest committed revision, and when it was committed here.
@@ -59,6 +60,12 @@ impl Revisions {
             });
         }
     }
+}
+
+/// Whether a read's answer is a change page with nothing past the cursor: what a long poll
+/// waits on.
+pub fn is_empty_page(answer: &ReadAnswer) -> bool {
+    matches!(answer, ReadAnswer::Changes { changes, .. } if changes.is_empty())
 }
 
 /// One long poll of a vault's changes: reads until a read has news (anything but an empty

@@ -22,7 +22,7 @@ use crate::names;
 use crate::reader::MAX_PAGE;
 use crate::reads::{LocalRefusal, ReadFailure};
 use crate::reads::{RecordRead, Source};
-use crate::revisions::LongPoll;
+use crate::revisions::{is_empty_page, LongPoll};
 use crate::store::StoreError;
 
 fn check_vault_and_key(vault: &str, key: &str) -> Result<(), ApiError> {
@@ -453,7 +453,11 @@ pub async fn changes(
         };
         gateway.vaults().read_verb(vault.clone(), verb)
     };
-    let is_empty = |answer: &Result<Option<ReadAnswer>, StoreError>| matches!(answer, Ok(Some(ReadAnswer::Changes { changes, .. })) if changes.is_empty());
+    let is_empty = |answer: &Result<Option<ReadAnswer>, StoreError>| {
+        answer
+            .as_ref()
+            .is_ok_and(|page| page.as_ref().is_some_and(is_empty_page))
+    };
     let (answer, _) = long_poll.run(read, is_empty).await;
     let answer = answer.map_err(|err| ApiError::internal(err.to_string()))?;
     let Some(ReadAnswer::Changes {

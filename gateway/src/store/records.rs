@@ -133,6 +133,10 @@ pub const PAGE_HARD_BYTES: usize = ferry_peer::codec::MAX_FRAME_LEN - 64 * 1024;
 /// the option tag), rounded up.
 const CHANGE_OVERHEAD: usize = 32;
 
+const CHANGES_SQL: &str =
+    "SELECT key, revision, value FROM records WHERE vault = ?1 AND revision > ?2
+     ORDER BY revision LIMIT ?3";
+
 /// Every key changed after `since_revision`, oldest change first, with its latest state.
 pub fn changes(
     conn: &Connection,
@@ -140,10 +144,7 @@ pub fn changes(
     since_revision: u64,
     limit: u32,
 ) -> Result<(Vec<WireChange>, bool), StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT key, revision, value FROM records WHERE vault = ?1 AND revision > ?2
-         ORDER BY revision LIMIT ?3",
-    )?;
+    let mut stmt = conn.prepare_cached(CHANGES_SQL)?;
     let rows = stmt.query_map(
         params![vault, since_revision as i64, i64::from(limit) + 1],
         |row| {
@@ -189,12 +190,7 @@ mod tests {
         for (since, limit) in [(0, 10), (3, 1000), (5, 10)] {
             changes(&conn, "v", since, limit).unwrap();
         }
-        let stmt = conn
-            .prepare_cached(
-                "SELECT key, revision, value FROM records WHERE vault = ?1 AND revision > ?2
-         ORDER BY revision LIMIT ?3",
-            )
-            .unwrap();
+        let stmt = conn.prepare_cached(CHANGES_SQL).unwrap();
         // With the planner's stability guarantee off, each new binding of `LIMIT ?3` would
         // have recompiled the statement.
         assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
