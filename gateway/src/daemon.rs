@@ -198,24 +198,14 @@ async fn start_discovery(
     }
 }
 
-/// Waits for SIGTERM, SIGINT or a stop requested through the API.
+/// Waits for Ctrl-C (SIGINT), the service manager's stop (SIGTERM; on Windows the console's
+/// and the system's stop events) or a stop requested through the API.
 async fn wait_for_stop(gateway: &Gateway) {
     let mut stop_requested = gateway.lifecycle().stopping();
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(err) => {
-                warn!(%err, "cannot watch SIGTERM; stop with SIGINT or `ferry stop`");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
     tokio::select! {
         biased;
         _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
+        _ = crate::platform::service_stop() => {}
         _ = stop_requested.wait_for(|stopping| *stopping) => {}
     }
 }

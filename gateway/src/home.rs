@@ -10,10 +10,9 @@
 //! | `calls.slots` | the call log's writes in flight (see `call_log::slots`) | 0600 |
 //! | `config.toml` | optional                               |      |
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ferry_ticket::NodeKey;
@@ -59,7 +58,12 @@ impl Home {
     pub fn locate(explicit: Option<PathBuf>) -> Result<Self, HomeError> {
         let root = match explicit {
             Some(path) => path,
-            None => dirs::data_dir().ok_or(HomeError::NoDefault)?.join("ferry"),
+            // The local (not roaming) data folder: a node key is this machine's identity and
+            // must not follow the user to another machine. The same folder as the data
+            // folder on Linux and macOS; `%LOCALAPPDATA%` on Windows.
+            None => dirs::data_local_dir()
+                .ok_or(HomeError::NoDefault)?
+                .join("ferry"),
         };
         Ok(Self { root })
     }
@@ -102,7 +106,7 @@ impl Home {
         if let Some(parent) = self.root.parent() {
             fs::create_dir_all(parent).map_err(dir_err)?;
         }
-        match fs::DirBuilder::new().mode(0o700).create(&self.root) {
+        match crate::platform::create_private_dir(&self.root) {
             Ok(()) => Ok(()),
             // Made by another process in between: it is theirs, mode and all.
             Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
@@ -184,10 +188,9 @@ fn write_secret(path: &Path, contents: &str) -> Result<(), HomeError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = match OpenOptions::new()
+    let mut file = match crate::platform::private_file_options()
         .write(true)
         .create_new(true)
-        .mode(0o600)
         .open(path)
     {
         Ok(file) => file,
@@ -204,6 +207,7 @@ fn write_secret(path: &Path, contents: &str) -> Result<(), HomeError> {
 mod tests {
     use super::*;
 
+    #[cfg(unix)]
     #[test]
     fn key_and_token_are_made_once_with_mode_0600() {
         use std::os::unix::fs::PermissionsExt;
@@ -223,6 +227,7 @@ mod tests {
         }
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_home_it_did_not_create_keeps_its_mode_and_a_new_one_is_0700() {
         use std::os::unix::fs::PermissionsExt;

@@ -38,6 +38,7 @@ pub mod names;
 pub mod network;
 pub mod owner;
 pub mod pacer;
+pub mod platform;
 pub mod read_around;
 pub mod reader;
 pub mod reads;

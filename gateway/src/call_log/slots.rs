@@ -16,14 +16,14 @@
 //! id (32), since (u64 LE, Unix ms), and three strings each as u16 LE length + UTF-8: vault,
 //! app, owner label.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
 use std::path::Path;
 use std::sync::Mutex;
 
 use ferry_peer::wire::RequestId;
 use ferry_ticket::NodeId;
 
+use crate::platform;
 use crate::store::calls::{CallRow, RowState};
 
 /// Bytes per slot: the largest record (names at their limits) fits with room to spare.
@@ -44,12 +44,11 @@ impl SlotFile {
     /// Opens (or makes, mode 0600) the file at `path`; returns it with every slot free, and the
     /// calls its occupied slots held (a crash cut them short).
     pub fn open(path: &Path) -> std::io::Result<(Self, Vec<CallRow>)> {
-        let file = OpenOptions::new()
+        let file = platform::private_file_options()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o600)
             .open(path)?;
         let mut cut_short = Vec::new();
         let mut slot = vec![0u8; SLOT_BYTES];
@@ -59,7 +58,7 @@ impl SlotFile {
             if offset + SLOT_BYTES as u64 > len {
                 break;
             }
-            file.read_exact_at(&mut slot, offset)?;
+            platform::read_exact_at(&file, &mut slot, offset)?;
             if let Some(row) = decode(&slot) {
                 cut_short.push(row);
             }
@@ -85,9 +84,8 @@ impl SlotFile {
             return Ok(None);
         };
         let record = encode(row);
-        if let Err(err) = self
-            .file
-            .write_all_at(&record, u64::from(index) * SLOT_BYTES as u64)
+        if let Err(err) =
+            platform::write_all_at(&self.file, &record, u64::from(index) * SLOT_BYTES as u64)
         {
             self.release(index);
             return Err(err);
@@ -97,9 +95,8 @@ impl SlotFile {
 
     /// Clears slot `index` and makes it free again.
     pub fn clear(&self, index: u32) -> std::io::Result<()> {
-        let cleared = self
-            .file
-            .write_all_at(&[0u8; 4], u64::from(index) * SLOT_BYTES as u64);
+        let cleared =
+            platform::write_all_at(&self.file, &[0u8; 4], u64::from(index) * SLOT_BYTES as u64);
         // Even if the write failed the slot is reused: its next record overwrites it whole.
         self.release(index);
         cleared

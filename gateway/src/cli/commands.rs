@@ -95,6 +95,20 @@ pub async fn run(cli: Cli) -> Exit {
             after,
             count,
         } => watch(&kit, json, &vault, after, count).await,
+        Command::Completions { shell } => {
+            super::generate::completions(shell, &mut std::io::stdout());
+            Exit::Done
+        }
+        Command::Man { dir } => {
+            let written = match dir {
+                Some(dir) => super::generate::man_pages(&dir),
+                None => super::generate::man_page(&mut std::io::stdout()),
+            };
+            match written {
+                Ok(()) => Exit::Done,
+                Err(err) => fail(Exit::Usage, &format!("cannot write the man pages: {err}")),
+            }
+        }
     }
 }
 

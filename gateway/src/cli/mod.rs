@@ -5,6 +5,8 @@
 //! (`unavailable` or `not_carried_out`, including no gateway running), 4 outcome unknown.
 
 mod commands;
+mod generate;
+mod logging;
 mod output;
 
 use std::net::SocketAddr;
@@ -131,6 +133,14 @@ pub enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Print a completion script for a shell (bash, zsh, fish, powershell, elvish).
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff), or with --dir write one page per command there.
+    Man {
+        /// A directory to write `ferry.1` and `ferry-COMMAND.1` into.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// List keys.
     List {
         vault: String,
@@ -213,7 +223,7 @@ pub fn main() -> ExitCode {
             };
         }
     };
-    init_tracing(matches!(cli.command, Command::Serve(_)));
+    logging::init(matches!(cli.command, Command::Serve(_)));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -225,19 +235,6 @@ pub fn main() -> ExitCode {
         }
     };
     runtime.block_on(commands::run(cli)).into()
-}
-
-/// Logs go to standard error, filtered by `RUST_LOG` (default: info for `serve`, warnings
-/// otherwise, so a command's own output stays clean).
-fn init_tracing(serving: bool) {
-    let default = if serving { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
 }
 
 #[cfg(test)]

@@ -185,7 +185,8 @@ pub fn open(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     configure(&conn)?;
     migrate(&conn)?;
-    restrict_mode(path);
+    // The database holds the trust store and every value: owner-only.
+    crate::platform::restrict_to_owner(path);
     Ok(conn)
 }
 
@@ -260,12 +261,6 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     // The CLI may write the trust store while a gateway reads it: wait rather than fail.
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     Ok(())
-}
-
-/// The database holds the trust store and every value: owner-only.
-fn restrict_mode(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
 }
 
 /// Runs `change` in a transaction: the caller's, if one is open on `conn` (the executor runs

@@ -1,0 +1,190 @@
+//! Everything that differs between operating systems, in one place: how a private directory
+//! and a private file are made, positioned reads and writes of the call log's slot file, and
+//! the signal a service manager stops the gateway with.
+//!
+//! Unix (Linux, macOS): directories 0700 and files 0600, set when they are made, so a secret
+//! is never readable by others even for a moment; SIGTERM is the stop.
+//!
+//! Windows: a file's access comes from the access-control list it inherits from its
+//! directory. The default state directory is under the user's local app-data folder
+//! (`%LOCALAPPDATA%\ferry`), whose list gives access to the user, SYSTEM and Administrators
+//! only, so the files Ferry makes there are the user's alone without setting anything. A
+//! `--home` elsewhere keeps that directory's list: the docs say to choose one only the user can
+//! read. The stops are the console's (Ctrl-C, Ctrl-Break, closing the window) and the service
+//! manager's shutdown.
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::path::Path;
+
+/// Makes the directory `path` (not its parents) readable by its owner only.
+pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    #[allow(unused_mut)] // Windows sets nothing.
+    let mut builder = DirBuilder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(path)
+}
+
+/// Options that make a new file readable by its owner only (on Windows: by whoever its
+/// directory lets read it).
+pub fn private_file_options() -> OpenOptions {
+    #[allow(unused_mut)] // Windows sets nothing.
+    let mut options = OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options
+}
+
+/// Makes an existing file readable by its owner only, where the platform has file modes. Best
+/// effort: a file on a filesystem without modes stays as it is.
+pub fn restrict_to_owner(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
+/// Reads exactly `buf.len()` bytes at `offset`, without moving a shared cursor (so concurrent
+/// callers need no lock).
+pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::fs::FileExt;
+        let mut done = 0;
+        while done < buf.len() {
+            match file.seek_read(&mut buf[done..], offset + done as u64)? {
+                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                read => done += read,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes all of `buf` at `offset`, without moving a shared cursor.
+pub fn write_all_at(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::fs::FileExt;
+        let mut done = 0;
+        while done < buf.len() {
+            match file.seek_write(&buf[done..], offset + done as u64)? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                written => done += written,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Waits for the stop a service manager sends (besides Ctrl-C, which the caller watches on
+/// every platform). Never returns if it cannot be watched, after saying so.
+pub async fn service_stop() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(err) => {
+                tracing::warn!(%err, "cannot watch SIGTERM; stop with SIGINT or `ferry stop`");
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+    #[cfg(windows)]
+    {
+        use tokio::signal::windows;
+        // Ctrl-Break, the console window closed, and the system shutting down (which is what a
+        // service manager's stop of a console program looks like).
+        match (
+            windows::ctrl_break(),
+            windows::ctrl_close(),
+            windows::ctrl_shutdown(),
+        ) {
+            (Ok(mut brk), Ok(mut close), Ok(mut shutdown)) => {
+                tokio::select! {
+                    _ = brk.recv() => {}
+                    _ = close.recv() => {}
+                    _ = shutdown.recv() => {}
+                }
+            }
+            _ => {
+                tracing::warn!(
+                    "cannot watch the console's stop events; stop with Ctrl-C or `ferry stop`"
+                );
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positioned_writes_and_reads_meet_without_a_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("slots");
+        let file = private_file_options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap();
+        write_all_at(&file, b"world", 700).unwrap();
+        write_all_at(&file, b"hello", 3).unwrap();
+        let mut buf = [0u8; 5];
+        read_exact_at(&file, &mut buf, 700).unwrap();
+        assert_eq!(&buf, b"world");
+        read_exact_at(&file, &mut buf, 3).unwrap();
+        assert_eq!(&buf, b"hello");
+        let past_the_end = read_exact_at(&file, &mut buf, 703);
+        assert_eq!(
+            past_the_end.map_err(|err| err.kind()),
+            Err(std::io::ErrorKind::UnexpectedEof),
+            "a short read is an error, not a half-filled buffer"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn private_files_and_directories_are_the_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("private");
+        create_private_dir(&private).unwrap();
+        let file = private.join("secret");
+        private_file_options()
+            .write(true)
+            .create_new(true)
+            .open(&file)
+            .unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&private), 0o700);
+        assert_eq!(mode(&file), 0o600);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        restrict_to_owner(&file);
+        assert_eq!(mode(&file), 0o600);
+    }
+}
