@@ -155,7 +155,8 @@ pub struct HeldTicket {
 pub struct TrustRequest {
     pub node_id: String,
     pub label: String,
-    /// Routes as `kind=address` or a bare address (see `ferry trust --addr`).
+    /// Routes as `HOST:PORT[,kind]`, kind `thunderbolt`, `lan` or `tailnet` (guessed from the
+    /// address when absent), as `ferry trust --addr` takes them.
     #[serde(default)]
     pub routes: Vec<String>,
 }
@@ -179,7 +180,7 @@ pub struct CreateVault {
     pub name: String,
 }
 
-/// `POST /v1/admin/follow`.
+/// `POST /v1/admin/vaults/follow`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FollowVault {
     pub name: String,
@@ -187,7 +188,7 @@ pub struct FollowVault {
     pub owner: String,
 }
 
-/// The answer of `POST /v1/admin/vaults` and `POST /v1/admin/follow`.
+/// The answer of `POST /v1/admin/vaults` and `POST /v1/admin/vaults/follow`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VaultHeld {
     pub name: String,

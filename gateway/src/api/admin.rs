@@ -22,7 +22,7 @@ use crate::replication::FollowError;
 use crate::store::vaults;
 use crate::store::StoreError;
 
-fn store_error(err: StoreError) -> ApiError {
+pub(super) fn store_error(err: StoreError) -> ApiError {
     match err {
         StoreError::VaultExists { .. } => ApiError::new(409, ErrorCode::Conflict, err.to_string()),
         StoreError::LabelTaken { .. } | StoreError::NodeTaken { .. } => {
@@ -384,8 +384,9 @@ pub async fn follow_vault(
         .follow(body.name, body.owner.clone())
         .await
         .map_err(|err| match err {
+            // As untrusting an unknown label is: no such peer.
             FollowError::UnknownOwner { .. } => {
-                ApiError::new(409, ErrorCode::Conflict, err.to_string())
+                ApiError::new(404, ErrorCode::NotFound, err.to_string())
             }
             FollowError::Store { source } => store_error(source),
         })?;

@@ -197,6 +197,6 @@ pub async fn rotate(State(gateway): State<Arc<Gateway>>) -> Result<Json<Rotated>
         .admin()
         .rotate_tickets()
         .await
-        .map_err(ApiError::internal)?;
+        .map_err(super::admin::store_error)?;
     Ok(Json(Rotated { epoch }))
 }

@@ -67,6 +67,14 @@ impl ApiError {
         self
     }
 
+    /// The owner's label, when the answer knows which owner it was.
+    pub fn owner_if_known(self, owner: Option<String>) -> Self {
+        match owner {
+            Some(owner) => self.owner(owner),
+            None => self,
+        }
+    }
+
     pub fn vault(mut self, vault: impl Into<String>) -> Self {
         self.body.vault = Some(vault.into());
         self

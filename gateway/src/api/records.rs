@@ -61,7 +61,13 @@ fn local_refusal(refusal: LocalRefusal) -> ApiError {
 
 fn read_failure(failure: ReadFailure) -> ApiError {
     match failure {
-        ReadFailure::Refused(refusal) => local_refusal(refusal),
+        // Possibly the owner's refusal: "nothing was sent" would not be true, and a read has
+        // nothing to run twice, so the detail stands alone.
+        ReadFailure::Refused(refusal) => ApiError::new(
+            refusal.code.http_status(),
+            refusal_code(refusal.code),
+            refusal.detail,
+        ),
         ReadFailure::Unavailable { detail } => ApiError::new(
             503,
             ErrorCode::Unavailable,
@@ -289,16 +295,17 @@ async fn write(
             gateway
                 .metrics()
                 .write(WriteKind::BadRequest, ferry_peer::clock::since(started));
-            // Echo the app's request id when it gave a valid one.
-            let error = match headers::request_id(
+            // Echo the app's request id, in the body and the header, when it gave a valid one.
+            return match headers::request_id(
                 headers,
                 gateway.config().journal_retention(),
                 gateway.clock().unix_ms(),
             ) {
-                Ok(id) if headers.contains_key("x-ferry-request-id") => error.request_id(id),
-                _ => error,
+                Ok(id) if headers.contains_key("x-ferry-request-id") => {
+                    with_request_id_header(error.request_id(id).into_response(), id)
+                }
+                _ => error.into_response(),
             };
-            return error.into_response();
         }
     };
     let deadline = started + timeout;
@@ -307,7 +314,7 @@ async fn write(
     let task = gateway
         .writes()
         .spawn_write(app, vault.clone(), verb, request_id, class, deadline);
-    let (kind, mut response) = match task.await {
+    let (kind, response) = match task.await {
         Err(refusal_or_panic) => {
             // The task panicked: whether it sent anything is not known.
             tracing::error!(%refusal_or_panic, %request_id, "a write's task failed");
@@ -334,6 +341,11 @@ async fn write(
     gateway
         .metrics()
         .write(kind, ferry_peer::clock::since(started));
+    with_request_id_header(response, request_id)
+}
+
+/// Every answer to a write names its request id (SPEC 5), in `X-Ferry-Request-Id` too.
+fn with_request_id_header(mut response: Response, request_id: RequestId) -> Response {
     if let Ok(value) = HeaderValue::from_str(&request_id.to_string()) {
         response.headers_mut().insert("x-ferry-request-id", value);
     }
@@ -384,7 +396,7 @@ fn answer(
                 format!("the request left and no answer came back ({detail}); settle it with GET /v1/calls/{id}?vault={vault}, never send it under a new id"),
             )
             .request_id(id)
-            .owner(owner.unwrap_or_default())
+            .owner_if_known(owner)
             .vault(vault)
             .reason(match reason {
                 UnknownReason::TimedOut => "timed_out",
