@@ -211,6 +211,27 @@ pub struct Rotated {
     pub epoch: u64,
 }
 
+/// The answer of `POST /v1/admin/ui-code`: a one-time code for the status page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UiCode {
+    pub code: String,
+    pub expires_in_s: u64,
+    /// The page with the code in its fragment (never sent to a server): what `ferry ui` opens.
+    pub url: String,
+}
+
+/// `POST /v1/ui/session`: the status page trades its code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TradeCode {
+    pub code: String,
+}
+
+/// The answer of `POST /v1/ui/session`: a bearer that reads the status routes only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UiSession {
+    pub session: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

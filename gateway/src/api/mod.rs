@@ -1,7 +1,11 @@
 //! The local API: HTTP/1.1 on loopback for this machine's apps (SPEC 5).
 //!
 //! Every request must carry the bearer token from the state directory; without it the answer
-//! is `401 unauthorized` and nothing else happens. Record calls also name their app in
+//! is `401 unauthorized` and nothing else happens. The exceptions are the status page's (see
+//! [`ui`]): its static assets, and a read-only session for the status routes, traded once for
+//! a code that `ferry ui` mints with the token. Requests from other web pages (a foreign
+//! `Origin`, or a `Host` that is a name other than `localhost`) are refused before anything
+//! else, with or without a token. Record calls also name their app in
 //! `X-Ferry-App`. Errors are JSON with a code, a sentence a person can act on, and the request
 //! id when there is one.
 
@@ -10,6 +14,8 @@ mod calls;
 mod error;
 mod headers;
 mod records;
+mod ui;
+pub mod ui_sessions;
 
 use std::sync::Arc;
 
@@ -17,7 +23,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tracing::warn;
 
@@ -73,26 +79,61 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/admin/vaults", post(admin::create_vault))
         .route("/v1/admin/vaults/follow", post(admin::follow_vault))
         .route("/v1/admin/stop", post(admin::stop))
+        .route("/v1/admin/ui-code", post(ui::mint_code))
+        .route("/v1/ui/session", post(ui::trade_code))
+        .route("/ui", get(ui::index))
+        .route("/ui/app.js", get(ui::script))
+        .route("/ui/app.css", get(ui::style))
         .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
+    let sessions = ui::SharedUiSessions::default();
     records
         .merge(admin)
         .fallback(error::unknown_route)
-        .layer(middleware::from_fn_with_state(gateway.clone(), guard))
+        .layer(middleware::from_fn_with_state(
+            (gateway.clone(), sessions.clone()),
+            guard,
+        ))
         .layer(middleware::from_fn(error::json_errors))
+        .layer(Extension(sessions))
         .with_state(gateway)
 }
 
-/// The token check, and the refusal of new calls once the gateway is stopping.
-async fn guard(State(gateway): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    if !presented
-        .is_some_and(|token| constant_time_eq(token.as_bytes(), gateway.token().as_bytes()))
-    {
-        return ApiError::unauthorized().into_response();
+/// Who may call what: other web pages are kept out first (see [`ui`]), then the token opens
+/// everything and a status page's session the status routes; new calls are refused once the
+/// gateway is stopping.
+async fn guard(
+    State((gateway, sessions)): State<(Arc<Gateway>, ui::SharedUiSessions)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    if !ui::host_allowed(headers) {
+        return ui::forbidden(
+            "this API answers only to an IP address or `localhost` as its host (a web page that renamed itself to this machine is refused)",
+        )
+        .into_response();
+    }
+    if !ui::origin_allowed(headers) {
+        return ui::forbidden("requests from other web pages are refused").into_response();
+    }
+    let method = request.method();
+    let path = request.uri().path();
+    if !ui::is_public(method, path) {
+        let presented = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        let allowed = presented.is_some_and(|bearer| {
+            constant_time_eq(bearer.as_bytes(), gateway.token().as_bytes())
+                || (ui_sessions::session_may(method, path)
+                    && sessions
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .touch(bearer, std::time::Instant::now()))
+        });
+        if !allowed {
+            return ApiError::unauthorized().into_response();
+        }
     }
     if gateway.is_stopping() {
         return ApiError::stopping().into_response();

@@ -16,7 +16,7 @@ use crate::names;
 use crate::store::{self, trust, vaults};
 use ferry_kit::admin::{
     CreateVault, FollowVault, HeldTicket, OwnerQueue, Peer, Rotated, RouteHealth, Status, Stopping,
-    TrustRequest, UntrustRequest, Untrusted, Vault, VaultHeld,
+    TrustRequest, UiCode, UntrustRequest, Untrusted, Vault, VaultHeld,
 };
 use ferry_kit::{Kit, KitError, Settlement, WriteOptions, WriteResult};
 use serde::de::DeserializeOwned;
@@ -95,6 +95,7 @@ pub async fn run(cli: Cli) -> Exit {
             after,
             count,
         } => watch(&kit, json, &vault, after, count).await,
+        Command::Ui { print } => ui(&kit, json, print).await,
         Command::Completions { shell } => {
             super::generate::completions(shell, &mut std::io::stdout());
             Exit::Done
@@ -209,6 +210,46 @@ async fn stop(kit: &Kit, json: bool) -> Exit {
         }
         Err(err) => kit_failure(err, json),
     }
+}
+
+async fn ui(kit: &Kit, json: bool, print: bool) -> Exit {
+    let code: UiCode = match kit.post_typed("/v1/admin/ui-code", &json!({})).await {
+        Ok(code) => code,
+        Err(err) => return kit_failure(err, json),
+    };
+    if json {
+        output::json(&to_json(&code));
+        return Exit::Done;
+    }
+    if !print && open_in_browser(&code.url) {
+        println!("opened the status page (if no browser appeared, run `ferry ui --print`)");
+    } else {
+        println!("{}", code.url);
+        eprintln!(
+            "open this link within {} s; it works once (the page then keeps its own read-only session)",
+            code.expires_in_s
+        );
+    }
+    Exit::Done
+}
+
+/// Hands `url` to the desktop's opener; `false` if there is none (a server, a container).
+fn open_in_browser(url: &str) -> bool {
+    let (program, args): (&str, &[&str]) = if cfg!(target_os = "macos") {
+        ("open", &[])
+    } else if cfg!(windows) {
+        // `start`'s first quoted argument is the window title.
+        ("cmd", &["/C", "start", ""])
+    } else {
+        ("xdg-open", &[])
+    };
+    std::process::Command::new(program)
+        .args(args)
+        .arg(url)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 async fn status(kit: &Kit, json: bool) -> Exit {

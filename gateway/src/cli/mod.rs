@@ -133,6 +133,12 @@ pub enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Open the status page in a browser (read-only; a one-time link, no token in it).
+    Ui {
+        /// Print the link instead of opening a browser (it works once, within a minute).
+        #[arg(long)]
+        print: bool,
+    },
     /// Print a completion script for a shell (bash, zsh, fish, powershell, elvish).
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff), or with --dir write one page per command there.

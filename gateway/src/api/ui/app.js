@@ -1,0 +1,218 @@
+// Ferry's status page. It holds no secret in the page or its URL: `ferry ui` opens it with a
+// one-time code in the fragment (never sent to a server), which is traded once for a
+// read-only session kept in this tab's sessionStorage. Every value from the gateway is put in
+// the page as text, never as HTML.
+"use strict";
+
+const REFRESH_MS = 2000;
+const RTT_SAMPLES = 90; // three minutes at one sample per refresh
+const rttHistory = new Map(); // "peer kind address" -> [rtt_ms]
+
+function sessionHeaders() {
+  return { Authorization: "Bearer " + sessionStorage.getItem("ferry-session") };
+}
+
+async function startSession() {
+  const match = /^#code=([0-9a-f]+)$/.exec(location.hash);
+  if (match) {
+    // The code works once: take it out of the address bar and history right away.
+    history.replaceState(null, "", location.pathname);
+    const response = await fetch("/v1/ui/session", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ code: match[1] }),
+    });
+    if (!response.ok) {
+      throw new Error("this link has been used or is more than a minute old: run `ferry ui` again");
+    }
+    sessionStorage.setItem("ferry-session", (await response.json()).session);
+  }
+  if (!sessionStorage.getItem("ferry-session")) {
+    throw new Error("open this page with `ferry ui`");
+  }
+}
+
+async function read(path) {
+  const response = await fetch(path, { headers: sessionHeaders() });
+  if (response.status === 401) {
+    sessionStorage.removeItem("ferry-session");
+    throw new Error("this page's session ended (the gateway restarted?): run `ferry ui` again");
+  }
+  if (!response.ok) throw new Error(path + " answered " + response.status);
+  return response.json();
+}
+
+function el(tag, text, className) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (className) node.className = className;
+  return node;
+}
+
+function fill(tableId, rows, columns, emptyText) {
+  const body = document.querySelector("#" + tableId + " tbody");
+  body.replaceChildren();
+  if (rows.length === 0) {
+    const tr = el("tr", undefined, "empty");
+    const td = el("td", emptyText);
+    td.colSpan = columns;
+    tr.append(td);
+    body.append(tr);
+    return;
+  }
+  for (const cells of rows) {
+    const tr = el("tr");
+    for (const cell of cells) tr.append(cell instanceof Node ? cell : el("td", cell ?? "–"));
+    body.append(tr);
+  }
+}
+
+function td(child, className) {
+  const cell = el("td", undefined, className);
+  cell.append(child);
+  return cell;
+}
+
+function ago(ms) {
+  if (ms === null || ms === undefined) return "never";
+  if (ms < 1000) return ms + " ms ago";
+  return (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + " s ago";
+}
+
+function duration(s) {
+  const d = Math.floor(s / 86400), h = Math.floor(s / 3600) % 24, m = Math.floor(s / 60) % 60;
+  return (d ? d + "d " : "") + (d || h ? h + "h " : "") + m + "m " + (s % 60) + "s";
+}
+
+function sparkline(samples) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", "0 0 120 24");
+  const known = samples.filter((v) => v !== null);
+  const max = Math.max(1, ...known);
+  const points = [];
+  // The newest sample at the right edge; older ones to its left, one step per refresh.
+  const step = 120 / (RTT_SAMPLES - 1);
+  samples.forEach((v, i) => {
+    if (v === null) return;
+    const x = 120 - (samples.length - 1 - i) * step;
+    points.push(x.toFixed(1) + "," + (23 - (22 * v) / max).toFixed(1));
+  });
+  const line = document.createElementNS(ns, "polyline");
+  line.setAttribute("points", points.join(" "));
+  svg.append(line);
+  const title = document.createElementNS(ns, "title");
+  title.textContent = known.length + " samples, highest " + max.toFixed(2) + " ms";
+  svg.append(title);
+  return svg;
+}
+
+function showMachine(status) {
+  document.getElementById("label").textContent = status.label;
+  document.title = "Ferry · " + status.label;
+  document.getElementById("machine").textContent =
+    "node " + status.short_id + " · release " + status.version + " (protocols " + status.protocols +
+    ") · up " + duration(status.uptime_s) + " · " + status.peers + " trusted peers · QUIC " +
+    status.addresses.join(", ");
+  const q = status.owner_queue;
+  document.getElementById("queue").textContent =
+    q.interactive + " interactive and " + q.background + " background writes waiting (of " +
+    q.queue_depth + "); capacity rules " + (q.rules_on ? "on" : "off") + ": " + q.per_caller +
+    " at once per caller app, " + (q.rate_per_minute ? q.rate_per_minute + " a minute" : "no rate limit");
+  fill("callers", q.top_callers.map((c) => [c.node, c.app, c.in_flight, c.admitted, c.refused]), 5,
+    "no callers lately");
+}
+
+function showVaults(vaults) {
+  fill("vaults", vaults.map((v) => {
+    let sync = el("td", v.role === "remote" && v.replicas ? "replicas: " + v.replicas.join(", ") : "–");
+    if (v.sync) {
+      const bar = el("progress");
+      bar.max = Math.max(1, v.sync.owner_revision);
+      bar.value = Math.min(v.sync.applied, bar.max);
+      sync = td(bar);
+      sync.append(" " + v.sync.applied + " / " + v.sync.owner_revision +
+        (v.sync.last_error ? " · " + v.sync.last_error : ""));
+    }
+    const lag = v.lag_revisions === null ? "–" :
+      v.lag_revisions + " revisions" + (v.lag_s ? ", " + v.lag_s.toFixed(1) + " s" : "");
+    return [v.name, v.owner, v.role, v.revision, el("td", lag, "num"), sync];
+  }), 6, "no vaults yet: `ferry vault create NAME` or `ferry vault follow NAME --owner PEER`");
+}
+
+function showRoutes(routes) {
+  const seen = new Set();
+  fill("routes", routes.map((r) => {
+    const key = r.peer + " " + r.kind + " " + r.address;
+    seen.add(key);
+    const history = rttHistory.get(key) ?? [];
+    history.push(r.rtt_ms);
+    if (history.length > RTT_SAMPLES) history.shift();
+    rttHistory.set(key, history);
+    return [
+      r.peer + (r.carried_last_call ? " ★" : ""),
+      r.kind,
+      r.address,
+      el("td", r.state, r.state),
+      el("td", r.rtt_ms === null ? "–" : r.rtt_ms.toFixed(2) + " ms", "num"),
+      td(sparkline(history)),
+      ago(r.last_heard_ms_ago),
+      r.last_error,
+    ];
+  }), 8, "no routes: trust a peer with `ferry trust`");
+  for (const key of rttHistory.keys()) if (!seen.has(key)) rttHistory.delete(key);
+}
+
+function showPeers(peers) {
+  fill("peers", peers.map((p) => [
+    p.label, el("td", p.node_id.slice(0, 16) + "…"), p.trusted ? "yes" : "seen, not trusted",
+    p.release, p.protocol, p.last_error,
+  ]), 6, "no peers trusted or seen");
+}
+
+function showCalls(calls) {
+  fill("calls", calls.map((c) => [
+    el("td", c.request_id), c.vault, c.owner, c.state,
+    c.since ? new Date(c.since).toLocaleString() : null,
+  ]), 5, "none: every write this gateway sent has a known outcome");
+}
+
+function problem(text) {
+  const p = document.getElementById("problem");
+  p.hidden = !text;
+  p.textContent = text ?? "";
+}
+
+async function refresh() {
+  try {
+    const [status, vaults, routes, peers, calls] = await Promise.all([
+      read("/v1/status"), read("/v1/vaults"), read("/v1/routes"), read("/v1/peers"),
+      read("/v1/calls?state=unknown"),
+    ]);
+    showMachine(status);
+    showVaults(vaults);
+    showRoutes(routes);
+    showPeers(peers);
+    showCalls(calls);
+    problem(null);
+    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    document.body.dataset.loaded = "true";
+  } catch (err) {
+    problem(err instanceof TypeError ? "the gateway does not answer (is it running?)" : err.message);
+  }
+}
+
+async function main() {
+  try {
+    await startSession();
+  } catch (err) {
+    problem(err.message);
+    document.getElementById("machine").textContent = "";
+    return;
+  }
+  await refresh();
+  setInterval(refresh, REFRESH_MS);
+}
+
+main();
