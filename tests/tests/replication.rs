@@ -22,9 +22,9 @@ fn replica_revision(c: &Gateway) -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn a_replica_of_100k_records_converges_resumes_after_sigkill_and_applies_deletes() {
-    // The owner's vault, filled directly in its database while it is stopped.
+/// A gateway `a` owning vault `notes` with `records` records, filled directly in its database
+/// while it was stopped (writing them one by one would take minutes).
+fn owner_with(records: u64) -> Gateway {
     let mut a = Gateway::start("a");
     assert!(a.cli(&["vault", "create", "notes"]).status.success());
     assert_eq!(a.stop(), Some(0));
@@ -35,7 +35,7 @@ fn a_replica_of_100k_records_converges_resumes_after_sigkill_and_applies_deletes
             let mut insert = tx
                 .prepare("INSERT INTO records (vault, key, revision, value) VALUES ('notes', ?1, ?2, ?3)")
                 .unwrap();
-            for i in 1..=RECORDS {
+            for i in 1..=records {
                 let value = format!("value-{i}-{}", "x".repeat((i % 64) as usize));
                 insert
                     .execute(rusqlite::params![
@@ -48,17 +48,60 @@ fn a_replica_of_100k_records_converges_resumes_after_sigkill_and_applies_deletes
         }
         tx.execute(
             "UPDATE vaults SET revision = ?1 WHERE name = 'notes'",
-            [RECORDS as i64],
+            [records as i64],
         )
         .unwrap();
         tx.commit().unwrap();
     }
     a.restart();
+    a
+}
+
+#[test]
+fn ferry_vault_follow_waits_for_the_catch_up_and_says_how_far_it_is() {
+    let a = owner_with(20_000);
+    let c = Gateway::start("c");
+    a.trust_each_other(&c);
+    let out = c.cli(&["vault", "follow", "notes", "--owner", "a"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("following vault notes from a"), "{stdout}");
+    // Not a terminal: plain lines, no bar, then the end.
+    let progress: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("notes: "))
+        .collect();
+    assert!(
+        !progress.is_empty() && progress.iter().all(|line| !line.contains('[')),
+        "{stderr}"
+    );
+    assert!(
+        progress.last().unwrap().contains("20,000 / 20,000 changes"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("caught up with the owner at revision 20000"),
+        "{stderr}"
+    );
+    assert_eq!(
+        replica_revision(&c),
+        20_000,
+        "the command returned before the replica had caught up"
+    );
+}
+
+#[test]
+fn a_replica_of_100k_records_converges_resumes_after_sigkill_and_applies_deletes() {
+    let a = owner_with(RECORDS);
 
     let mut c = Gateway::start("c");
     a.trust_each_other(&c);
     let started = Instant::now();
-    let out = c.cli(&["vault", "follow", "notes", "--owner", "a"]);
+    // Detached: the test kills the replica halfway through its catch-up.
+    let out = c.cli(&["vault", "follow", "notes", "--owner", "a", "--detach"]);
     assert!(
         out.status.success(),
         "{}",

@@ -49,9 +49,11 @@ pub async fn run(cli: Cli) -> Exit {
             create_vault(&home, &kit, json, name).await
         }
         Command::Vault(VaultCommand::List) => list_vaults(&kit, json).await,
-        Command::Vault(VaultCommand::Follow { name, owner }) => {
-            follow_vault(&kit, json, name, owner).await
-        }
+        Command::Vault(VaultCommand::Follow {
+            name,
+            owner,
+            detach,
+        }) => follow_vault(&kit, json, name, owner, detach).await,
         Command::Put {
             vault,
             key,
@@ -63,13 +65,17 @@ pub async fn run(cli: Cli) -> Exit {
                 Ok(value) => value,
                 Err(err) => return fail(Exit::Usage, &err.to_string()),
             };
+            let options = options(write);
+            let _notice = write_wait_notice(&vault, &options);
             let started = std::time::Instant::now();
-            let result = kit.put(&vault, &key, value, &options(write)).await;
+            let result = kit.put(&vault, &key, value, &options).await;
             report_write(result, json, started.elapsed())
         }
         Command::Delete { vault, key, write } => {
+            let options = options(write);
+            let _notice = write_wait_notice(&vault, &options);
             let started = std::time::Instant::now();
-            let result = kit.delete(&vault, &key, &options(write)).await;
+            let result = kit.delete(&vault, &key, &options).await;
             report_write(result, json, started.elapsed())
         }
         Command::Get { vault, key } => get(&kit, json, &vault, &key).await,
@@ -635,6 +641,19 @@ fn read_value(
 
 /// The write's options. The CLI makes the request id itself when none is given (the kit would
 /// too), so the id is known before anything is sent.
+/// After a second of waiting for a write's answer, says so, with the request id: a person who
+/// gives up with Ctrl-C then still has the id to settle it with (the write goes on).
+fn write_wait_notice(vault: &str, options: &WriteOptions) -> super::progress::WaitNotice {
+    let id = options.request_id.clone().unwrap_or_default();
+    super::progress::WaitNotice::after(
+        std::time::Duration::from_secs(1),
+        format!(
+            "waiting for the owner of {vault} to answer (up to {} s); if you stop waiting, the write still goes on: `ferry settle {id} --vault {vault}` tells what became of it",
+            options.timeout.as_deref().unwrap_or("30")
+        ),
+    )
+}
+
 fn options(flags: WriteFlags) -> WriteOptions {
     WriteOptions {
         if_revision: flags.if_revision,
@@ -802,9 +821,23 @@ async fn watch(kit: &Kit, json: bool, vault: &str, after: u64, count: Option<u64
     let mut feed = ferry_kit::ChangeFeed::new(kit.clone(), vault, after, WATCH_WAIT);
     let mut shown = 0u64;
     let mut said_down = false;
+    // Said once per quiet stretch (a new one each time the feed moves on), not per long poll.
+    let mut notice: Option<(u64, super::progress::WaitNotice)> = None;
     loop {
         if count.is_some_and(|count| shown >= count) {
             return Exit::Done;
+        }
+        let cursor = feed.cursor();
+        if notice.as_ref().map(|(at, _)| *at) != Some(cursor) {
+            notice = Some((
+                cursor,
+                super::progress::WaitNotice::after(
+                    Duration::from_secs(2),
+                    format!(
+                        "waiting for changes to {vault} after revision {cursor} (Ctrl-C to stop)"
+                    ),
+                ),
+            ));
         }
         let changes = match feed.next().await {
             Ok(changes) => changes,
@@ -902,6 +935,16 @@ async fn settle(
             )
         }
     };
+    let _notice = super::progress::WaitNotice::after(
+        std::time::Duration::from_secs(1),
+        match wait {
+            Some(wait) => format!(
+                "asking the owner what became of {request_id} (waiting up to {:.1} s while it runs)",
+                wait.as_secs_f64()
+            ),
+            None => format!("asking the owner what became of {request_id}"),
+        },
+    );
     let settlement = match kit.settle(request_id, vault.as_deref(), wait).await {
         Ok(settlement) => settlement,
         // Whatever went wrong with the settle query, the write's outcome is still unknown
@@ -1004,20 +1047,103 @@ async fn rotate_tickets(kit: &Kit, json: bool) -> Exit {
     }
 }
 
-async fn follow_vault(kit: &Kit, json: bool, name: String, owner: String) -> Exit {
-    match kit
+async fn follow_vault(kit: &Kit, json: bool, name: String, owner: String, detach: bool) -> Exit {
+    let held = match kit
         .post_typed::<_, VaultHeld>("/v1/admin/vaults/follow", &FollowVault { name, owner })
         .await
     {
-        Ok(answer) => {
-            let answer = to_json(&answer);
-            if json {
-                output::json(&answer);
-            } else {
-                println!("following vault {} from {}: it syncs in the background (`ferry vault list` shows the lag)", cell(answer.get("name")), cell(answer.get("owner")));
-            }
-            Exit::Done
+        Ok(held) => held,
+        Err(err) => return kit_failure(err, json),
+    };
+    if !json {
+        println!("following vault {} from {}", held.name, held.owner);
+    }
+    if !detach {
+        wait_for_catch_up(kit, json, &held.name).await;
+    } else if !json {
+        println!("it syncs in the background (`ferry vault list` shows the lag)");
+    }
+    if json {
+        output::json(&to_json(&held));
+    }
+    Exit::Done
+}
+
+/// How long the catch-up may go without any progress before the CLI stops waiting for it.
+const CATCH_UP_STALL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Shows the replica's catch-up (a bar on a terminal, plain lines elsewhere, nothing with
+/// `--json`) until it has caught up with its owner, or has made no progress for
+/// [`CATCH_UP_STALL`]: the replica syncs on in the background either way, so this never fails.
+async fn wait_for_catch_up(kit: &Kit, json: bool, vault: &str) {
+    use super::progress::{CatchUp, Display};
+    let display = Display::stderr();
+    let show = |line: &str| {
+        if !json {
+            display.show(line);
         }
-        Err(err) => kit_failure(err, json),
+    };
+    let mut catch_up = CatchUp::default();
+    let mut last_move = (std::time::Instant::now(), None);
+    loop {
+        let now = std::time::Instant::now();
+        let vaults: Vec<Vault> = match kit.get_typed("/v1/vaults").await {
+            Ok(vaults) => vaults,
+            Err(err) => {
+                if !json {
+                    display.finish();
+                    eprintln!(
+                        "cannot follow the replica's progress ({err}); it syncs in the background"
+                    );
+                }
+                return;
+            }
+        };
+        let sync = vaults
+            .into_iter()
+            .find(|row| row.name == vault && row.role == "replica")
+            .and_then(|row| row.sync);
+        if let Some(sync) = sync {
+            catch_up.sample(sync.applied, now);
+            if last_move.1 != Some(sync.applied) {
+                last_move = (now, Some(sync.applied));
+            }
+            let mut line = catch_up.line(
+                vault,
+                sync.applied,
+                sync.owner_revision,
+                display.is_terminal(),
+            );
+            if let Some(err) = &sync.last_error {
+                line.push_str(&format!("  (retrying: {err})"));
+            }
+            let caught_up = sync.last_pull_ms_ago.is_some() && sync.applied >= sync.owner_revision;
+            if caught_up {
+                show(&line);
+                if !json {
+                    display.finish();
+                    eprintln!(
+                        "caught up with the owner at revision {}",
+                        sync.owner_revision
+                    );
+                }
+                return;
+            }
+            if display.is_terminal() || catch_up.plain_due(now) {
+                show(&line);
+            }
+            if now.duration_since(last_move.0) >= CATCH_UP_STALL {
+                if !json {
+                    display.finish();
+                    eprintln!(
+                        "no progress for {} s{}; the replica keeps syncing in the background (`ferry vault list` shows it)",
+                        CATCH_UP_STALL.as_secs(),
+                        sync.last_error.map(|err| format!(" ({err})")).unwrap_or_default()
+                    );
+                }
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }

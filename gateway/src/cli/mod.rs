@@ -8,6 +8,7 @@ mod commands;
 mod generate;
 mod logging;
 mod output;
+mod progress;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -205,12 +206,16 @@ pub enum TicketsCommand {
 pub enum VaultCommand {
     /// Create a vault owned by this gateway.
     Create { name: String },
-    /// Replicate a vault a trusted peer owns.
+    /// Replicate a vault a trusted peer owns, and wait (showing progress) until the replica
+    /// has caught up.
     Follow {
         name: String,
         /// The label of the trusted peer that owns it.
         #[arg(long)]
         owner: String,
+        /// Return at once: the replica syncs in the background (`ferry vault list` shows it).
+        #[arg(long)]
+        detach: bool,
     },
     /// Vaults here and at peers.
     List,
