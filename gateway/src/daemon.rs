@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use ferry_peer::discovery::{Announcement, Discovery, DiscoveryEvent};
 use ferry_peer::mdns::MdnsDiscovery;
+
+use crate::network::DiscoveryState;
 use ferry_peer::transport::{BindError, PeerEndpoint, TransportTuning};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -189,10 +191,16 @@ async fn start_discovery(
     match started {
         Ok(mdns) => {
             let events = mdns.events()?;
+            gateway
+                .network()
+                .set_discovery_state(DiscoveryState::Running { heard_self: false });
             Some((Arc::new(mdns), events))
         }
         Err(err) => {
             warn!(%err, "mDNS discovery is off");
+            gateway
+                .network()
+                .set_discovery_state(DiscoveryState::Failed(err.to_string()));
             None
         }
     }

@@ -27,6 +27,7 @@ pub mod call_log;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod doctor;
 pub mod door;
 pub mod env;
 pub mod gateway;

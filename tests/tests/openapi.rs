@@ -527,6 +527,7 @@ fn session(api: &mut Contract, a: &Gateway, b: &Gateway) {
         "/v1/vaults",
         "/v1/tickets",
         "/metrics",
+        "/v1/doctor",
     ] {
         for gateway in [a, b] {
             let answer = api.call(Method::GET, path, gateway.request(Method::GET, path));

@@ -33,6 +33,10 @@ pub struct Status {
     /// common with it: one line each, naming both ranges and which side to upgrade.
     #[serde(default)]
     pub version_mismatches: Vec<String>,
+    /// mDNS discovery: `off`, `running`, `running (own announcement heard)`, or `failed: ERROR`
+    /// (then peers are found only at the addresses they were trusted with).
+    #[serde(default)]
+    pub discovery: String,
 }
 
 /// The owner's write queue now.
@@ -230,6 +234,25 @@ pub struct TradeCode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UiSession {
     pub session: String,
+}
+
+/// One thing `ferry doctor` found: about what, whether it is fine, in plain words, and how to
+/// fix it when it is not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DoctorFinding {
+    /// `interface NAME`, `quic`, `mdns` or `peer LABEL`.
+    pub subject: String,
+    pub ok: bool,
+    pub says: String,
+    pub fix: Option<String>,
+}
+
+/// `GET /v1/doctor`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DoctorReport {
+    /// No finding is a problem.
+    pub ok: bool,
+    pub findings: Vec<DoctorFinding>,
 }
 
 #[cfg(test)]

@@ -18,9 +18,11 @@ use ferry_ticket::NodeId;
 use super::ApiError;
 use crate::gateway::Gateway;
 use crate::names;
+use crate::network::DiscoveryState;
 use crate::replication::FollowError;
 use crate::store::vaults;
 use crate::store::StoreError;
+use ferry_kit::admin::DoctorReport;
 
 pub(super) fn store_error(err: StoreError) -> ApiError {
     match err {
@@ -64,7 +66,21 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Json<Status> {
         protocols: gateway.protocols().to_string(),
         owner_queue: owner_queue(&gateway),
         version_mismatches: gateway.network().version_mismatches(),
+        discovery: match gateway.network().discovery_state() {
+            DiscoveryState::Off => "off".into(),
+            DiscoveryState::Running { heard_self: false } => "running".into(),
+            DiscoveryState::Running { heard_self: true } => {
+                "running (own announcement heard)".into()
+            }
+            DiscoveryState::Failed(err) => format!("failed: {err}"),
+        },
     })
+}
+
+/// `GET /v1/doctor`: every route of every trusted peer probed afresh, and what it all means.
+pub async fn doctor(State(gateway): State<Arc<Gateway>>) -> Json<DoctorReport> {
+    let gathered = crate::doctor::gather(&gateway).await;
+    Json(crate::doctor::diagnose(&gathered))
 }
 
 /// The owner's queue and its five busiest callers.

@@ -73,6 +73,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/peers", get(admin::peers))
         .route("/v1/routes", get(admin::routes))
         .route("/v1/vaults", get(admin::vaults))
+        .route("/v1/doctor", get(admin::doctor))
         .route("/metrics", get(admin::metrics))
         .route("/v1/admin/trust", post(admin::trust))
         .route("/v1/admin/untrust", post(admin::untrust))

@@ -15,8 +15,8 @@ use crate::home::Home;
 use crate::names;
 use crate::store::{self, trust, vaults};
 use ferry_kit::admin::{
-    CreateVault, FollowVault, HeldTicket, OwnerQueue, Peer, Rotated, RouteHealth, Status, Stopping,
-    TrustRequest, UiCode, UntrustRequest, Untrusted, Vault, VaultHeld,
+    CreateVault, DoctorReport, FollowVault, HeldTicket, OwnerQueue, Peer, Rotated, RouteHealth,
+    Status, Stopping, TrustRequest, UiCode, UntrustRequest, Untrusted, Vault, VaultHeld,
 };
 use ferry_kit::{Kit, KitError, Settlement, WriteOptions, WriteResult};
 use serde::de::DeserializeOwned;
@@ -102,6 +102,7 @@ pub async fn run(cli: Cli) -> Exit {
             count,
         } => watch(&kit, json, &vault, after, count).await,
         Command::Ui { print } => ui(&kit, json, print).await,
+        Command::Doctor => doctor(&kit, json).await,
         Command::Completions { shell } => {
             super::generate::completions(shell, &mut std::io::stdout());
             Exit::Done
@@ -215,6 +216,45 @@ async fn stop(kit: &Kit, json: bool) -> Exit {
             Exit::Done
         }
         Err(err) => kit_failure(err, json),
+    }
+}
+
+async fn doctor(kit: &Kit, json: bool) -> Exit {
+    let _notice = super::progress::WaitNotice::after(
+        Duration::from_millis(500),
+        format!(
+            "asking every trusted peer (up to {} s each)",
+            crate::doctor::PROBE_BOUND.as_secs()
+        ),
+    );
+    let report: DoctorReport = match kit.get_typed("/v1/doctor").await {
+        Ok(report) => report,
+        Err(err) => return kit_failure(err, json),
+    };
+    if json {
+        output::json(&to_json(&report));
+    } else {
+        for finding in &report.findings {
+            let mark = if finding.ok { "ok     " } else { "PROBLEM" };
+            println!("{mark}  {}: {}", finding.subject, finding.says);
+            if let Some(fix) = &finding.fix {
+                println!("         fix: {fix}");
+            }
+        }
+        let problems = report.findings.iter().filter(|f| !f.ok).count();
+        println!(
+            "{}",
+            match problems {
+                0 => "no problems found".to_string(),
+                1 => "1 problem found".to_string(),
+                n => format!("{n} problems found"),
+            }
+        );
+    }
+    if report.ok {
+        Exit::Done
+    } else {
+        Exit::Refused
     }
 }
 

@@ -134,6 +134,10 @@ pub enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Why can't I reach it? Checks this machine (interfaces, mDNS, the QUIC socket) and asks
+    /// every trusted peer afresh; says what is wrong and how to fix it. Exit 0 when nothing
+    /// is, 1 when something is.
+    Doctor,
     /// Open the status page in a browser (read-only; a one-time link, no token in it).
     Ui {
         /// Print the link instead of opening a browser (it works once, within a minute).

@@ -35,6 +35,18 @@ pub struct Seen {
 /// trusted makes room.
 pub const MAX_SEEN: usize = 256;
 
+/// How discovery stands, for `ferry doctor` and `/v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiscoveryState {
+    /// `--no-mdns` or `mdns = false`.
+    Off,
+    /// Announcing and browsing; `heard_self` once this gateway's own announcement came back
+    /// (multicast leaves and arrives on this machine).
+    Running { heard_self: bool },
+    /// It could not start: the error.
+    Failed(String),
+}
+
 /// Everything seen, by node.
 #[derive(Debug, Default)]
 pub struct SeenPeers(Mutex<HashMap<NodeId, Seen>>);
@@ -157,6 +169,9 @@ impl Network {
                 } => {
                     let node = announcement.node;
                     if node == self.me {
+                        // Our own announcement, back through the network stack: multicast
+                        // works on this machine.
+                        self.heard_self();
                         continue;
                     }
                     let lan = addrs

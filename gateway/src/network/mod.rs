@@ -26,6 +26,7 @@ use crate::store::trust::{PeerVersion, TrustedPeer};
 use crate::store::vaults::VaultRow;
 use crate::vaults::Vaults;
 use book::{Directory, PeerBook};
+pub use discovery::DiscoveryState;
 use discovery::SeenPeers;
 
 /// How long asking the peers "who owns this vault?" may take at most.
@@ -58,6 +59,7 @@ pub struct Network {
     /// What each peer last said of its version (heard since start, or remembered from the
     /// database), and where a change goes to be written down.
     versions: Mutex<Versions>,
+    discovery: Mutex<DiscoveryState>,
 }
 
 /// The peers' versions and the changes not yet taken by the task that writes them down.
@@ -121,6 +123,26 @@ impl Network {
             thunderbolt: parts.thunderbolt,
             clock: parts.clock,
             versions: Mutex::new(Versions::new()),
+            discovery: Mutex::new(DiscoveryState::Off),
+        }
+    }
+
+    /// Records how discovery started (the daemon, once).
+    pub fn set_discovery_state(&self, state: DiscoveryState) {
+        *self.discovery.lock().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+
+    pub fn discovery_state(&self) -> DiscoveryState {
+        self.discovery
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn heard_self(&self) {
+        let mut state = self.discovery.lock().unwrap_or_else(|p| p.into_inner());
+        if let DiscoveryState::Running { heard_self } = &mut *state {
+            *heard_self = true;
         }
     }
 

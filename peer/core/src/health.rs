@@ -71,6 +71,9 @@ pub enum Failure {
     GoingAway,
     /// A connect or send failed before anything was sent.
     Failed(String),
+    /// The gateway at the route's address is not the node trusted under that label: its key
+    /// differs (a reinstall made a new identity, or another machine has the address).
+    WrongKey(String),
     /// The handshake found no protocol version both sides speak (SPEC 11); the detail names
     /// both ranges. Nothing can be sent until one side is upgraded.
     NoCommonVersion(String),
@@ -84,6 +87,7 @@ impl Failure {
         match reason {
             NotSentReason::PortClosed => Self::PortClosed,
             NotSentReason::VersionMismatch => Self::NoCommonVersion(detail),
+            NotSentReason::KeyMismatch => Self::WrongKey(detail),
             _ => Self::Failed(detail),
         }
     }
@@ -98,7 +102,9 @@ impl std::fmt::Display for Failure {
             ),
             Self::PortClosed => f.write_str("port closed: the gateway there is not running"),
             Self::GoingAway => f.write_str("the peer said it is going away"),
-            Self::Failed(detail) | Self::NoCommonVersion(detail) => f.write_str(detail),
+            Self::Failed(detail) | Self::NoCommonVersion(detail) | Self::WrongKey(detail) => {
+                f.write_str(detail)
+            }
         }
     }
 }

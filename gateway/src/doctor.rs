@@ -1,0 +1,603 @@
+//! `ferry doctor` (issue 17): why can't I reach it? The gateway looks at itself and asks every
+//! trusted peer afresh (one heartbeat on each route, with the side probe), then says in plain
+//! words what it found, with a fix for each problem.
+//!
+//! [`diagnose`] is a plain function of what was gathered, tested without a network;
+//! [`gather`] is the IO: the machine's interfaces, discovery's state, the QUIC socket, and the
+//! probes.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_core::health::Failure;
+use ferry_kit::admin::{DoctorFinding, DoctorReport};
+use tokio::task::JoinSet;
+
+use crate::gateway::Gateway;
+pub use crate::network::DiscoveryState;
+
+/// How long one probe of a route may take: a live peer answers within milliseconds; a route
+/// silent for this long is called silent.
+pub const PROBE_BOUND: Duration = Duration::from_secs(2);
+
+/// What kind of interface an address is on, by its name and address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceKind {
+    Loopback,
+    /// docker0, br-…, veth…, virbr…, cni…: another machine's network inside this one.
+    ContainerBridge,
+    /// A tailnet (100.64.0.0/10, fd7a:115c:a1e0::/48, or a tailscale interface).
+    Tailnet,
+    /// tun…, tap…, wg…, utun…, ppp…: a VPN or tunnel.
+    Vpn,
+    /// Anything else: a LAN (Ethernet, Wi-Fi, Thunderbolt).
+    Lan,
+}
+
+impl InterfaceKind {
+    pub fn of(name: &str, ip: IpAddr) -> Self {
+        let name = name.to_ascii_lowercase();
+        let starts = |prefixes: &[&str]| prefixes.iter().any(|p| name.starts_with(p));
+        if ip.is_loopback() || name == "lo" || name.starts_with("lo0") {
+            Self::Loopback
+        } else if ferry_peer::routes::RouteKind::guess(ip) == ferry_peer::routes::RouteKind::Tailnet
+            || starts(&["tailscale"])
+        {
+            Self::Tailnet
+        } else if starts(&[
+            "docker", "br-", "veth", "virbr", "cni", "flannel", "podman", "lxcbr", "lxdbr", "vnet",
+            "vmnet", "vboxnet",
+        ]) {
+            Self::ContainerBridge
+        } else if starts(&[
+            "tun", "tap", "wg", "utun", "ppp", "ipsec", "zt", "nordlynx", "proton",
+        ]) {
+            Self::Vpn
+        } else {
+            Self::Lan
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Loopback => "loopback",
+            Self::ContainerBridge => "container bridge",
+            Self::Tailnet => "tailnet",
+            Self::Vpn => "VPN or tunnel",
+            Self::Lan => "LAN",
+        }
+    }
+}
+
+/// One interface address.
+#[derive(Debug, Clone)]
+pub struct Interface {
+    pub name: String,
+    pub ip: IpAddr,
+    pub kind: InterfaceKind,
+}
+
+/// What one probe of one route found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Probe {
+    Answered {
+        rtt: Duration,
+    },
+    /// No answer within [`PROBE_BOUND`] and no refusal either.
+    Silent,
+    Failed(Failure),
+}
+
+/// One route of a trusted peer, probed.
+#[derive(Debug, Clone)]
+pub struct RouteProbe {
+    pub kind: String,
+    pub address: String,
+    /// `config` (from `ferry trust --addr`), `mdns` or `txt`.
+    pub source: String,
+    pub probe: Probe,
+}
+
+/// One trusted peer, probed.
+#[derive(Debug, Clone)]
+pub struct PeerProbe {
+    pub label: String,
+    pub routes: Vec<RouteProbe>,
+    /// Whether its mDNS announcement has been heard since this gateway started.
+    pub seen_on_mdns: bool,
+}
+
+/// Everything [`diagnose`] looks at.
+#[derive(Debug, Clone)]
+pub struct Gathered {
+    pub interfaces: Vec<Interface>,
+    pub discovery: DiscoveryState,
+    pub quic: String,
+    pub peers: Vec<PeerProbe>,
+}
+
+fn finding(subject: &str, ok: bool, says: String, fix: Option<String>) -> DoctorFinding {
+    DoctorFinding {
+        subject: subject.to_string(),
+        ok,
+        says,
+        fix,
+    }
+}
+
+/// What the gathered facts mean, one finding per subject, problems with a fix.
+pub fn diagnose(gathered: &Gathered) -> DoctorReport {
+    let mut findings = Vec::new();
+    // One finding per interface, its addresses together, in the order the system lists them.
+    let mut names: Vec<&str> = Vec::new();
+    for interface in &gathered.interfaces {
+        if !names.contains(&interface.name.as_str()) {
+            names.push(&interface.name);
+        }
+    }
+    for name in names {
+        let on_it: Vec<&Interface> = gathered
+            .interfaces
+            .iter()
+            .filter(|i| i.name == name)
+            .collect();
+        let kind = on_it.first().map_or(InterfaceKind::Lan, |i| i.kind);
+        let addresses: Vec<String> = on_it.iter().map(|i| i.ip.to_string()).collect();
+        let note = match kind {
+            InterfaceKind::ContainerBridge => {
+                " (a container's network: peers are not found through it)"
+            }
+            InterfaceKind::Vpn => {
+                " (a VPN: mDNS rarely crosses it; give peers' addresses with `ferry trust --addr`)"
+            }
+            _ => "",
+        };
+        findings.push(finding(
+            &format!("interface {name}"),
+            true,
+            format!("{} {}{note}", kind.as_str(), addresses.join(", ")),
+            None,
+        ));
+    }
+    findings.push(finding(
+        "quic",
+        true,
+        format!("listening for peers on UDP {}", gathered.quic),
+        None,
+    ));
+    let lan_interfaces = gathered
+        .interfaces
+        .iter()
+        .filter(|i| i.kind == InterfaceKind::Lan)
+        .count();
+    match &gathered.discovery {
+        DiscoveryState::Off => findings.push(finding(
+            "mdns",
+            true,
+            "off (--no-mdns or `mdns = false`): peers are reached only at the addresses they were trusted with".into(),
+            None,
+        )),
+        DiscoveryState::Failed(err) => findings.push(finding(
+            "mdns",
+            false,
+            format!("could not start: {err}"),
+            Some("check that UDP port 5353 is free to share and multicast is allowed on this machine's firewall; meanwhile trust peers with `ferry trust ID --label L --addr HOST:PORT`".into()),
+        )),
+        DiscoveryState::Running { heard_self: false } => findings.push(finding(
+            "mdns",
+            false,
+            "running, but this gateway's own announcement never came back: multicast does not leave or arrive on this machine".into(),
+            Some("allow UDP 5353 to and from 224.0.0.251 (and ff02::fb) in this machine's firewall".into()),
+        )),
+        DiscoveryState::Running { heard_self: true } => findings.push(finding(
+            "mdns",
+            true,
+            format!("running, and its own announcement comes back ({lan_interfaces} LAN interfaces)"),
+            None,
+        )),
+    }
+    let mdns_works_here = matches!(
+        gathered.discovery,
+        DiscoveryState::Running { heard_self: true }
+    );
+    for peer in &gathered.peers {
+        findings.push(diagnose_peer(peer, mdns_works_here));
+    }
+    DoctorReport {
+        ok: findings.iter().all(|f| f.ok),
+        findings,
+    }
+}
+
+fn diagnose_peer(peer: &PeerProbe, mdns_works_here: bool) -> DoctorFinding {
+    let subject = format!("peer {}", peer.label);
+    if peer.routes.is_empty() {
+        return finding(
+            &subject,
+            false,
+            "no route is known: it was trusted without an address and has not been heard on mDNS"
+                .into(),
+            Some(format!(
+                "give its address: `ferry trust ID --label {} --addr HOST:PORT`",
+                peer.label
+            )),
+        );
+    }
+    let answered: Vec<(Duration, &RouteProbe)> = peer
+        .routes
+        .iter()
+        .filter_map(|r| match r.probe {
+            Probe::Answered { rtt } => Some((rtt, r)),
+            _ => None,
+        })
+        .collect();
+    if let Some(&(rtt, best)) = answered.iter().min_by_key(|(rtt, _)| *rtt) {
+        // Reachable over the LAN at a configured address, yet never announced: multicast is
+        // being dropped between the two machines (this one sends and hears its own).
+        let lan_without_mdns = mdns_works_here
+            && !peer.seen_on_mdns
+            && answered
+                .iter()
+                .any(|(_, r)| r.kind == "lan" && r.source == "config");
+        if lan_without_mdns {
+            return finding(
+                &subject,
+                false,
+                format!(
+                    "reachable over the LAN at {} ({:.1} ms), but its mDNS announcements never arrive: multicast is dropped between the two machines",
+                    best.address,
+                    rtt.as_secs_f64() * 1000.0
+                ),
+                Some("allow multicast on the network (Wi-Fi \"client isolation\" or \"multicast filtering\" off, IGMP snooping with a querier on the switch), or keep trusting it by address as now".into()),
+            );
+        }
+        return finding(
+            &subject,
+            true,
+            format!(
+                "reachable: {} {} in {:.1} ms{}",
+                best.kind,
+                best.address,
+                rtt.as_secs_f64() * 1000.0,
+                if answered.len() < peer.routes.len() {
+                    format!(
+                        " ({} of {} routes answer)",
+                        answered.len(),
+                        peer.routes.len()
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+            None,
+        );
+    }
+    // Nothing answered: the most telling failure decides.
+    let failures: Vec<(&RouteProbe, &Failure)> = peer
+        .routes
+        .iter()
+        .filter_map(|r| match &r.probe {
+            Probe::Failed(failure) => Some((r, failure)),
+            _ => None,
+        })
+        .collect();
+    if let Some((route, Failure::WrongKey(_))) = failures
+        .iter()
+        .find(|(_, f)| matches!(f, Failure::WrongKey(_)))
+    {
+        return finding(
+            &subject,
+            false,
+            format!("wrong key: the gateway at {} is not the one trusted as {} (its node key differs)", route.address, peer.label),
+            Some(format!(
+                "run `ferry id` on that machine; if it was reinstalled, `ferry untrust {0}` then `ferry trust NEW_ID --label {0} --addr {1}`; if another machine has that address, correct the address",
+                peer.label, route.address
+            )),
+        );
+    }
+    if let Some((_, Failure::NoCommonVersion(detail))) = failures
+        .iter()
+        .find(|(_, f)| matches!(f, Failure::NoCommonVersion(_)))
+    {
+        return finding(
+            &subject,
+            false,
+            format!("protocol mismatch: {detail}"),
+            Some("upgrade the older of the two gateways (`ferry --version` on each)".into()),
+        );
+    }
+    if let Some((route, _)) = failures
+        .iter()
+        .find(|(_, f)| matches!(f, Failure::PortClosed))
+    {
+        return finding(
+            &subject,
+            false,
+            format!("refused: the host at {} answers, but no gateway is running there (its port is closed)", route.address),
+            Some("start the gateway on that machine (`ferry serve`, or its service: `systemctl --user start ferry`)".into()),
+        );
+    }
+    if failures
+        .iter()
+        .any(|(_, f)| matches!(f, Failure::GoingAway))
+    {
+        return finding(
+            &subject,
+            false,
+            "stopping: it said it is going away (a restart or an upgrade)".into(),
+            Some("wait for it to come back; `ferry routes` shows when".into()),
+        );
+    }
+    if let Some((route, failure)) = failures.first() {
+        return finding(
+            &subject,
+            false,
+            format!("unreachable at {}: {failure}", route.address),
+            Some("check the address and that nothing between the machines blocks UDP to it".into()),
+        );
+    }
+    let addresses: Vec<&str> = peer.routes.iter().map(|r| r.address.as_str()).collect();
+    finding(
+        &subject,
+        false,
+        format!(
+            "silent: nothing answers at {} within {} s, and nothing refuses either",
+            addresses.join(", "),
+            PROBE_BOUND.as_secs()
+        ),
+        Some("the machine is off, asleep, or cut off (cable, Wi-Fi, a firewall dropping UDP): check it is on and on the network".into()),
+    )
+}
+
+/// The machine's interface addresses, with their kinds.
+pub fn interfaces() -> Vec<Interface> {
+    if_addrs::get_if_addrs()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| Interface {
+            kind: InterfaceKind::of(&i.name, i.ip()),
+            ip: i.ip(),
+            name: i.name,
+        })
+        .collect()
+}
+
+/// Probes every route of every trusted peer at once, each within [`PROBE_BOUND`].
+pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
+    let network = gateway.network();
+    let now = gateway.clock().now();
+    let mut probes = JoinSet::new();
+    let peers = network.book().all();
+    for (index, peer) in peers.iter().enumerate() {
+        for view in network.routes().view(peer.node_id, now) {
+            let network = network.clone();
+            let node = peer.node_id;
+            probes.spawn(async move {
+                let probe = match network
+                    .caller()
+                    .heartbeat(
+                        node,
+                        &view.route,
+                        ferry_core::health::IDLE_INTERVAL,
+                        PROBE_BOUND,
+                    )
+                    .await
+                {
+                    Ok(rtt) => Probe::Answered { rtt },
+                    Err(None) => Probe::Silent,
+                    Err(Some(failure)) => Probe::Failed(failure),
+                };
+                (
+                    index,
+                    RouteProbe {
+                        kind: view.route.kind.as_str().to_string(),
+                        address: view.route.addr.to_string(),
+                        source: format!("{:?}", view.source).to_lowercase(),
+                        probe,
+                    },
+                )
+            });
+        }
+    }
+    let mut probed: Vec<PeerProbe> = peers
+        .iter()
+        .map(|peer| PeerProbe {
+            label: peer.label.clone(),
+            routes: Vec::new(),
+            seen_on_mdns: network.seen().get(&peer.node_id).is_some(),
+        })
+        .collect();
+    while let Some(done) = probes.join_next().await {
+        if let Ok((index, route)) = done {
+            if let Some(peer) = probed.get_mut(index) {
+                peer.routes.push(route);
+            }
+        }
+    }
+    for peer in &mut probed {
+        peer.routes.sort_by(|a, b| a.address.cmp(&b.address));
+    }
+    Gathered {
+        interfaces: interfaces(),
+        discovery: network.discovery_state(),
+        quic: gateway.quic_addr().to_string(),
+        peers: probed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(kind: &str, source: &str, probe: Probe) -> RouteProbe {
+        RouteProbe {
+            kind: kind.into(),
+            address: "192.168.1.7:7420".into(),
+            source: source.into(),
+            probe,
+        }
+    }
+
+    fn peer(routes: Vec<RouteProbe>, seen_on_mdns: bool) -> PeerProbe {
+        PeerProbe {
+            label: "laptop".into(),
+            routes,
+            seen_on_mdns,
+        }
+    }
+
+    fn said(peer: &PeerProbe, mdns_works_here: bool) -> (bool, String) {
+        let finding = diagnose_peer(peer, mdns_works_here);
+        assert_eq!(
+            finding.ok,
+            finding.fix.is_none(),
+            "a problem comes with a fix"
+        );
+        (finding.ok, finding.says)
+    }
+
+    #[test]
+    fn each_fault_of_a_peer_is_named() {
+        let answered = Probe::Answered {
+            rtt: Duration::from_micros(800),
+        };
+        let cases = [
+            (
+                vec![route("lan", "mdns", answered.clone())],
+                true,
+                "reachable",
+            ),
+            (
+                vec![route("lan", "config", Probe::Failed(Failure::PortClosed))],
+                false,
+                "no gateway is running there",
+            ),
+            (vec![route("lan", "config", Probe::Silent)], false, "silent"),
+            (
+                vec![route(
+                    "lan",
+                    "config",
+                    Probe::Failed(Failure::WrongKey("x".into())),
+                )],
+                false,
+                "wrong key",
+            ),
+            (
+                vec![route(
+                    "lan",
+                    "config",
+                    Probe::Failed(Failure::NoCommonVersion("speaks 3-4, we 1-2".into())),
+                )],
+                false,
+                "protocol mismatch: speaks 3-4",
+            ),
+            (
+                vec![route("lan", "config", Probe::Failed(Failure::GoingAway))],
+                false,
+                "going away",
+            ),
+            (vec![], false, "no route is known"),
+        ];
+        for (routes, ok, words) in cases {
+            let (was_ok, says) = said(&peer(routes, true), true);
+            assert_eq!(was_ok, ok, "{says}");
+            assert!(says.contains(words), "{says:?} should say {words:?}");
+        }
+    }
+
+    #[test]
+    fn a_peer_reached_by_address_but_never_announced_means_multicast_is_dropped() {
+        let answered = Probe::Answered {
+            rtt: Duration::from_millis(1),
+        };
+        let (ok, says) = said(
+            &peer(vec![route("lan", "config", answered.clone())], false),
+            true,
+        );
+        assert!(!ok && says.contains("multicast is dropped"), "{says}");
+        // Not when this machine's own multicast does not work (that is this machine's problem,
+        // said under mdns), nor when the peer was heard, nor over the tailnet.
+        assert!(
+            said(
+                &peer(vec![route("lan", "config", answered.clone())], false),
+                false
+            )
+            .0
+        );
+        assert!(
+            said(
+                &peer(vec![route("lan", "config", answered.clone())], true),
+                true
+            )
+            .0
+        );
+        assert!(
+            said(
+                &peer(vec![route("tailnet", "config", answered)], false),
+                true
+            )
+            .0
+        );
+    }
+
+    #[test]
+    fn a_wrong_key_outranks_silence_on_another_route() {
+        let routes = vec![
+            route("tailnet", "config", Probe::Silent),
+            route(
+                "lan",
+                "config",
+                Probe::Failed(Failure::WrongKey("x".into())),
+            ),
+        ];
+        assert!(said(&peer(routes, true), true).1.contains("wrong key"));
+    }
+
+    #[test]
+    fn interfaces_are_told_apart_by_name_and_address() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for (name, addr, kind) in [
+            ("lo", "127.0.0.1", InterfaceKind::Loopback),
+            ("docker0", "172.17.0.1", InterfaceKind::ContainerBridge),
+            ("br-4f2a", "172.18.0.1", InterfaceKind::ContainerBridge),
+            ("tailscale0", "100.101.1.2", InterfaceKind::Tailnet),
+            ("eth1", "100.64.0.9", InterfaceKind::Tailnet),
+            ("wg0", "10.8.0.2", InterfaceKind::Vpn),
+            ("wlan0", "192.168.1.20", InterfaceKind::Lan),
+            ("en0", "fe80::1", InterfaceKind::Lan),
+        ] {
+            assert_eq!(InterfaceKind::of(name, ip(addr)), kind, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_report_is_ok_only_without_problems() {
+        let gathered = Gathered {
+            interfaces: vec![],
+            discovery: DiscoveryState::Running { heard_self: true },
+            quic: "0.0.0.0:7420".into(),
+            peers: vec![peer(
+                vec![route(
+                    "lan",
+                    "mdns",
+                    Probe::Answered {
+                        rtt: Duration::from_millis(1),
+                    },
+                )],
+                true,
+            )],
+        };
+        assert!(diagnose(&gathered).ok);
+        let broken = Gathered {
+            discovery: DiscoveryState::Failed("address in use".into()),
+            ..gathered
+        };
+        let report = diagnose(&broken);
+        assert!(!report.ok);
+        assert!(report
+            .findings
+            .iter()
+            .any(|f| f.subject == "mdns" && f.says.contains("address in use")));
+    }
+}
