@@ -75,6 +75,13 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         source,
     })?;
     let label = config.label_or_hostname();
+    let mut env = Env::system();
+    if let Some(offset_ms) = crate::owner::fault::clock_offset_ms() {
+        env.clock = Arc::new(crate::env::ShiftedClock {
+            inner: env.clock.clone(),
+            offset_ms,
+        });
+    }
     let gateway = Gateway::start(
         Parts {
             db_path: home.db_path(),
@@ -87,7 +94,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
             endpoint: endpoint.clone(),
             book,
         },
-        Env::system(),
+        env,
     )?;
     gateway.set_api_addr(api_addr);
 

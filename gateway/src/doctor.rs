@@ -21,6 +21,12 @@ pub use crate::network::DiscoveryState;
 /// silent for this long is called silent.
 pub const PROBE_BOUND: Duration = Duration::from_secs(2);
 
+/// A peer's clock this far from this machine's is a problem: an owner refuses request ids
+/// dated more than five minutes ahead of its clock (`owner::verbs::MAX_FUTURE_SKEW`), and
+/// tickets are renewed 30 s before they expire by the caller's clock but judged by the owner's,
+/// so a minute off already makes a caller present tickets the owner calls expired.
+pub const CLOCK_SKEW_LIMIT: Duration = Duration::from_secs(60);
+
 /// What kind of interface an address is on, by its name and address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InterfaceKind {
@@ -97,6 +103,8 @@ pub struct RouteProbe {
     /// `config` (from `ferry trust --addr`), `mdns` or `txt`.
     pub source: String,
     pub probe: Probe,
+    /// The peer's wall clock less this machine's, when it answered and said its clock.
+    pub clock_offset_ms: Option<i64>,
 }
 
 /// One trusted peer, probed.
@@ -235,19 +243,39 @@ fn diagnose_peer(peer: &PeerProbe, mdns_works_here: bool) -> DoctorFinding {
     if let Some(&(rtt, best)) = answered.iter().min_by_key(|(rtt, _)| *rtt) {
         // Reachable over the LAN at a configured address, yet never announced: multicast is
         // being dropped between the two machines (this one sends and hears its own).
-        let lan_without_mdns = mdns_works_here
-            && !peer.seen_on_mdns
-            && answered
-                .iter()
-                .any(|(_, r)| r.kind == "lan" && r.source == "config");
-        if lan_without_mdns {
+        let lan_by_address = answered
+            .iter()
+            .find(|(_, r)| r.kind == "lan" && r.source == "config");
+        let offset = peer.routes.iter().find_map(|r| r.clock_offset_ms);
+        if let Some(offset) =
+            offset.filter(|o| o.unsigned_abs() >= CLOCK_SKEW_LIMIT.as_millis() as u64)
+        {
+            let (direction, size) = if offset > 0 {
+                ("ahead of", offset.unsigned_abs())
+            } else {
+                ("behind", offset.unsigned_abs())
+            };
+            return finding(
+                &subject,
+                false,
+                format!(
+                    "clock skew: its clock is {} {direction} this machine's: writes between the two are refused (request ids dated in the future) or their tickets judged expired",
+                    // Whole seconds: the round trip blurs anything finer.
+                    crate::cli::human_duration(Duration::from_secs(size.saturating_add(500) / 1000))
+                ),
+                Some("set both machines' clocks from network time (NTP: `timedatectl set-ntp true` on Linux; automatic time on macOS and Windows)".into()),
+            );
+        }
+        if let (true, false, Some(&(lan_rtt, lan))) =
+            (mdns_works_here, peer.seen_on_mdns, lan_by_address)
+        {
             return finding(
                 &subject,
                 false,
                 format!(
                     "reachable over the LAN at {} ({:.1} ms), but its mDNS announcements never arrive: multicast is dropped between the two machines",
-                    best.address,
-                    rtt.as_secs_f64() * 1000.0
+                    lan.address,
+                    lan_rtt.as_secs_f64() * 1000.0
                 ),
                 Some("allow multicast on the network (Wi-Fi \"client isolation\" or \"multicast filtering\" off, IGMP snooping with a querier on the switch), or keep trusting it by address as now".into()),
             );
@@ -350,6 +378,21 @@ fn diagnose_peer(peer: &PeerProbe, mdns_works_here: bool) -> DoctorFinding {
     )
 }
 
+/// How far this gateway's wall clock is from the system's: zero, but for a test that sets it
+/// off (the heartbeat compares the peer's clock with the system's).
+fn own_clock_offset_ms(network: &crate::network::Network) -> i64 {
+    let system = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let offset = system - network.clock().unix_ms() as i64;
+    // Two readings a moment apart: below a second is no offset.
+    if offset.abs() < 1000 {
+        0
+    } else {
+        offset
+    }
+}
+
 /// The machine's interface addresses, with their kinds.
 pub fn interfaces() -> Vec<Interface> {
     if_addrs::get_if_addrs()
@@ -374,9 +417,9 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
             let network = network.clone();
             let node = peer.node_id;
             probes.spawn(async move {
-                let probe = match network
+                let (probe, clock_offset_ms) = match network
                     .caller()
-                    .heartbeat(
+                    .heartbeat_with_clock(
                         node,
                         &view.route,
                         ferry_core::health::IDLE_INTERVAL,
@@ -384,9 +427,9 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
                     )
                     .await
                 {
-                    Ok(rtt) => Probe::Answered { rtt },
-                    Err(None) => Probe::Silent,
-                    Err(Some(failure)) => Probe::Failed(failure),
+                    Ok(beat) => (Probe::Answered { rtt: beat.rtt }, beat.clock_offset_ms),
+                    Err(None) => (Probe::Silent, None),
+                    Err(Some(failure)) => (Probe::Failed(failure), None),
                 };
                 (
                     index,
@@ -395,6 +438,8 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
                         address: view.route.addr.to_string(),
                         source: format!("{:?}", view.source).to_lowercase(),
                         probe,
+                        // Ours is the gateway's clock (shifted too when a test sets it off).
+                        clock_offset_ms: clock_offset_ms.map(|o| o + own_clock_offset_ms(&network)),
                     },
                 )
             });
@@ -436,6 +481,7 @@ mod tests {
             address: "192.168.1.7:7420".into(),
             source: source.into(),
             probe,
+            clock_offset_ms: None,
         }
     }
 
@@ -539,6 +585,25 @@ mod tests {
             )
             .0
         );
+    }
+
+    #[test]
+    fn a_clock_a_minute_off_is_named_and_a_few_seconds_are_not() {
+        let answered = |offset_ms| RouteProbe {
+            clock_offset_ms: Some(offset_ms),
+            ..route(
+                "lan",
+                "mdns",
+                Probe::Answered {
+                    rtt: Duration::from_millis(1),
+                },
+            )
+        };
+        let (ok, says) = said(&peer(vec![answered(600_000)], true), true);
+        assert!(!ok && says.contains("10 min 0 s ahead of"), "{says}");
+        let (ok, says) = said(&peer(vec![answered(-90_000)], true), true);
+        assert!(!ok && says.contains("1 min 30 s behind"), "{says}");
+        assert!(said(&peer(vec![answered(4_000)], true), true).0);
     }
 
     #[test]

@@ -158,6 +158,10 @@ impl PeerService {
 }
 
 impl Service for PeerService {
+    fn clock_ms(&self) -> Option<u64> {
+        Some(self.network.clock().unix_ms())
+    }
+
     async fn hello(&self, from: NodeId, hello: Hello, version: u16) -> Hello {
         if self.trusted(&from) {
             self.network

@@ -30,6 +30,24 @@ pub struct Env {
     pub probe: Arc<dyn PortProbe>,
 }
 
+/// A wall clock set `offset_ms` off another (a test playing a machine with a wrong clock);
+/// the monotonic clock is the other's.
+#[derive(Debug)]
+pub struct ShiftedClock {
+    pub inner: Arc<dyn Clock>,
+    pub offset_ms: i64,
+}
+
+impl Clock for ShiftedClock {
+    fn now(&self) -> std::time::Instant {
+        self.inner.now()
+    }
+
+    fn unix_ms(&self) -> u64 {
+        self.inner.unix_ms().saturating_add_signed(self.offset_ms)
+    }
+}
+
 impl Env {
     /// The system's clock, threads, and the UDP side probe.
     pub fn system() -> Self {

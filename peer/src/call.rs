@@ -123,12 +123,15 @@ pub enum ReadError {
 }
 
 /// How one request/response exchange on a stream ended.
+// One per exchange, matched once where it is made: boxing the answer would add an allocation
+// to every call for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Exchange {
     /// The request never reached QUIC: nothing was sent.
     NotSent { detail: String },
-    /// The request left and this came back.
-    Answered(Response),
+    /// The request left and this came back, with the answer's extensions.
+    Answered(Response, Extensions),
     /// The request left and no whole answer came back.
     Lost {
         reason: UnknownReason,
@@ -188,6 +191,21 @@ impl Caller {
         interval: Duration,
         timeout: Duration,
     ) -> Result<Duration, Option<Failure>> {
+        self.heartbeat_with_clock(peer, route, interval, timeout)
+            .await
+            .map(|beat| beat.rtt)
+    }
+
+    /// [`Self::heartbeat`], with how far the peer's wall clock is from this machine's, when
+    /// the peer said ([`crate::wire::EXT_CLOCK_MS`]): its reading less this machine's clock at
+    /// the middle of the round trip.
+    pub async fn heartbeat_with_clock(
+        &self,
+        peer: NodeId,
+        route: &Route,
+        interval: Duration,
+        timeout: Duration,
+    ) -> Result<Beat, Option<Failure>> {
         let deadline = clock::now() + timeout;
         let frame = RequestFrame {
             body: Request::Heartbeat(Heartbeat {
@@ -209,6 +227,7 @@ impl Caller {
             },
         };
         let started = clock::now();
+        let started_wall_ms = wall_clock_ms();
         // quinn ignores ICMP, so a heartbeat to a killed gateway would only time out. A side
         // probe once the answer is late (the same grace as a connect's) tells "not running" in
         // a millisecond, so a killed peer is known within about one interval while calls flow.
@@ -224,16 +243,25 @@ impl Caller {
             exchanged = exchange(&conn, &frame, deadline, &|| liveness::SILENT_AFTER) => exchanged,
             () = port_closed => return Err(Some(Failure::PortClosed)),
         };
-        if let Exchange::Answered(_) = exchanged {
+        if let Exchange::Answered(_, _) = exchanged {
             // The exact proof of life a write's window is measured against (`Pool::answered`).
             self.pool.answered(peer, route.addr, &conn);
         }
         match exchanged {
-            Exchange::Answered(Response::Heartbeat(_)) => Ok(clock::since(started)),
-            Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
+            Exchange::Answered(Response::Heartbeat(_), ext) => {
+                let rtt = clock::since(started);
+                let middle_ms = started_wall_ms.saturating_add(rtt.as_millis() as u64 / 2);
+                Ok(Beat {
+                    rtt,
+                    clock_offset_ms: ext
+                        .clock_ms()
+                        .map(|theirs| theirs as i64 - middle_ms as i64),
+                })
+            }
+            Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway), _) => {
                 Err(Some(Failure::GoingAway))
             }
-            Exchange::Answered(other) => Err(Some(Failure::Failed(format!(
+            Exchange::Answered(other, _) => Err(Some(Failure::Failed(format!(
                 "answered a heartbeat with {other:?}"
             )))),
             Exchange::NotSent { .. } | Exchange::Lost { .. } => {
@@ -409,7 +437,7 @@ impl Caller {
         let exchanged = exchange(&conn, &frame, deadline, &silence)
             .instrument(tracing::debug_span!("send", route = %route))
             .await;
-        if let Exchange::Answered(_) = exchanged {
+        if let Exchange::Answered(_, _) = exchanged {
             self.pool.answered(target.node, route.addr, &conn);
             self.routes.calling(target.node, clock::now());
             self.routes.carried(target.node, route.addr, clock::now());
@@ -419,15 +447,15 @@ impl Caller {
                 reason: NotSentReason::ConnectFailed,
                 detail,
             },
-            Exchange::Answered(Response::Write(answer)) => Event::Answered(answer),
+            Exchange::Answered(Response::Write(answer), _) => Event::Answered(answer),
             // The owner turned the stream away while stopping: it certifies nothing ran.
-            Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
+            Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway), _) => {
                 Event::Answered(WriteAnswer::Refused(Refusal::busy(
                     format!("{} is stopping and did not run this write; send it again later with the same request id", target.label),
                     Duration::from_secs(1),
                 )))
             }
-            Exchange::Answered(other) => Event::Lost {
+            Exchange::Answered(other, _) => Event::Lost {
                 reason: UnknownReason::ConnectionLost,
                 detail: format!("{} answered a write with {other:?}", target.label),
             },
@@ -855,12 +883,12 @@ impl Caller {
             };
             let silence = self.silence_of(target.node, route.addr, &conn);
             match exchange(&conn, frame, attempt_deadline, &silence).await {
-                Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway)) => {
+                Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway), _) => {
                     self.routes
                         .failed(target.node, route.addr, clock::now(), Failure::GoingAway);
                     return OnRoute::GoingAway;
                 }
-                Exchange::Answered(response) => {
+                Exchange::Answered(response, _) => {
                     self.pool.answered(target.node, route.addr, &conn);
                     self.routes.carried(target.node, route.addr, clock::now());
                     let version = transport::protocol_of(&conn).unwrap_or_default();
@@ -911,6 +939,21 @@ fn unexpected(target: &Target, request: &str, answer: &Response) -> ReadError {
         label: target.label.clone(),
         detail: format!("answered {request} with {answer:?}"),
     }
+}
+
+/// A heartbeat's answer: the round trip, and the peer's clock less this machine's (when it
+/// sent its clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Beat {
+    pub rtt: Duration,
+    pub clock_offset_ms: Option<i64>,
+}
+
+/// This machine's wall clock, in Unix milliseconds (0 if it is before 1970).
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// One request and one answer on a new bidirectional stream, within `deadline`, in the
@@ -1007,7 +1050,7 @@ async fn exchange(
                 detail,
             },
         },
-        Ok(Ok(response)) => Exchange::Answered(response.body),
+        Ok(Ok(response)) => Exchange::Answered(response.body, response.ext),
     }
 }
 

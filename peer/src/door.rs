@@ -73,6 +73,12 @@ pub trait Service: Send + Sync + 'static {
         from: NodeId,
         request: CallStatusRequest,
     ) -> impl Future<Output = Option<CallState>> + Send;
+    /// This gateway's wall clock (Unix milliseconds), sent with heartbeat answers
+    /// ([`crate::wire::EXT_CLOCK_MS`]); `None` sends none (a simulated network, whose clock is
+    /// virtual).
+    fn clock_ms(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Counts the streams being served across every connection, so a stopping gateway can wait
@@ -249,9 +255,13 @@ async fn serve_stream<S: Service>(
         response,
         Response::Write(_) | Response::Failed(ProtocolFailure::GoingAway)
     );
+    let ext = match (&response, service.clock_ms()) {
+        (Response::Heartbeat(_), Some(now_ms)) => Extensions::clock(now_ms),
+        _ => Extensions::default(),
+    };
     let frame = ResponseFrame {
         body: response,
-        ext: Extensions::default(),
+        ext,
     };
     match frames::encode_response(version, &frame) {
         Ok(bytes) => {

@@ -500,9 +500,13 @@ impl Lab {
 
     /// Runs `nft -f -` inside host `host` with `script` on its standard input.
     fn nft(&self, host: usize, script: &str) {
-        let ns = self.host_ns(host);
+        self.nft_in(&self.host_ns(host), script);
+    }
+
+    /// Runs `nft -f -` inside namespace `ns` with `script` on its standard input.
+    fn nft_in(&self, ns: &str, script: &str) {
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &ns, "nft", "-f", "-"])
+            .args(["netns", "exec", ns, "nft", "-f", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -527,6 +531,21 @@ impl Lab {
 add chain inet lab in { type filter hook input priority -300; policy accept; }
 add chain inet lab out { type filter hook output priority -300; policy accept; }
 ";
+
+    /// The LAN switch stops forwarding mDNS multicast (224.0.0.251 and ff02::fb, by their
+    /// multicast MAC addresses), as a Wi-Fi with client isolation or a switch with IGMP snooping
+    /// and no querier does: unicast still crosses, and each host still hears its own
+    /// announcements (they loop back inside the host).
+    pub fn drop_lan_multicast(&self) {
+        self.nft_in(
+            &self.switch_ns(),
+            "add table bridge lab
+add chain bridge lab relay { type filter hook forward priority -300; policy accept; }
+add rule bridge lab relay ether daddr 01:00:5e:00:00:fb counter drop
+add rule bridge lab relay ether daddr 33:33:00:00:00:fb counter drop
+",
+        );
+    }
 
     /// Drops everything in and out on host `host`'s `nic`; the link stays up, so nothing on
     /// either side sees a carrier change or gets an ICMP answer.

@@ -42,6 +42,30 @@ pub fn protocols() -> Option<ferry_peer::wire::ProtocolRange> {
     Some(range)
 }
 
+/// How far to set this gateway's wall clock off (`FERRY_DANGEROUS_CLOCK_OFFSET_MS=600000`: ten
+/// minutes ahead; negative: behind), so a test can play a machine whose clock is wrong; `None`
+/// without the variable or the feature. Only the wall clock moves (request ids, stored times,
+/// tickets, the clock heartbeats report); deadlines and intervals are monotonic and stay.
+#[cfg(feature = "fault-injection")]
+pub fn clock_offset_ms() -> Option<i64> {
+    let spec = std::env::var("FERRY_DANGEROUS_CLOCK_OFFSET_MS").ok()?;
+    let Ok(offset) = spec.parse::<i64>() else {
+        tracing::warn!(%spec, "FERRY_DANGEROUS_CLOCK_OFFSET_MS is not a number of milliseconds; ignored");
+        return None;
+    };
+    tracing::warn!(
+        offset,
+        "fault injection: this gateway's wall clock is set off"
+    );
+    Some(offset)
+}
+
+/// Without the feature, the clock is the system's.
+#[cfg(not(feature = "fault-injection"))]
+pub fn clock_offset_ms() -> Option<i64> {
+    None
+}
+
 /// Without the feature, no other protocol versions.
 #[cfg(not(feature = "fault-injection"))]
 pub fn protocols() -> Option<ferry_peer::wire::ProtocolRange> {

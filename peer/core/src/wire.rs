@@ -142,6 +142,11 @@ pub struct Extensions(pub Vec<Extension>);
 /// at once, as before.
 pub const EXT_WAIT_MS: u32 = 1;
 
+/// Extension tag 2, on a heartbeat's answer: the answering gateway's wall clock when it
+/// answered (milliseconds since the Unix epoch, a little-endian `u64`), so `ferry doctor` can
+/// tell a peer whose clock is far off. A peer that does not send it is simply not judged.
+pub const EXT_CLOCK_MS: u32 = 2;
+
 impl Extensions {
     /// Extensions holding only a long-poll wait ([`EXT_WAIT_MS`]).
     pub fn wait(wait: std::time::Duration) -> Self {
@@ -150,6 +155,23 @@ impl Extensions {
             tag: EXT_WAIT_MS,
             value: ms.to_le_bytes().to_vec(),
         }])
+    }
+
+    /// Extensions holding only a wall clock reading ([`EXT_CLOCK_MS`]).
+    pub fn clock(unix_ms: u64) -> Self {
+        Extensions(vec![Extension {
+            tag: EXT_CLOCK_MS,
+            value: unix_ms.to_le_bytes().to_vec(),
+        }])
+    }
+
+    /// The wall clock reading, if any (a malformed value is none).
+    pub fn clock_ms(&self) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|e| e.tag == EXT_CLOCK_MS)
+            .and_then(|e| <[u8; 8]>::try_from(e.value.as_slice()).ok())
+            .map(u64::from_le_bytes)
     }
 
     /// The long-poll wait asked for, if any (a malformed value is no wait: ignored, as an
