@@ -154,3 +154,17 @@ pub fn wait_until_listening(child: &mut Child, home: &Path, who: &str) -> String
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// `ferry doctor --json`'s finding about `subject`: (ok, says, fix); fails naming the subject
+/// when there is none.
+pub fn doctor_finding(report: &serde_json::Value, subject: &str) -> (bool, String, Option<String>) {
+    let found = report["findings"]
+        .as_array()
+        .and_then(|all| all.iter().find(|f| f["subject"] == subject))
+        .unwrap_or_else(|| panic!("no finding about {subject}: {report:#}"));
+    (
+        found["ok"].as_bool().unwrap_or(false),
+        found["says"].as_str().unwrap_or("").to_string(),
+        found["fix"].as_str().map(str::to_string),
+    )
+}

@@ -14,21 +14,6 @@ use serde_json::Value;
 const SIGSTOP: i32 = 19;
 const SIGCONT: i32 = 18;
 
-/// The finding about `subject`: (ok, says, fix).
-fn finding<'a>(report: &'a Value, subject: &str) -> (bool, &'a str, Option<&'a str>) {
-    let found = report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["subject"] == subject)
-        .unwrap_or_else(|| panic!("no finding about {subject}: {report:#}"));
-    (
-        found["ok"].as_bool().unwrap(),
-        found["says"].as_str().unwrap(),
-        found["fix"].as_str(),
-    )
-}
-
 #[test]
 fn the_doctor_names_each_fault_of_a_peer_with_a_fix() {
     let a = Gateway::start("a");
@@ -67,7 +52,7 @@ fn the_doctor_names_each_fault_of_a_peer_with_a_fix() {
     assert_eq!(out.status.code(), Some(1), "problems found: exit 1");
     assert_eq!(report["ok"], false);
 
-    let (ok, says, fix) = finding(&report, "peer healthy");
+    let (ok, says, fix) = ferry_tests::doctor_finding(&report, "peer healthy");
     assert!(
         ok && says.starts_with("reachable: lan") && fix.is_none(),
         "{says}"
@@ -78,17 +63,17 @@ fn the_doctor_names_each_fault_of_a_peer_with_a_fix() {
         ("peer future", "protocol mismatch"),
         ("peer imposter", "wrong key"),
     ] {
-        let (ok, says, fix) = finding(&report, peer);
+        let (ok, says, fix) = ferry_tests::doctor_finding(&report, peer);
         assert!(!ok, "{peer}: {says}");
         assert!(says.contains(words), "{peer} should say {words:?}: {says}");
         assert!(fix.is_some_and(|fix| !fix.is_empty()), "{peer}: no fix");
     }
-    let (ok, says, _) = finding(&report, "mdns");
+    let (ok, says, _) = ferry_tests::doctor_finding(&report, "mdns");
     assert!(
         ok && says.starts_with("off"),
         "the tests run with --no-mdns: {says}"
     );
-    let (ok, says, _) = finding(&report, "quic");
+    let (ok, says, _) = ferry_tests::doctor_finding(&report, "quic");
     assert!(ok && says.contains(&a.quic), "{says}");
     assert!(report["findings"]
         .as_array()

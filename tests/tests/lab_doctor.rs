@@ -13,22 +13,6 @@ use std::time::Duration;
 
 use ferry_tests::lab::{self, trust_all, Lab};
 use ferry_tests::wait_for;
-use serde_json::Value;
-
-/// The finding about `subject`: (ok, says, fix).
-fn finding(report: &Value, subject: &str) -> (bool, String, Option<String>) {
-    let found = report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["subject"] == subject)
-        .unwrap_or_else(|| panic!("no finding about {subject}: {report:#}"));
-    (
-        found["ok"].as_bool().unwrap(),
-        found["says"].as_str().unwrap().to_string(),
-        found["fix"].as_str().map(str::to_string),
-    )
-}
 
 #[test]
 fn the_doctor_names_multicast_dropped_a_silent_host_a_dead_gateway_a_wrong_clock_and_a_wrong_key() {
@@ -80,19 +64,19 @@ fn the_doctor_names_multicast_dropped_a_silent_host_a_dead_gateway_a_wrong_clock
         ),
         ("peer imposter", "wrong key"),
     ] {
-        let (ok, says, fix) = finding(&report, peer);
+        let (ok, says, fix) = ferry_tests::doctor_finding(&report, peer);
         assert!(!ok, "{peer}: {says}");
         assert!(says.contains(words), "{peer} should say {words:?}: {says}");
         assert!(fix.is_some_and(|fix| !fix.is_empty()), "{peer}: no fix");
         eprintln!("{peer}: {says}");
     }
-    let (_, says, _) = finding(&report, "peer h2");
+    let (_, says, _) = ferry_tests::doctor_finding(&report, "peer h2");
     assert!(
         says.contains(&format!("at {}:", lab.addr(2, lab::Nic::Lan))),
         "names h2's LAN address: {says}"
     );
-    let (ok, says, _) = finding(&report, "mdns");
+    let (ok, says, _) = ferry_tests::doctor_finding(&report, "mdns");
     assert!(ok, "multicast works inside host 1: {says}");
-    let (ok, says, _) = finding(&report, "interface lan0");
+    let (ok, says, _) = ferry_tests::doctor_finding(&report, "interface lan0");
     assert!(ok && says.starts_with("LAN 10.77.0.1"), "{says}");
 }
