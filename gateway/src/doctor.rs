@@ -116,9 +116,16 @@ pub struct PeerProbe {
     pub seen_on_mdns: bool,
 }
 
+/// How long this gateway must have been browsing before a peer it never heard counts as
+/// unannounced: a peer that was already running answers the browse query made at start, and
+/// one that started later announced itself then, both within a second or two.
+pub const MDNS_SETTLE: Duration = Duration::from_secs(5);
+
 /// Everything [`diagnose`] looks at.
 #[derive(Debug, Clone)]
 pub struct Gathered {
+    /// How long this gateway has been running (and browsing).
+    pub running_for: Duration,
     pub interfaces: Vec<Interface>,
     pub discovery: DiscoveryState,
     pub quic: String,
@@ -208,7 +215,7 @@ pub fn diagnose(gathered: &Gathered) -> DoctorReport {
     let mdns_works_here = matches!(
         gathered.discovery,
         DiscoveryState::Running { heard_self: true }
-    );
+    ) && gathered.running_for >= MDNS_SETTLE;
     for peer in &gathered.peers {
         findings.push(diagnose_peer(peer, mdns_works_here));
     }
@@ -273,11 +280,11 @@ fn diagnose_peer(peer: &PeerProbe, mdns_works_here: bool) -> DoctorFinding {
                 &subject,
                 false,
                 format!(
-                    "reachable over the LAN at {} ({:.1} ms), but its mDNS announcements never arrive: multicast is dropped between the two machines",
+                    "reachable over the LAN at {} ({:.1} ms), but its mDNS announcements never arrive: multicast is dropped between the two machines (or it runs with mDNS off)",
                     lan.address,
                     lan_rtt.as_secs_f64() * 1000.0
                 ),
-                Some("allow multicast on the network (Wi-Fi \"client isolation\" or \"multicast filtering\" off, IGMP snooping with a querier on the switch), or keep trusting it by address as now".into()),
+                Some("allow multicast on the network (Wi-Fi \"client isolation\" or \"multicast filtering\" off, IGMP snooping with a querier on the switch), or keep trusting it by address as now; if that gateway runs with --no-mdns, nothing is wrong".into()),
             );
         }
         return finding(
@@ -464,6 +471,7 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
         peer.routes.sort_by(|a, b| a.address.cmp(&b.address));
     }
     Gathered {
+        running_for: gateway.uptime(),
         interfaces: interfaces(),
         discovery: network.discovery_state(),
         quic: gateway.quic_addr().to_string(),
@@ -639,6 +647,7 @@ mod tests {
     #[test]
     fn the_report_is_ok_only_without_problems() {
         let gathered = Gathered {
+            running_for: MDNS_SETTLE,
             interfaces: vec![],
             discovery: DiscoveryState::Running { heard_self: true },
             quic: "0.0.0.0:7420".into(),

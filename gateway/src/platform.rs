@@ -53,8 +53,8 @@ pub fn restrict_to_owner(path: &Path) {
     let _ = path;
 }
 
-/// Reads exactly `buf.len()` bytes at `offset`, without moving a shared cursor (so concurrent
-/// callers need no lock).
+/// Reads exactly `buf.len()` bytes at `offset`. Every call passes its own offset, so callers
+/// need no lock (unix leaves the file's cursor alone; Windows moves it, which nothing reads).
 pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     #[cfg(unix)]
     {
@@ -74,7 +74,7 @@ pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Resul
     }
 }
 
-/// Writes all of `buf` at `offset`, without moving a shared cursor.
+/// Writes all of `buf` at `offset` (see [`read_exact_at`] on the cursor).
 pub fn write_all_at(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
     #[cfg(unix)]
     {

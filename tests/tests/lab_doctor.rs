@@ -40,11 +40,15 @@ fn the_doctor_names_multicast_dropped_a_silent_host_a_dead_gateway_a_wrong_clock
     // Multicast works inside host 1 (its own announcement comes back) before the doctor can
     // blame the network between the hosts.
     wait_for(
-        "h1 to hear its own mDNS announcement",
+        "h1 to hear its own mDNS announcement and run 5 s",
         Duration::from_secs(20),
         || {
             let (_, status) = h1.cli_json(&["status"]);
-            (status["discovery"] == "running (own announcement heard)").then_some(())
+            // And long enough for every running peer's announcement to have arrived, had the
+            // network let it through (`doctor::MDNS_SETTLE`).
+            (status["discovery"] == "running (own announcement heard)"
+                && status["uptime_s"].as_u64() >= Some(5))
+            .then_some(())
         },
     );
     lab.power_off(3);

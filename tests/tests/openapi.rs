@@ -683,6 +683,16 @@ fn session(api: &mut Contract, a: &Gateway, b: &Gateway) {
             .header("host", "evil.example"),
     );
     assert_eq!(rebound.status, 403, "a rebound name");
+    let by_name = api.call(
+        Method::GET,
+        "/v1/status",
+        b.request(Method::GET, "/v1/status")
+            .header("host", "ferry.internal"),
+    );
+    assert_eq!(
+        by_name.status, 200,
+        "an app with the token may dial by any name"
+    );
 
     // The guard: no token, and an unknown route.
     let no_token = api.call(

@@ -79,7 +79,10 @@ fn ferry_vault_follow_waits_for_the_catch_up_and_says_how_far_it_is() {
         "{stderr}"
     );
     assert!(
-        progress.last().unwrap().contains("20,000 / 20,000 changes"),
+        progress
+            .last()
+            .unwrap()
+            .contains("20,000 / 20,000 revisions"),
         "{stderr}"
     );
     assert!(

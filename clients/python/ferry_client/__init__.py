@@ -241,6 +241,11 @@ def _segment(text: str) -> str:
     return "".join(out)
 
 
+def _header_safe(text: str) -> bool:
+    """Whether ``text`` can be a header value as it is: printable ASCII (spaces inside)."""
+    return bool(text) and all(" " <= char <= "~" for char in text) and text.strip() == text
+
+
 def _query(pairs: List[Tuple[str, str]]) -> str:
     return "?" + "&".join(f"{name}={_segment(value)}" for name, value in pairs) if pairs else ""
 
@@ -298,7 +303,7 @@ class Client:
         self,
         vault: str,
         key: str,
-        value: bytes,
+        value: Union[bytes, str],
         *,
         if_revision: Optional[int] = None,
         request_id: Optional[str] = None,
@@ -321,6 +326,15 @@ class Client:
 
     def _write(self, method, vault, key, body, if_revision, request_id, timeout_s, background) -> WriteResult:
         request_id = request_id or new_request_id()
+        # What cannot go in a request is refused here, before anything is sent: a failure of
+        # http.client's own checks later could not be told from a broken connection.
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        if not isinstance(body, (bytes, bytearray, memoryview)):
+            return Invalid(400, "bad_request", f"a value is bytes (or str), not {type(body).__name__}; nothing was sent")
+        for name, text in (("request id", request_id), ("app name", self.app)):
+            if not _header_safe(text):
+                return Invalid(400, "bad_request", f"the {name} {text!r} is not printable ASCII; nothing was sent")
         headers = {"X-Ferry-Request-Id": request_id}
         try:
             if timeout_s is not None:

@@ -63,6 +63,14 @@ class AgainstAPair(unittest.TestCase):
         self.assertEqual((unknown_vault.status, unknown_vault.error), (404, "unknown_vault"))
         bad_timeout = self.caller.put("notes", "k", b"x", timeout_s=0)
         self.assertIsInstance(bad_timeout, ferry.Invalid, bad_timeout)
+        # What cannot be a header is refused before anything leaves, never outcome_unknown.
+        bad_id = self.caller.put("notes", "k", b"x", request_id="two\nlines")
+        self.assertIsInstance(bad_id, ferry.Invalid, bad_id)
+        bad_app = ferry.Client(app="café", home=self.b.home).put("notes", "k", "x")
+        self.assertIsInstance(bad_app, ferry.Invalid, bad_app)
+        text = self.caller.put("notes", "text", "written as str: ü")
+        self.assertIsInstance(text, ferry.Done, text)
+        self.assertEqual(self.owner.get("notes", "text").value, "written as str: ü".encode())
 
     def test_a_done_write_settles_done_and_an_id_never_sent_is_known_as_such(self):
         done = self.caller.put("notes", "settled", b"x")

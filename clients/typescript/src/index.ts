@@ -1,5 +1,6 @@
-// A client for Ferry's local API, for apps written in TypeScript (Electron, Tauri front ends,
-// Node services). Node's own modules only.
+// A client for Ferry's local API, for apps written in TypeScript that run on Node (services,
+// Electron's main process, a Tauri app's Node side car). Node's own modules only: a browser
+// page cannot call the API directly (it has no token, and the API refuses other origins).
 //
 // Every write ends as exactly one `WriteResult`, and its `outcome` says which (SPEC 5):
 //   done              the owner carried it out.
@@ -162,6 +163,8 @@ interface Answer {
 
 /** Nothing left this process: no address, no token, or the connect failed. */
 class Down extends Error {}
+/** The request could not be built (a header Node refuses): nothing left this process. */
+class Unbuildable extends Error {}
 /** The connection was made and broke before a whole answer came: a byte may have left. */
 class Broken extends Error {}
 
@@ -223,6 +226,9 @@ export class Client {
       answer = await this.call(method, `/v1/vaults/${segment(vault)}/records/${segment(key)}`, headers, body, bound);
     } catch (err) {
       if (err instanceof Down) return { outcome: "local_gateway_down", detail: err.message };
+      if (err instanceof Unbuildable) {
+        return { outcome: "invalid", status: 400, error: "bad_request", detail: `${err.message}; nothing was sent` };
+      }
       // A byte may have reached the gateway: from here on, never "nothing was sent".
       return {
         outcome: "outcome_unknown",
@@ -244,6 +250,7 @@ export class Client {
     try {
       answer = await this.call("GET", `/v1/calls/${segment(requestId)}${query(pairs)}`, {}, Buffer.alloc(0), (options.waitS ?? 0) + 60);
     } catch (err) {
+      if (err instanceof Unbuildable) throw new FerryError(400, "bad_request", err.message);
       // A gateway that cannot be asked says nothing about the write.
       return {
         state: "unavailable",
@@ -252,6 +259,9 @@ export class Client {
     }
     const body = json(answer);
     if (answer.status === 200) {
+      if (typeof body.state !== "string") {
+        throw new FerryError(200, "other", "the gateway answered a settle query without a call state");
+      }
       if (body.state === "done") {
         if (body.status === 200 && typeof body.revision === "number") return { state: "done", revision: body.revision };
         return { state: "refused", status: Number(body.status ?? 0), error: String(body.error ?? "other"), detail: String(body.detail ?? "") };
@@ -336,6 +346,7 @@ export class Client {
     try {
       return await this.call("GET", pathAndQuery, headers, Buffer.alloc(0), bound);
     } catch (err) {
+      if (err instanceof Unbuildable) throw new FerryError(400, "bad_request", err.message);
       throw new GatewayDown((err as Error).message);
     }
   }
@@ -374,7 +385,9 @@ export class Client {
     }
     return new Promise((resolve, reject) => {
       let connected = false;
-      const request = http.request({
+      let request: http.ClientRequest;
+      try {
+        request = http.request({
         host: endpoint.host,
         port: endpoint.port,
         method,
@@ -387,6 +400,11 @@ export class Client {
           ...headers,
         },
       });
+      } catch (err) {
+        // Node checks every header as the request is made, before any connection.
+        reject(new Unbuildable(`the request cannot be made: ${(err as Error).message}`));
+        return;
+      }
       request.on("socket", (socket) => socket.once("connect", () => (connected = true)));
       request.setTimeout(boundS * 1000, () => request.destroy(new Error(`no answer within ${boundS} s`)));
       request.on("error", (err) => {

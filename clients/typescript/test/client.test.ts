@@ -68,6 +68,9 @@ describe("against a pair", () => {
       [404, "unknown_vault"],
     );
     assert.equal((await caller.put("notes", "k", "x", { timeoutS: 0 })).outcome, "invalid");
+    // What cannot be a header is refused before anything leaves, never outcome_unknown.
+    assert.equal((await caller.put("notes", "k", "x", { requestId: "two\nlines" })).outcome, "invalid");
+    assert.equal((await new Client("café\u0100", { home: b.home }).put("notes", "k", "x")).outcome, "invalid");
   });
 
   test("a done write settles done and an id never sent is known as such", async () => {

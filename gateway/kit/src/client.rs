@@ -188,7 +188,8 @@ impl Kit {
     pub fn from_default_home(app: &str) -> Option<Self> {
         let home = match std::env::var_os("FERRY_HOME") {
             Some(home) => PathBuf::from(home),
-            None => dirs::data_dir()?.join("ferry"),
+            // Where `ferry serve` keeps it: the local (not roaming) data folder.
+            None => dirs::data_local_dir()?.join("ferry"),
         };
         Some(Self::from_home(home, app))
     }

@@ -3,9 +3,9 @@
 //! Every request must carry the bearer token from the state directory; without it the answer
 //! is `401 unauthorized` and nothing else happens. The exceptions are the status page's (see
 //! [`ui`]): its static assets, and a read-only session for the status routes, traded once for
-//! a code that `ferry ui` mints with the token. Requests from other web pages (a foreign
-//! `Origin`, or a `Host` that is a name other than `localhost`) are refused before anything
-//! else, with or without a token. Record calls also name their app in
+//! a code that `ferry ui` mints with the token. Requests from other web pages are refused: a
+//! foreign `Origin` always, and a `Host` that is a name other than `localhost` unless the
+//! request carries the token. Record calls also name their app in
 //! `X-Ferry-App`. Errors are JSON with a code, a sentence a person can act on, and the request
 //! id when there is one.
 
@@ -108,30 +108,37 @@ async fn guard(
     next: Next,
 ) -> Response {
     let headers = request.headers();
-    if !ui::host_allowed(headers) {
-        return ui::forbidden(
-            "this API answers only to an IP address or `localhost` as its host (a web page that renamed itself to this machine is refused)",
-        )
-        .into_response();
-    }
+    // A browser running another site's page always says so in `Origin`; apps send none.
     if !ui::origin_allowed(headers) {
         return ui::forbidden("requests from other web pages are refused").into_response();
     }
     let method = request.method();
     let path = request.uri().path();
-    if !ui::is_public(method, path) {
-        let presented = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
-        let allowed = presented.is_some_and(|bearer| {
-            constant_time_eq(bearer.as_bytes(), gateway.token().as_bytes())
-                || (ui_sessions::session_may(method, path)
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    let with_token = presented
+        .is_some_and(|bearer| constant_time_eq(bearer.as_bytes(), gateway.token().as_bytes()));
+    if !with_token {
+        // What a browser may reach without the token (the page, the code trade, a session's
+        // reads) answers only under an IP or `localhost`: a page of another site whose name was
+        // made to point here says its own name. Apps hold the token, so whatever host name they
+        // dial by (a container's service name, say) is theirs to use.
+        if !ui::host_allowed(headers) {
+            return ui::forbidden(
+                "without the token this API answers only to an IP address or `localhost` as its host (a web page that renamed itself to this machine is refused)",
+            )
+            .into_response();
+        }
+        let allowed = ui::is_public(method, path)
+            || presented.is_some_and(|bearer| {
+                ui_sessions::session_may(method, path)
                     && sessions
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .touch(bearer, std::time::Instant::now()))
-        });
+                        .touch(bearer, std::time::Instant::now())
+            });
         if !allowed {
             return ApiError::unauthorized().into_response();
         }

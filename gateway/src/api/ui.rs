@@ -3,9 +3,11 @@
 //! and updates itself. Read-only. How a browser gets in without the token is in
 //! [`super::ui_sessions`]; what keeps other web pages out is here and in the guard:
 //!
-//! - **DNS rebinding**: a request whose `Host` is a name other than `localhost` is refused
-//!   (`403`): a page of `evil.example` whose name was made to point at 127.0.0.1 still says
-//!   `Host: evil.example`. IP literals are fine: no rebinding goes through one.
+//! - **DNS rebinding**: a request without the token whose `Host` is a name other than
+//!   `localhost` is refused (`403`): a page of `evil.example` whose name was made to point at
+//!   127.0.0.1 still says `Host: evil.example`. IP literals are fine: no rebinding goes through
+//!   one. A request with the token may use any name (an app in a container dials the gateway
+//!   by its service name): a page of another site never has the token.
 //! - **Cross-site requests**: a request whose `Origin` is not this API's own is refused, before
 //!   any token or session is looked at; the page never sends cookies (there are none), and the
 //!   API sends no CORS headers, so no other origin can read an answer.

@@ -1139,25 +1139,23 @@ async fn wait_for_catch_up(kit: &Kit, json: bool, vault: &str) {
                 return;
             }
         };
-        let sync = vaults
+        let row = vaults
             .into_iter()
-            .find(|row| row.name == vault && row.role == "replica")
-            .and_then(|row| row.sync);
-        if let Some(sync) = sync {
-            catch_up.sample(sync.applied, now);
-            if last_move.1 != Some(sync.applied) {
-                last_move = (now, Some(sync.applied));
+            .find(|row| row.name == vault && row.role == "replica");
+        if let Some((reached, sync)) = row.and_then(|row| Some((row.revision?, row.sync?))) {
+            // The replica's revision (its cursor) against the owner's: a change page holds each
+            // key once, so counting applied changes would fall short of the owner's revision
+            // whenever a key was written twice.
+            catch_up.sample(reached, now);
+            if last_move.1 != Some(reached) {
+                last_move = (now, Some(reached));
             }
-            let mut line = catch_up.line(
-                vault,
-                sync.applied,
-                sync.owner_revision,
-                display.is_terminal(),
-            );
+            let mut line =
+                catch_up.line(vault, reached, sync.owner_revision, display.is_terminal());
             if let Some(err) = &sync.last_error {
                 line.push_str(&format!("  (retrying: {err})"));
             }
-            let caught_up = sync.last_pull_ms_ago.is_some() && sync.applied >= sync.owner_revision;
+            let caught_up = sync.last_pull_ms_ago.is_some() && reached >= sync.owner_revision;
             if caught_up {
                 show(&line);
                 if !json {

@@ -1,5 +1,5 @@
 //! How the CLI shows long work: a replica catching up (`ferry vault follow`) as a bar with
-//! changes per second and time left on a terminal, and as plain lines elsewhere; and, for any
+//! revisions per second and time left on a terminal, and as plain lines elsewhere; and, for any
 //! command that can wait, one line saying what it waits for once the wait gets noticeable.
 //!
 //! The arithmetic is plain functions of the samples and the time they were taken, so it is
@@ -17,13 +17,13 @@ const BAR_WIDTH: usize = 24;
 /// A replica's catch-up as sampled from `/v1/vaults`.
 #[derive(Debug, Default)]
 pub struct CatchUp {
-    /// (when, changes applied) of recent samples, oldest first.
+    /// (when, the replica's revision) of recent samples, oldest first.
     samples: Vec<(Instant, u64)>,
     last_plain: Option<Instant>,
 }
 
 impl CatchUp {
-    /// Records a sample: `applied` of the owner's `target` revisions, at `now`.
+    /// Records a sample: the replica at revision `applied` (of the owner's `target`), at `now`.
     pub fn sample(&mut self, applied: u64, now: Instant) {
         self.samples.push((now, applied));
         // Keep one sample older than the window, so the rate spans all of it.
@@ -37,7 +37,7 @@ impl CatchUp {
         }
     }
 
-    /// Changes applied per second over the window; `None` until two samples span time.
+    /// Revisions gained per second over the window; `None` until two samples span time.
     pub fn rate(&self) -> Option<f64> {
         let (first, last) = (self.samples.first()?, self.samples.last()?);
         let span = last.0.duration_since(first.0).as_secs_f64();
@@ -52,7 +52,7 @@ impl CatchUp {
         ))
     }
 
-    /// One line of progress: `[#####.....]  4,200 / 10,000 changes  2,100/s  3 s left`, the
+    /// One line of progress: `[#####.....]  4,200 / 10,000 revisions  2,100/s  3 s left`, the
     /// bar only for a terminal.
     pub fn line(&self, vault: &str, applied: u64, target: u64, bar: bool) -> String {
         let mut line = format!("{vault}: ");
@@ -69,7 +69,7 @@ impl CatchUp {
             line.push_str("]  ");
         }
         line.push_str(&format!(
-            "{} / {} changes",
+            "{} / {} revisions",
             thousands(applied),
             thousands(target)
         ));
@@ -211,15 +211,15 @@ mod tests {
         catch_up.sample(4_200, t0 + Duration::from_secs(2));
         assert_eq!(
             catch_up.line("notes", 4_200, 10_000, true),
-            "notes: [##########..............]  4,200 / 10,000 changes  2,100/s  2 s left"
+            "notes: [##########..............]  4,200 / 10,000 revisions  2,100/s  2 s left"
         );
         assert_eq!(
             catch_up.line("notes", 4_200, 10_000, false),
-            "notes: 4,200 / 10,000 changes  2,100/s  2 s left"
+            "notes: 4,200 / 10,000 revisions  2,100/s  2 s left"
         );
         assert_eq!(
             CatchUp::default().line("empty", 0, 0, true),
-            format!("empty: [{}]  0 / 0 changes", "#".repeat(BAR_WIDTH))
+            format!("empty: [{}]  0 / 0 revisions", "#".repeat(BAR_WIDTH))
         );
     }
 

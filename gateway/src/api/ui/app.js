@@ -128,11 +128,14 @@ function showVaults(vaults) {
   fill("vaults", vaults.map((v) => {
     let sync = el("td", v.role === "remote" && v.replicas ? "replicas: " + v.replicas.join(", ") : "–");
     if (v.sync) {
+      // The replica's revision against the owner's (not the count of changes applied since
+      // the gateway started, which restarts and falls short when keys were written twice).
+      const reached = v.revision ?? 0;
       const bar = el("progress");
       bar.max = Math.max(1, v.sync.owner_revision);
-      bar.value = Math.min(v.sync.applied, bar.max);
+      bar.value = Math.min(reached, bar.max);
       sync = td(bar);
-      sync.append(" " + v.sync.applied + " / " + v.sync.owner_revision +
+      sync.append(" " + reached + " / " + v.sync.owner_revision +
         (v.sync.last_error ? " · " + v.sync.last_error : ""));
     }
     const lag = v.lag_revisions === null ? "–" :
