@@ -60,6 +60,12 @@ fn owner_with(records: u64) -> Gateway {
 #[test]
 fn ferry_vault_follow_waits_for_the_catch_up_and_says_how_far_it_is() {
     let a = owner_with(20_000);
+    // One key written twice more: the owner's revision (20,002) is then ahead of the number of
+    // changes a replica applies (20,000 keys, each once): caught up is judged by revision.
+    for value in ["again", "and again"] {
+        let (status, body) = a.put("notes", "key/0000001", value.as_bytes(), &[]);
+        assert_eq!(status, 200, "{body}");
+    }
     let c = Gateway::start("c");
     a.trust_each_other(&c);
     let out = c.cli(&["vault", "follow", "notes", "--owner", "a"]);
@@ -82,16 +88,16 @@ fn ferry_vault_follow_waits_for_the_catch_up_and_says_how_far_it_is() {
         progress
             .last()
             .unwrap()
-            .contains("20,000 / 20,000 revisions"),
+            .contains("20,002 / 20,002 revisions"),
         "{stderr}"
     );
     assert!(
-        stderr.contains("caught up with the owner at revision 20000"),
+        stderr.contains("caught up with the owner at revision 20002"),
         "{stderr}"
     );
     assert_eq!(
         replica_revision(&c),
-        20_000,
+        20_002,
         "the command returned before the replica had caught up"
     );
 }

@@ -44,8 +44,11 @@ impl CatchUp {
         (span > 0.0).then(|| last.1.saturating_sub(first.1) as f64 / span)
     }
 
-    /// Time left at the current rate; `None` when the rate is not known or zero.
+    /// Time left at the current rate; `None` when done, or the rate is not known or zero.
     pub fn left(&self, applied: u64, target: u64) -> Option<Duration> {
+        if applied >= target {
+            return None;
+        }
         let rate = self.rate().filter(|rate| *rate > 0.0)?;
         Some(Duration::from_secs_f64(
             target.saturating_sub(applied) as f64 / rate,
