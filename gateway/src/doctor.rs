@@ -268,7 +268,7 @@ fn diagnose_peer(peer: &PeerProbe, mdns_works_here: bool) -> DoctorFinding {
                 format!(
                     "clock skew: its clock is {} {direction} this machine's: writes between the two are refused (request ids dated in the future) or their tickets judged expired",
                     // Whole seconds: the round trip blurs anything finer.
-                    crate::cli::human_duration(Duration::from_secs(size.saturating_add(500) / 1000))
+                    crate::human::human(Duration::from_secs(size.saturating_add(500) / 1000))
                 ),
                 Some("set both machines' clocks from network time (NTP: `timedatectl set-ntp true` on Linux; automatic time on macOS and Windows)".into()),
             );

@@ -32,6 +32,7 @@ pub mod door;
 pub mod env;
 pub mod gateway;
 pub mod home;
+pub mod human;
 pub mod in_flight;
 pub mod lifecycle;
 pub mod metrics;

@@ -225,11 +225,6 @@ pub enum VaultCommand {
     List,
 }
 
-/// A duration as a person reads it (`850 ms`, `12 s`, `3 min 20 s`, `2 h 5 min`).
-pub fn human_duration(d: std::time::Duration) -> String {
-    progress::human(d)
-}
-
 /// Parses the command line, runs the command, and returns its exit code.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

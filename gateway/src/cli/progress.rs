@@ -8,6 +8,8 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+use crate::human::human;
+
 /// The rate is measured over the last this long of samples.
 const RATE_WINDOW: Duration = Duration::from_secs(5);
 /// Without a terminal, a line at most this often.
@@ -108,17 +110,6 @@ pub fn thousands(n: u64) -> String {
         out.push(digit);
     }
     out
-}
-
-/// A duration as a person reads it: `850 ms`, `12 s`, `3 min 20 s`, `2 h 5 min`.
-pub fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0 => format!("{} ms", d.as_millis()),
-        1..=59 => format!("{s} s"),
-        60..=3599 => format!("{} min {} s", s / 60, s % 60),
-        _ => format!("{} h {} min", s / 3600, (s / 60) % 60),
-    }
 }
 
 /// Where progress goes: standard error, redrawn in place on a terminal.
@@ -241,8 +232,5 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_000), "1,000");
         assert_eq!(thousands(10_000_000), "10,000,000");
-        assert_eq!(human(Duration::from_millis(850)), "850 ms");
-        assert_eq!(human(Duration::from_secs(200)), "3 min 20 s");
-        assert_eq!(human(Duration::from_secs(7_500)), "2 h 5 min");
     }
 }
