@@ -388,9 +388,7 @@ fn diagnose_peer(peer: &PeerProbe, mdns_works_here: bool) -> DoctorFinding {
 /// How far this gateway's wall clock is from the system's: zero, but for a test that sets it
 /// off (the heartbeat compares the peer's clock with the system's).
 fn own_clock_offset_ms(network: &crate::network::Network) -> i64 {
-    let system = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let system = ferry_core::clock::system_unix_ms() as i64;
     let offset = system - network.clock().unix_ms() as i64;
     // Two readings a moment apart: below a second is no offset.
     if offset.abs() < 1000 {

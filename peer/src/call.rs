@@ -227,7 +227,7 @@ impl Caller {
             },
         };
         let started = clock::now();
-        let started_wall_ms = wall_clock_ms();
+        let started_wall_ms = ferry_core::clock::system_unix_ms();
         // quinn ignores ICMP, so a heartbeat to a killed gateway would only time out. A side
         // probe once the answer is late (the same grace as a connect's) tells "not running" in
         // a millisecond, so a killed peer is known within about one interval while calls flow.
@@ -947,13 +947,6 @@ fn unexpected(target: &Target, request: &str, answer: &Response) -> ReadError {
 pub struct Beat {
     pub rtt: Duration,
     pub clock_offset_ms: Option<i64>,
-}
-
-/// This machine's wall clock, in Unix milliseconds (0 if it is before 1970).
-fn wall_clock_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// One request and one answer on a new bidirectional stream, within `deadline`, in the
