@@ -6,7 +6,6 @@
 //! A [`Gateway`] kills its process when it drops, so a panic or an early return leaves nothing
 //! running; [`Gateway::stop`] asks for the ordered stop first. Every wait is bounded.
 
-use std::fs::File;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -161,6 +160,16 @@ fn wait_bounded(
     }
 }
 
+/// Whether a gateway advertises and browses on mDNS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discovery {
+    /// `--no-mdns`: the benchmarks' default, so gateways on one machine find each other only
+    /// by the routes they are given.
+    Off,
+    /// The shipped default.
+    On,
+}
+
 /// One running `ferry serve`.
 #[derive(Debug)]
 pub struct Gateway {
@@ -170,6 +179,7 @@ pub struct Gateway {
     pub node_id: String,
     pub quic: String,
     binary: PathBuf,
+    discovery: Discovery,
     child: Option<Child>,
     /// Declared last: removed only after the process is gone.
     home: tempfile::TempDir,
@@ -188,6 +198,16 @@ impl Gateway {
         label: &str,
         config: Option<&str>,
     ) -> Result<Self, ProcError> {
+        Self::start_with(binary, label, config, Discovery::Off)
+    }
+
+    /// [`Gateway::start_with_config`], with mDNS on or off.
+    pub fn start_with(
+        binary: &Path,
+        label: &str,
+        config: Option<&str>,
+        discovery: Discovery,
+    ) -> Result<Self, ProcError> {
         let home = tempfile::Builder::new()
             .prefix(&format!("ferry-bench-{label}-"))
             .tempdir()
@@ -195,12 +215,50 @@ impl Gateway {
         if let Some(config) = config {
             std::fs::write(home.path().join("config.toml"), config).map_err(ProcError::Home)?;
         }
-        let log = File::create(home.path().join("serve.log")).map_err(ProcError::Home)?;
-        let child = Command::new(binary)
+        let mut gateway = Self {
+            label: label.to_string(),
+            api: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: String::new(),
+            node_id: String::new(),
+            quic: String::new(),
+            binary: binary.to_path_buf(),
+            discovery,
+            child: None,
+            home,
+        };
+        gateway.child = Some(gateway.spawn("127.0.0.1:0")?);
+        gateway.api = gateway.wait_for_api()?;
+        gateway.token = std::fs::read_to_string(gateway.home.path().join("local-token"))
+            .map_err(|err| gateway.setup(format!("cannot read local-token: {err}")))?
+            .trim()
+            .to_string();
+        let json = gateway.status()?;
+        let text = |field: &serde_json::Value| field.as_str().map(str::to_string);
+        gateway.node_id = text(&json["node_id"])
+            .ok_or_else(|| gateway.setup(format!("/v1/status has no node_id: {json}")))?;
+        gateway.quic = text(&json["addresses"][0])
+            .ok_or_else(|| gateway.setup(format!("/v1/status has no address: {json}")))?;
+        Ok(gateway)
+    }
+
+    /// `ferry serve` in this gateway's home, QUIC on `listen`, its log appended to
+    /// `serve.log`.
+    fn spawn(&self, listen: &str) -> Result<Child, ProcError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.home.path().join("serve.log"))
+            .map_err(ProcError::Home)?;
+        let mut command = Command::new(&self.binary);
+        command
             .arg("--home")
-            .arg(home.path())
-            .args(["serve", "--api", "127.0.0.1:0", "--listen", "127.0.0.1:0"])
-            .args(["--no-mdns", "--label", label])
+            .arg(self.home.path())
+            .args(["serve", "--api", "127.0.0.1:0", "--listen", listen])
+            .args(["--label", &self.label]);
+        if self.discovery == Discovery::Off {
+            command.arg("--no-mdns");
+        }
+        command
             // Measure the shipped defaults, whatever the caller's environment says.
             .env_remove("RUST_LOG")
             .env_remove("FERRY_HOME")
@@ -209,33 +267,32 @@ impl Gateway {
             .stderr(log)
             .spawn()
             .map_err(|source| ProcError::Spawn {
-                what: format!("{} serve", binary.display()),
+                what: format!("{} serve", self.binary.display()),
                 source,
-            })?;
-        let mut gateway = Self {
-            label: label.to_string(),
-            api: SocketAddr::from(([127, 0, 0, 1], 0)),
-            token: String::new(),
-            node_id: String::new(),
-            quic: String::new(),
-            binary: binary.to_path_buf(),
-            child: Some(child),
-            home,
-        };
-        gateway.api = gateway.wait_for_api()?;
-        gateway.token = std::fs::read_to_string(gateway.home.path().join("local-token"))
-            .map_err(|err| gateway.setup(format!("cannot read local-token: {err}")))?
-            .trim()
-            .to_string();
-        let (status, body) = request_once(gateway.api, "GET", "/v1/status", &gateway.token, None)?;
-        let json: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|err| gateway.setup(format!("/v1/status ({status}) is not JSON: {err}")))?;
-        let text = |field: &serde_json::Value| field.as_str().map(str::to_string);
-        gateway.node_id = text(&json["node_id"])
-            .ok_or_else(|| gateway.setup(format!("/v1/status has no node_id: {json}")))?;
-        gateway.quic = text(&json["addresses"][0])
-            .ok_or_else(|| gateway.setup(format!("/v1/status has no address: {json}")))?;
-        Ok(gateway)
+            })
+    }
+
+    /// `GET /v1/status`, as JSON.
+    pub fn status(&self) -> Result<serde_json::Value, ProcError> {
+        let (status, body) = request_once(self.api, "GET", "/v1/status", &self.token, None)?;
+        serde_json::from_slice(&body)
+            .map_err(|err| self.setup(format!("/v1/status ({status}) is not JSON: {err}")))
+    }
+
+    /// Starts a stopped gateway again in the same home, on the same QUIC address (so peers'
+    /// routes to it hold), and returns how long it took from the spawn to answering
+    /// `/v1/status`.
+    pub fn restart(&mut self) -> Result<Duration, ProcError> {
+        if self.child.is_some() {
+            return Err(self.setup("restarted while still running".into()));
+        }
+        // An ordered stop removes it; a killed gateway leaves the old one behind.
+        let _ = std::fs::remove_file(self.home.path().join("api.addr"));
+        let started = Instant::now();
+        self.child = Some(self.spawn(&self.quic.clone())?);
+        self.api = self.wait_for_api()?;
+        self.status()?;
+        Ok(started.elapsed())
     }
 
     fn setup(&self, detail: String) -> ProcError {
@@ -373,6 +430,35 @@ impl Drop for Gateway {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// Whether `hub` holds an `up` route to every one of `peers` (`ferry routes`), and if not,
+/// how many it does.
+pub fn routes_up(hub: &Gateway, peers: &[Gateway]) -> Result<(), String> {
+    let text = hub
+        .cli(&["--json", "routes"])
+        .map_err(|err| err.to_string())?;
+    let routes: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|err| format!("`ferry routes --json` is not JSON: {err}"))?;
+    let up = peers
+        .iter()
+        .filter(|peer| {
+            routes
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|route| route["peer"] == peer.label.as_str() && route["state"] == "up")
+        })
+        .count();
+    if up == peers.len() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} has an up route to {up} of {} peers",
+            hub.label,
+            peers.len()
+        ))
     }
 }
 

@@ -77,6 +77,8 @@ pub struct Keys {
     next: AtomicU64,
     first: u64,
     cycle: Option<u64>,
+    /// How far apart consecutive keys of a cycle are (1: neighbours).
+    stride: u64,
 }
 
 impl Keys {
@@ -92,6 +94,7 @@ impl Keys {
             next: AtomicU64::new(0),
             first,
             cycle: None,
+            stride: 1,
         }
     }
 
@@ -103,6 +106,17 @@ impl Keys {
         }
     }
 
+    /// Numbers `first .. first + len` in an order that jumps across the whole range (each key
+    /// about 0.618 of the range from the one before, so no two in a row share a page of the
+    /// store), every one once before any repeats. `len` is at least 1.
+    pub fn spread(prefix: impl Into<String>, first: u64, len: u64) -> Self {
+        let len = len.max(1);
+        Self {
+            stride: spread_stride(len),
+            ..Self::cycling(prefix, first, len)
+        }
+    }
+
     /// The key with number `n`.
     pub fn key(prefix: &str, n: u64) -> String {
         format!("{prefix}{n:010}")
@@ -111,11 +125,28 @@ impl Keys {
     pub fn next_key(&self) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let n = match self.cycle {
-            Some(len) => n % len,
+            Some(len) => ((u128::from(n) * u128::from(self.stride)) % u128::from(len)) as u64,
             None => n,
         };
         Self::key(&self.prefix, self.first + n)
     }
+}
+
+/// The stride of [`Keys::spread`]: near `len` times the golden ratio's fraction, and
+/// coprime with `len`, so a cycle visits every number once.
+fn spread_stride(len: u64) -> u64 {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    let mut stride = ((len as f64 * 0.618_033_988_7) as u64).max(1);
+    while gcd(stride, len) != 1 {
+        stride += 1;
+    }
+    stride
 }
 
 /// What every request of a measurement does.
@@ -125,7 +156,15 @@ pub enum Verb {
     Write,
     /// `GET` the next key: done when answered `200` with the 64-byte value.
     Read,
+    /// `GET` a page of [`LIST_PAGE`] keys after the next key: done when answered `200` with a
+    /// full page.
+    List,
 }
+
+/// The keys a [`Verb::List`] asks for (the local API's largest page).
+pub const LIST_PAGE: usize = 1000;
+/// A page of keys is about 60 bytes a key.
+const MAX_LIST_ANSWER_BYTES: usize = 1024 * 1024;
 
 /// The value every write carries (and every read expects back).
 static VALUE: [u8; VALUE_BYTES] = [b'v'; VALUE_BYTES];
@@ -298,6 +337,18 @@ async fn exchange_inner(conn: &mut Conn, target: &Target, verb: Verb, key: &str)
     let (builder, body) = match verb {
         Verb::Write => (Request::put(path), value()),
         Verb::Read => (Request::get(path), Bytes::new()),
+        // The bench's keys need no escaping in a query.
+        Verb::List => (
+            Request::get(format!(
+                "/v1/vaults/{}/records?after={key}&limit={LIST_PAGE}",
+                target.vault
+            )),
+            Bytes::new(),
+        ),
+    };
+    let max_answer = match verb {
+        Verb::List => MAX_LIST_ANSWER_BYTES,
+        Verb::Write | Verb::Read => MAX_ANSWER_BYTES,
     };
     let request = builder
         .header(hyper::header::HOST, target.api.to_string())
@@ -323,7 +374,7 @@ async fn exchange_inner(conn: &mut Conn, target: &Target, verb: Verb, key: &str)
         .headers()
         .get("x-ferry-source")
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
-    let body = match Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+    let body = match Limited::new(response.into_body(), max_answer)
         .collect()
         .await
     {
@@ -354,7 +405,19 @@ async fn exchange_inner(conn: &mut Conn, target: &Target, verb: Verb, key: &str)
                 body.len()
             ),
         ),
+        // Counted, not parsed: the answer is timed until here, and a parse of 60 KB would be
+        // timed with it.
+        Verb::List => match listed_keys(&body) {
+            LIST_PAGE => Answer::Done { source },
+            n => Answer::Status(200, format!("200 with {n} keys, not {LIST_PAGE}")),
+        },
     }
+}
+
+/// How many keys a page of the local API's listing holds: the objects that open with `key`.
+fn listed_keys(body: &[u8]) -> usize {
+    const ENTRY: &[u8] = b"{\"key\":";
+    body.windows(ENTRY.len()).filter(|w| *w == ENTRY).count()
 }
 
 /// Runs `make()`'s future to completion on a new OS thread with its own single-threaded
@@ -628,6 +691,35 @@ mod tests {
 
     fn ms(values: &[u64]) -> Vec<Duration> {
         values.iter().copied().map(Duration::from_millis).collect()
+    }
+
+    #[test]
+    fn spread_keys_visit_every_number_once_far_apart() {
+        for len in [1u64, 7, 1000, 10_000] {
+            let keys = Keys::spread("k", 5, len);
+            let seen: Vec<u64> = (0..len)
+                .map(|_| keys.next_key()[1..].parse::<u64>().unwrap())
+                .collect();
+            let distinct: std::collections::BTreeSet<_> = seen.iter().copied().collect();
+            assert_eq!(distinct.len() as u64, len, "every number once, len {len}");
+            assert!(seen.iter().all(|n| (5..5 + len).contains(n)));
+            if len >= 1000 {
+                let jump = seen[1].abs_diff(seen[0]);
+                assert!(jump > len / 4, "neighbours far apart: {jump} of {len}");
+            }
+            // Then the cycle starts again.
+            assert_eq!(keys.next_key(), Keys::key("k", seen[0]));
+        }
+    }
+
+    #[test]
+    fn a_page_of_keys_is_counted_by_its_entries() {
+        let page = serde_json::json!({
+            "keys": [{"key": "a", "revision": 1}, {"key": "b", "revision": 2}],
+            "more": true, "next_after": "b", "vault_revision": 9,
+        });
+        assert_eq!(listed_keys(&serde_json::to_vec(&page).unwrap()), 2);
+        assert_eq!(listed_keys(b"{\"keys\":[]}"), 0);
     }
 
     #[test]

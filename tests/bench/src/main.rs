@@ -12,12 +12,16 @@
 //! `cargo run --release -p ferry-bench -- liveness` measures what liveness costs: one gateway
 //! trusting 100 peers (real `ferry serve` processes on loopback), idle and with some in use,
 //! against bare quinn connections kept alive at the same intervals.
+//! `cargo run --release -p ferry-bench -- scale` measures Ferry as it grows: an idle gateway's
+//! memory, a vault of 10 million records beside one of 10,000 (reads, writes, pages, start-up,
+//! a replica's sync and catch-up, memory), and one gateway trusting 100 peers.
 //! `--quick` runs a few hundred requests per system, for smoke tests. `--json` prints one JSON
 //! object instead of the markdown: the same figures, and every target with its judgement. See
 //! `docs/performance.md`.
 //!
 //! - `writes`, `reads`: orchestration and options; `load`: the load generator and percentiles;
 //!   `overload`: the overload benchmark, with its own traffic, gateways and report;
+//!   `scale`: the scale benchmark, with its report; `memory`: resident memory from `/proc`;
 //!   `liveness`: the cost of heartbeats to many peers, with its floor and report;
 //!   `bare_relay`: the yardsticks; `ferry_procs`: the gateways; `sqlite`: durable SQLite and the
 //!   floor; `cpu`: CPU per side from `/proc`; `report`, `reads_report`: the tables, with `figures`
@@ -33,11 +37,13 @@ mod fixtures;
 mod json;
 mod liveness;
 mod load;
+mod memory;
 mod overload;
 mod propagation;
 mod reads;
 mod reads_report;
 mod report;
+mod scale;
 mod sqlite;
 mod targets;
 mod writes;
@@ -98,6 +104,17 @@ enum Bench {
     Liveness {
         #[command(flatten)]
         flags: Flags,
+    },
+    /// Ferry as it grows: an idle gateway's memory; a vault of 10 million records (`--quick`:
+    /// 200,000) beside one of 10,000 (reads, writes, pages of keys, start-up, a fresh replica's
+    /// sync and catch-up, memory); one gateway trusting 100 peers (`--quick`: 10). Needs about
+    /// 6 GB of disk in the temporary directory. (`--layouts` is ignored.)
+    Scale {
+        #[command(flatten)]
+        flags: Flags,
+        /// Also write the markdown report to this file (with `--json`: both from one run).
+        #[arg(long, value_name = "FILE")]
+        markdown: Option<PathBuf>,
     },
     /// How fast a change reaches the replicas: an owner and 1 or 20 followers on loopback, an
     /// app long-polling each follower's change feed, and a frozen follower. (`--layouts` is
@@ -207,6 +224,19 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             let as_json = flags.json;
             let report =
                 liveness::run(&flags.options(liveness::Plan::quick, liveness::Plan::full))?;
+            if as_json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            report.clean()
+        }
+        Bench::Scale { flags, markdown } => {
+            let as_json = flags.json;
+            let report = scale::run(&flags.options(scale::Plan::quick, scale::Plan::full))?;
+            if let Some(path) = markdown {
+                std::fs::write(&path, report.render())?;
+            }
             if as_json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

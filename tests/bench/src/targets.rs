@@ -32,6 +32,8 @@ pub enum Unit {
     CoreShare,
     /// A duration in milliseconds: `2.35 ms`.
     Millis,
+    /// Memory in MiB: `14.2 MiB`.
+    Mebibytes,
 }
 
 impl Unit {
@@ -45,6 +47,7 @@ impl Unit {
             Unit::Seconds => format!("{value:.2} s"),
             Unit::CoreShare => format!("{:.2}% of a core", value * 100.0),
             Unit::Millis => format!("{value:.2} ms"),
+            Unit::Mebibytes => format!("{value:.1} MiB"),
         }
     }
 
@@ -56,6 +59,7 @@ impl Unit {
             Unit::Seconds => format!("{value} s"),
             Unit::CoreShare => format!("{}% of a core", value * 100.0),
             Unit::Millis => format!("{value} ms"),
+            Unit::Mebibytes => format!("{value} MiB"),
             Unit::Share | Unit::PerSecond | Unit::Count => self.figure(value),
         }
     }

@@ -266,34 +266,9 @@ impl Mesh {
         }
     }
 
-    /// Whether the hub holds an `up` route to every peer (`ferry routes`), and if not, how
-    /// many it does.
+    /// Whether the hub holds an `up` route to every peer, and if not, how many it does.
     fn all_routes_up(&self) -> Result<(), String> {
-        let text = self
-            .hub
-            .cli(&["--json", "routes"])
-            .map_err(|err| err.to_string())?;
-        let routes: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|err| format!("`ferry routes --json` is not JSON: {err}"))?;
-        let up = self
-            .peers
-            .iter()
-            .filter(|peer| {
-                routes
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|route| route["peer"] == peer.label.as_str() && route["state"] == "up")
-            })
-            .count();
-        if up == self.peers.len() {
-            Ok(())
-        } else {
-            Err(format!(
-                "the hub has an up route to {up} of {} peers",
-                self.peers.len()
-            ))
-        }
+        ferry_procs::routes_up(&self.hub, &self.peers)
     }
 
     /// Each busy peer creates a vault and writes a record; waits (bounded) until the hub can

@@ -1,0 +1,319 @@
+//! A vault of millions of records beside one of 10,000, on one owner: what a point read, a
+//! write and a page of keys cost on each, how long the owner takes to start with it, how fast
+//! a fresh replica syncs it and catches up after a burst of changes, and the most memory each
+//! gateway held throughout.
+//!
+//! The vaults are filled while their owner is stopped, by the gateway's own store functions
+//! (`ferry_gateway::store`: the next revision, then the record, in transactions of
+//! [`SEED_BATCH`]), so the rows are the ones writes through the API leave behind, without the
+//! journal rows a write adds and collection removes. Writing 10 million records through the API
+//! one at a time would take most of an hour on this machine; the writes measured afterwards go
+//! through the API.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_gateway::store::{self, records, vaults, StoreError};
+
+use super::report::{BigVault, Latencies, OnVault, SqliteFloor};
+use super::{wait_for_revision, Plan, APP};
+use crate::ferry_procs::{Gateway, ProcError, PATH_OWNER_CONFIG};
+use crate::load::{self, Keys, Sample, Target, Verb, LIST_PAGE};
+use crate::memory::PeakWatch;
+
+/// Keys like a photo library's metadata: `photos/library/IMG_0001234567`.
+const KEY_PREFIX: &str = "photos/library/IMG_";
+const BIG: &str = "big";
+const SMALL: &str = "small";
+/// Records per seeding transaction.
+const SEED_BATCH: u64 = 50_000;
+/// Unmeasured requests before each measured run.
+const WARMUP: usize = 100;
+/// Bound on each measured run.
+const RUN_BOUND: Duration = Duration::from_secs(300);
+/// A replica must sync at least this fast to finish within its bound (a tenth of the target).
+const SLOWEST_SYNC_PER_S: u64 = 5_000;
+/// Writers of the burst the replica catches up on.
+const BURST_WRITERS: usize = 16;
+
+/// The big-vault part, or why it could not finish.
+pub fn measure(binary: &Path, plan: &Plan) -> Result<BigVault, String> {
+    let watch = PeakWatch::start();
+    let result = run(binary, plan, &watch);
+    result.map(|mut figures| {
+        figures.owner_peak_resident = watch.peak("owner");
+        figures.replica_peak_resident = watch.peak("replica");
+        figures
+    })
+}
+
+fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String> {
+    crate::progress(&format!(
+        "big vault: an owner with {} and {} records",
+        plan.big_records, plan.small_records
+    ));
+    let mut owner = Gateway::start_with_config(binary, "a", Some(PATH_OWNER_CONFIG))
+        .map_err(fail("starting the owner"))?;
+    for vault in [BIG, SMALL] {
+        owner
+            .cli(&["vault", "create", vault])
+            .map_err(fail("creating the vaults"))?;
+    }
+    owner
+        .stop()
+        .map_err(fail("stopping the owner to fill it"))?;
+
+    let db = owner.home().join("ferry.db");
+    let seed_started = Instant::now();
+    seed(&db, SMALL, plan.small_records).map_err(|err| format!("filling {SMALL}: {err}"))?;
+    seed(&db, BIG, plan.big_records).map_err(|err| format!("filling {BIG}: {err}"))?;
+    let seed_s = seed_started.elapsed().as_secs_f64();
+    let database_bytes = std::fs::metadata(&db).map(|m| m.len()).ok();
+
+    crate::progress("big vault: starting the owner with the filled vaults");
+    let start = owner.restart().map_err(fail("restarting the owner"))?;
+    watch.watch("owner", owner.pid());
+
+    let small = on_vault(&owner, SMALL, plan.small_records, plan)?;
+    let big = on_vault(&owner, BIG, plan.big_records, plan)?;
+    crate::progress("big vault: pages of keys across the big vault");
+    let pages = run_sequential(
+        &owner,
+        BIG,
+        Verb::List,
+        &Keys::spread(
+            KEY_PREFIX,
+            0,
+            plan.big_records.saturating_sub(LIST_PAGE as u64 + 1),
+        ),
+        10,
+        plan.pages,
+    )?;
+
+    crate::progress("big vault: a fresh replica syncing the big vault");
+    let mut replica = Gateway::start(binary, "r").map_err(fail("starting the replica"))?;
+    watch.watch("replica", replica.pid());
+    replica.trust(&owner).map_err(fail("trust"))?;
+    owner.trust(&replica).map_err(fail("trust"))?;
+    let owner_revision = super::vault_revision(&owner, BIG)?;
+    let sync_bound = Duration::from_secs(60 + owner_revision / SLOWEST_SYNC_PER_S);
+    let sync_started = Instant::now();
+    replica
+        .cli(&["vault", "follow", BIG, "--owner", &owner.label, "--detach"])
+        .map_err(fail("following the big vault"))?;
+    wait_for_revision(&replica, BIG, owner_revision, sync_bound)?;
+    let sync = sync_started.elapsed();
+
+    crate::progress(&format!(
+        "big vault: {} changes while the replica is stopped, then its catch-up",
+        plan.catch_up_changes
+    ));
+    replica.stop().map_err(fail("stopping the replica"))?;
+    let burst = Arc::new(Keys::spread(KEY_PREFIX, 1, plan.big_records.max(2) - 1));
+    let written = load::concurrent(
+        &target(&owner, BIG),
+        Verb::Write,
+        &burst,
+        BURST_WRITERS,
+        plan.catch_up_changes,
+        RUN_BOUND,
+    )
+    .map_err(|err| format!("the burst of changes: {err}"))?;
+    if written.failures() > 0 {
+        return Err(format!(
+            "{} writes of the burst failed: {:?}",
+            written.failures(),
+            written.first_failure
+        ));
+    }
+    let behind = super::vault_revision(&owner, BIG)?;
+    let catch_up_started = Instant::now();
+    replica.restart().map_err(fail("restarting the replica"))?;
+    watch.watch("replica", replica.pid());
+    wait_for_revision(&replica, BIG, behind, RUN_BOUND)?;
+    let catch_up = catch_up_started.elapsed();
+
+    let stopped = replica.stop().and(owner.stop());
+    stopped.map_err(fail("stopping"))?;
+    crate::progress("big vault: the same reads, writes and pages on bare SQLite");
+    let floor = sqlite_floor(&db, plan).map_err(|err| format!("the SQLite floor: {err}"))?;
+    Ok(BigVault {
+        floor,
+        records: plan.big_records,
+        seed_s,
+        database_bytes,
+        start_s: start.as_secs_f64(),
+        small,
+        big,
+        page: Latencies::of(&pages),
+        sync_records: owner_revision,
+        sync_s: sync.as_secs_f64(),
+        catch_up_changes: written.ok() as u64,
+        catch_up_s: catch_up.as_secs_f64(),
+        owner_peak_resident: None,
+        replica_peak_resident: None,
+    })
+}
+
+/// Point reads, then writes over existing records, spread over all of `vault`'s `records`.
+fn on_vault(owner: &Gateway, vault: &str, records: u64, plan: &Plan) -> Result<OnVault, String> {
+    crate::progress(&format!("big vault: reads and writes on {vault}"));
+    let keys = Keys::spread(KEY_PREFIX, 0, records);
+    let reads = run_sequential(owner, vault, Verb::Read, &keys, WARMUP, plan.reads)?;
+    let writes = run_sequential(owner, vault, Verb::Write, &keys, WARMUP, plan.writes)?;
+    Ok(OnVault {
+        read: Latencies::of(&reads),
+        write: Latencies::of(&writes),
+    })
+}
+
+/// One request at a time on the owner's API; every one must succeed.
+fn run_sequential(
+    owner: &Gateway,
+    vault: &str,
+    verb: Verb,
+    keys: &Keys,
+    warmup: usize,
+    count: usize,
+) -> Result<Sample, String> {
+    let sample = load::sequential(&target(owner, vault), verb, keys, warmup, count, RUN_BOUND)
+        .map_err(|err| format!("{verb:?} on {vault}: {err}"))?;
+    if sample.failures() > 0 || sample.ok() < count {
+        return Err(format!(
+            "{verb:?} on {vault}: {} of {count} done, {} failed; first failure: {:?}",
+            sample.ok(),
+            sample.failures(),
+            sample.first_failure
+        ));
+    }
+    Ok(sample)
+}
+
+/// What a failed step of the setup says: the step, then why.
+fn fail(what: &'static str) -> impl Fn(ProcError) -> String {
+    move |err| format!("{what}: {err}")
+}
+
+fn target(gateway: &Gateway, vault: &str) -> Target {
+    Target {
+        api: gateway.api,
+        token: gateway.token.clone(),
+        app: APP.into(),
+        vault: vault.into(),
+    }
+}
+
+/// The same work on the stopped owner's database with nothing on top: point reads, pages of
+/// keys (the store's own query) and writes (an upsert per durable commit, as SQLite alone
+/// would do it) on both vaults, one at a time on this thread.
+fn sqlite_floor(db: &Path, plan: &Plan) -> Result<SqliteFloor, String> {
+    let text = |err: rusqlite::Error| err.to_string();
+    let conn = crate::sqlite::open_durable(db).map_err(text)?;
+    let mut read = conn
+        .prepare("SELECT value FROM records WHERE vault = ?1 AND key = ?2")
+        .map_err(text)?;
+    let mut page = conn
+        .prepare(
+            "SELECT key, revision FROM records WHERE vault = ?1 AND key > ?2 \
+         AND value IS NOT NULL ORDER BY key LIMIT ?3",
+        )
+        .map_err(text)?;
+    let mut write = conn.prepare(
+        "INSERT INTO records (vault, key, revision, value) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (vault, key) DO UPDATE SET revision = excluded.revision, value = excluded.value",
+    ).map_err(text)?;
+    let value = load::value();
+    let mut on = |vault: &str, records: u64| -> Result<OnVault, String> {
+        let keys = Keys::spread(KEY_PREFIX, 0, records);
+        let read = timed(plan.reads, &keys, |key| {
+            read.query_row(rusqlite::params![vault, key], |row| {
+                row.get::<_, Vec<u8>>(0)
+            })
+            .map(drop)
+            .map_err(text)
+        })?;
+        let write = timed(plan.writes, &keys, |key| {
+            write
+                .execute(rusqlite::params![vault, key, i64::MAX, &value[..]])
+                .map(drop)
+                .map_err(text)
+        })?;
+        Ok(OnVault { read, write })
+    };
+    let small = on(SMALL, plan.small_records)?;
+    let big = on(BIG, plan.big_records)?;
+    let page = timed(
+        plan.pages,
+        &Keys::spread(
+            KEY_PREFIX,
+            0,
+            plan.big_records.saturating_sub(LIST_PAGE as u64 + 1),
+        ),
+        |key| {
+            let rows = page
+                .query_map(rusqlite::params![BIG, key, LIST_PAGE as i64], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                })
+                .map_err(text)?
+                .count();
+            if rows == LIST_PAGE {
+                Ok(())
+            } else {
+                Err(format!("a page of {rows} keys, not {LIST_PAGE}"))
+            }
+        },
+    )?;
+    Ok(SqliteFloor { small, big, page })
+}
+
+/// `count` calls of `one` (after up to [`WARMUP`] unmeasured ones), each with the next of
+/// `keys`, timed one by one.
+fn timed(
+    count: usize,
+    keys: &Keys,
+    mut one: impl FnMut(&str) -> Result<(), String>,
+) -> Result<Latencies, String> {
+    let warmup = WARMUP.min(count);
+    let mut latencies = Vec::with_capacity(warmup + count);
+    let started = Instant::now();
+    for _ in 0..warmup + count {
+        let key = keys.next_key();
+        let at = Instant::now();
+        one(&key)?;
+        latencies.push(at.elapsed());
+    }
+    latencies.drain(..warmup);
+    Ok(Latencies::of(&Sample::from_latencies(
+        latencies,
+        started.elapsed(),
+    )))
+}
+
+/// Fills `vault` with records `0..count` (keys [`KEY_PREFIX`] and the number, the load
+/// generator's 64-byte value), each at the vault's next revision, in transactions of
+/// [`SEED_BATCH`]; then moves the write-ahead log into the database, as a stopped gateway
+/// leaves it.
+fn seed(db: &Path, vault: &str, count: u64) -> Result<(), StoreError> {
+    const SAY_EVERY: u64 = 1_000_000;
+    let conn = store::open(db)?;
+    let value = load::value();
+    let mut next = 0;
+    while next < count {
+        let end = (next + SEED_BATCH).min(count);
+        store::in_transaction(&conn, |tx| {
+            for n in next..end {
+                let revision = vaults::next_revision(tx, vault)?;
+                records::set(tx, vault, &Keys::key(KEY_PREFIX, n), revision, Some(&value))?;
+            }
+            Ok(())
+        })?;
+        if end / SAY_EVERY > next / SAY_EVERY {
+            crate::progress(&format!("big vault: {vault} filled to {end} of {count}"));
+        }
+        next = end;
+    }
+    drop(conn);
+    store::checkpoint(db)?;
+    Ok(())
+}
