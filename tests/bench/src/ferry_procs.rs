@@ -401,12 +401,12 @@ impl Gateway {
         Ok(())
     }
 
-    /// The process id, while it runs.
     /// Its state directory (a kit finds its API and token there).
     pub fn home(&self) -> &Path {
         self.home.path()
     }
 
+    /// The process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }

@@ -58,11 +58,7 @@ impl PeakWatch {
                         .unwrap_or_else(PoisonError::into_inner)
                         .clone();
                     for (name, pid) in now {
-                        if let Some((_, high)) = resident(pid) {
-                            let mut peaks = peaks.lock().unwrap_or_else(PoisonError::into_inner);
-                            let peak = peaks.entry(name).or_default();
-                            *peak = (*peak).max(high);
-                        }
+                        record(&peaks, &name, pid);
                     }
                     std::thread::sleep(SAMPLE_EVERY);
                 }
@@ -76,14 +72,24 @@ impl PeakWatch {
         }
     }
 
-    /// Watches `pid` under `name` from now on (a restarted process under its old name).
+    /// Watches `pid` under `name` from now on, in place of any process watched under it before
+    /// (a restarted gateway keeps its name).
     pub fn watch(&self, name: &str, pid: Option<u32>) {
+        let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        watched.retain(|(watched, _)| watched != name);
         if let Some(pid) = pid {
-            self.watched
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((name.to_string(), pid));
+            watched.push((name.to_string(), pid));
         }
+    }
+
+    /// Takes a last reading of the process watched under `name` and stops watching it: called
+    /// before the process is stopped, so a later process given the same pid is never counted.
+    pub fn forget(&self, name: &str) {
+        let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        for (_, pid) in watched.iter().filter(|(watched, _)| watched == name) {
+            record(&self.peaks, name, *pid);
+        }
+        watched.retain(|(watched, _)| watched != name);
     }
 
     /// The highest reading under `name` so far, in bytes.
@@ -93,6 +99,15 @@ impl PeakWatch {
             .unwrap_or_else(PoisonError::into_inner)
             .get(name)
             .copied()
+    }
+}
+
+/// Raises `name`'s peak to `pid`'s high-water mark, if `/proc` can tell it.
+fn record(peaks: &Mutex<Peaks>, name: &str, pid: u32) {
+    if let Some((_, high)) = resident(pid) {
+        let mut peaks = peaks.lock().unwrap_or_else(PoisonError::into_inner);
+        let peak = peaks.entry(name.to_string()).or_default();
+        *peak = (*peak).max(high);
     }
 }
 

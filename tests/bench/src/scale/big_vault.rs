@@ -1,14 +1,18 @@
-//! A vault of millions of records beside one of 10,000, on one owner: what a point read, a
-//! write and a page of keys cost on each, how long the owner takes to start with it, how fast
-//! a fresh replica syncs it and catches up after a burst of changes, and the most memory each
-//! gateway held throughout.
+//! A vault of millions of records against one of 10,000, on one owner: what a point read, a
+//! write and a page of keys cost on each, how long the owner takes to start with the big one,
+//! how fast a fresh replica syncs it and catches up after a burst of changes, and the most
+//! memory each gateway held throughout; then the same reads, writes and pages on the database
+//! file with bare SQLite.
 //!
-//! The vaults are filled while their owner is stopped, by the gateway's own store functions
+//! The small vault is filled and measured first, alone in the database, so its figures are
+//! those of a 10,000-record store; then the big one is filled beside it and measured. Both
+//! are filled while their owner is stopped, by the gateway's own store functions
 //! (`ferry_gateway::store`: the next revision, then the record, in transactions of
 //! [`SEED_BATCH`]), so the rows are the ones writes through the API leave behind, without the
 //! journal rows a write adds and collection removes. Writing 10 million records through the API
-//! one at a time would take most of an hour on this machine; the writes measured afterwards go
-//! through the API.
+//! one at a time would take most of an hour on this machine; everything measured afterwards
+//! goes through the API. The database was just written, so it is in the kernel's page cache:
+//! these are warm figures.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -28,8 +32,9 @@ const BIG: &str = "big";
 const SMALL: &str = "small";
 /// Records per seeding transaction.
 const SEED_BATCH: u64 = 50_000;
-/// Unmeasured requests before each measured run.
+/// Unmeasured requests before each measured run of reads or writes, and of pages.
 const WARMUP: usize = 100;
+const PAGE_WARMUP: usize = 10;
 /// Bound on each measured run.
 const RUN_BOUND: Duration = Duration::from_secs(300);
 /// A replica must sync at least this fast to finish within its bound (a tenth of the target).
@@ -50,8 +55,8 @@ pub fn measure(binary: &Path, plan: &Plan) -> Result<BigVault, String> {
 
 fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String> {
     crate::progress(&format!(
-        "big vault: an owner with {} and {} records",
-        plan.big_records, plan.small_records
+        "big vault: an owner with {} records, then {} beside them",
+        plan.small_records, plan.big_records
     ));
     let mut owner = Gateway::start_with_config(binary, "a", Some(PATH_OWNER_CONFIG))
         .map_err(fail("starting the owner"))?;
@@ -63,31 +68,35 @@ fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String
     owner
         .stop()
         .map_err(fail("stopping the owner to fill it"))?;
-
     let db = owner.home().join("ferry.db");
-    let seed_started = Instant::now();
+
+    // The small vault alone first: its figures are those of a database of 10,000 records,
+    // not of a corner of the big one's tables.
     seed(&db, SMALL, plan.small_records).map_err(|err| format!("filling {SMALL}: {err}"))?;
+    owner.restart().map_err(fail("restarting the owner"))?;
+    watch.watch("owner", owner.pid());
+    let small = on_vault(&owner, SMALL, plan.small_records, plan)?;
+    watch.forget("owner");
+    owner.stop().map_err(fail("stopping the owner"))?;
+    let small_floor = floor_on_vault(&db, SMALL, plan.small_records, plan)
+        .map_err(|err| format!("the SQLite floor on {SMALL}: {err}"))?;
+
+    let seed_started = Instant::now();
     seed(&db, BIG, plan.big_records).map_err(|err| format!("filling {BIG}: {err}"))?;
     let seed_s = seed_started.elapsed().as_secs_f64();
     let database_bytes = std::fs::metadata(&db).map(|m| m.len()).ok();
 
-    crate::progress("big vault: starting the owner with the filled vaults");
+    crate::progress("big vault: starting the owner with the big vault");
     let start = owner.restart().map_err(fail("restarting the owner"))?;
     watch.watch("owner", owner.pid());
-
-    let small = on_vault(&owner, SMALL, plan.small_records, plan)?;
     let big = on_vault(&owner, BIG, plan.big_records, plan)?;
     crate::progress("big vault: pages of keys across the big vault");
     let pages = run_sequential(
         &owner,
         BIG,
         Verb::List,
-        &Keys::spread(
-            KEY_PREFIX,
-            0,
-            plan.big_records.saturating_sub(LIST_PAGE as u64 + 1),
-        ),
-        10,
+        &page_starts(plan),
+        PAGE_WARMUP,
         plan.pages,
     )?;
 
@@ -96,19 +105,20 @@ fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String
     watch.watch("replica", replica.pid());
     replica.trust(&owner).map_err(fail("trust"))?;
     owner.trust(&replica).map_err(fail("trust"))?;
-    let owner_revision = super::vault_revision(&owner, BIG)?;
-    let sync_bound = Duration::from_secs(60 + owner_revision / SLOWEST_SYNC_PER_S);
+    let synced_to = owner_revision(&owner)?;
+    let sync_bound = Duration::from_secs(60 + synced_to / SLOWEST_SYNC_PER_S);
     let sync_started = Instant::now();
     replica
         .cli(&["vault", "follow", BIG, "--owner", &owner.label, "--detach"])
         .map_err(fail("following the big vault"))?;
-    wait_for_revision(&replica, BIG, owner_revision, sync_bound)?;
+    wait_for_revision(&replica, BIG, synced_to, sync_bound)?;
     let sync = sync_started.elapsed();
 
     crate::progress(&format!(
         "big vault: {} changes while the replica is stopped, then its catch-up",
         plan.catch_up_changes
     ));
+    watch.forget("replica");
     replica.stop().map_err(fail("stopping the replica"))?;
     let burst = Arc::new(Keys::spread(KEY_PREFIX, 1, plan.big_records.max(2) - 1));
     let written = load::concurrent(
@@ -127,33 +137,58 @@ fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String
             written.first_failure
         ));
     }
-    let behind = super::vault_revision(&owner, BIG)?;
+    let behind = owner_revision(&owner)?;
     let catch_up_started = Instant::now();
     replica.restart().map_err(fail("restarting the replica"))?;
     watch.watch("replica", replica.pid());
     wait_for_revision(&replica, BIG, behind, RUN_BOUND)?;
     let catch_up = catch_up_started.elapsed();
 
+    watch.forget("replica");
+    watch.forget("owner");
     let stopped = replica.stop().and(owner.stop());
     stopped.map_err(fail("stopping"))?;
     crate::progress("big vault: the same reads, writes and pages on bare SQLite");
-    let floor = sqlite_floor(&db, plan).map_err(|err| format!("the SQLite floor: {err}"))?;
+    let floor = SqliteFloor {
+        small: small_floor,
+        big: floor_on_vault(&db, BIG, plan.big_records, plan)
+            .map_err(|err| format!("the SQLite floor on {BIG}: {err}"))?,
+        page: floor_pages(&db, plan).map_err(|err| format!("the SQLite floor's pages: {err}"))?,
+    };
     Ok(BigVault {
         floor,
         records: plan.big_records,
+        small_records: plan.small_records,
         seed_s,
         database_bytes,
         start_s: start.as_secs_f64(),
         small,
         big,
         page: Latencies::of(&pages),
-        sync_records: owner_revision,
+        sync_records: plan.big_records,
+        sync_revisions: synced_to,
         sync_s: sync.as_secs_f64(),
         catch_up_changes: written.ok() as u64,
         catch_up_s: catch_up.as_secs_f64(),
         owner_peak_resident: None,
         replica_peak_resident: None,
     })
+}
+
+/// The owner's revision of the big vault, which it must hold.
+fn owner_revision(owner: &Gateway) -> Result<u64, String> {
+    super::vault_revision(owner, BIG)?
+        .ok_or_else(|| format!("the owner {} does not list {BIG}", owner.label))
+}
+
+/// Where the pages of keys start: spread over the big vault, each leaving a whole page after
+/// it.
+fn page_starts(plan: &Plan) -> Keys {
+    Keys::spread(
+        KEY_PREFIX,
+        0,
+        plan.big_records.saturating_sub(LIST_PAGE as u64 + 1),
+    )
 }
 
 /// Point reads, then writes over existing records, spread over all of `vault`'s `records`.
@@ -204,77 +239,72 @@ fn target(gateway: &Gateway, vault: &str) -> Target {
     }
 }
 
-/// The same work on the stopped owner's database with nothing on top: point reads, pages of
-/// keys (the store's own query) and writes (an upsert per durable commit, as SQLite alone
-/// would do it) on both vaults, one at a time on this thread.
-fn sqlite_floor(db: &Path, plan: &Plan) -> Result<SqliteFloor, String> {
+/// The same reads and writes on the stopped owner's database with nothing on top: point reads
+/// and writes (an upsert per durable commit, as SQLite alone would do it) at the same keys, one
+/// at a time on this thread.
+fn floor_on_vault(db: &Path, vault: &str, records: u64, plan: &Plan) -> Result<OnVault, String> {
     let text = |err: rusqlite::Error| err.to_string();
     let conn = crate::sqlite::open_durable(db).map_err(text)?;
     let mut read = conn
         .prepare("SELECT value FROM records WHERE vault = ?1 AND key = ?2")
         .map_err(text)?;
+    let mut write = conn
+        .prepare(
+            "INSERT INTO records (vault, key, revision, value) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (vault, key) DO UPDATE SET revision = excluded.revision, value = excluded.value",
+        )
+        .map_err(text)?;
+    let value = load::value();
+    let keys = Keys::spread(KEY_PREFIX, 0, records);
+    let read = timed(plan.reads, WARMUP, &keys, |key| {
+        read.query_row(rusqlite::params![vault, key], |row| {
+            row.get::<_, Vec<u8>>(0)
+        })
+        .map(drop)
+        .map_err(text)
+    })?;
+    let write = timed(plan.writes, WARMUP, &keys, |key| {
+        write
+            .execute(rusqlite::params![vault, key, i64::MAX, &value[..]])
+            .map(drop)
+            .map_err(text)
+    })?;
+    Ok(OnVault { read, write })
+}
+
+/// The owner's page query on the stopped owner's database, at the places the API was asked.
+fn floor_pages(db: &Path, plan: &Plan) -> Result<Latencies, String> {
+    let text = |err: rusqlite::Error| err.to_string();
+    let conn = crate::sqlite::open_durable(db).map_err(text)?;
     let mut page = conn
         .prepare(
             "SELECT key, revision FROM records WHERE vault = ?1 AND key > ?2 \
-         AND value IS NOT NULL ORDER BY key LIMIT ?3",
+             AND value IS NOT NULL ORDER BY key LIMIT ?3",
         )
         .map_err(text)?;
-    let mut write = conn.prepare(
-        "INSERT INTO records (vault, key, revision, value) VALUES (?1, ?2, ?3, ?4) \
-         ON CONFLICT (vault, key) DO UPDATE SET revision = excluded.revision, value = excluded.value",
-    ).map_err(text)?;
-    let value = load::value();
-    let mut on = |vault: &str, records: u64| -> Result<OnVault, String> {
-        let keys = Keys::spread(KEY_PREFIX, 0, records);
-        let read = timed(plan.reads, &keys, |key| {
-            read.query_row(rusqlite::params![vault, key], |row| {
-                row.get::<_, Vec<u8>>(0)
+    timed(plan.pages, PAGE_WARMUP, &page_starts(plan), |key| {
+        let rows = page
+            .query_map(rusqlite::params![BIG, key, LIST_PAGE as i64], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
             })
-            .map(drop)
-            .map_err(text)
-        })?;
-        let write = timed(plan.writes, &keys, |key| {
-            write
-                .execute(rusqlite::params![vault, key, i64::MAX, &value[..]])
-                .map(drop)
-                .map_err(text)
-        })?;
-        Ok(OnVault { read, write })
-    };
-    let small = on(SMALL, plan.small_records)?;
-    let big = on(BIG, plan.big_records)?;
-    let page = timed(
-        plan.pages,
-        &Keys::spread(
-            KEY_PREFIX,
-            0,
-            plan.big_records.saturating_sub(LIST_PAGE as u64 + 1),
-        ),
-        |key| {
-            let rows = page
-                .query_map(rusqlite::params![BIG, key, LIST_PAGE as i64], |row| {
-                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-                })
-                .map_err(text)?
-                .count();
-            if rows == LIST_PAGE {
-                Ok(())
-            } else {
-                Err(format!("a page of {rows} keys, not {LIST_PAGE}"))
-            }
-        },
-    )?;
-    Ok(SqliteFloor { small, big, page })
+            .map_err(text)?
+            .count();
+        if rows == LIST_PAGE {
+            Ok(())
+        } else {
+            Err(format!("a page of {rows} keys, not {LIST_PAGE}"))
+        }
+    })
 }
 
-/// `count` calls of `one` (after up to [`WARMUP`] unmeasured ones), each with the next of
-/// `keys`, timed one by one.
+/// `count` calls of `one` after `warmup` unmeasured ones (as many as the API's runs had, so
+/// both are measured at the same keys), each with the next of `keys`, timed one by one.
 fn timed(
     count: usize,
+    warmup: usize,
     keys: &Keys,
     mut one: impl FnMut(&str) -> Result<(), String>,
 ) -> Result<Latencies, String> {
-    let warmup = WARMUP.min(count);
     let mut latencies = Vec::with_capacity(warmup + count);
     let started = Instant::now();
     for _ in 0..warmup + count {

@@ -30,6 +30,8 @@ use report::{Idle, ScaleReport};
 
 /// The app name every request of this benchmark carries.
 const APP: &str = "bench-scale";
+/// Readings of an idle gateway's resident set, a second apart.
+const IDLE_READINGS: usize = 5;
 
 /// How big each part is.
 #[derive(Debug, Clone, Serialize)]
@@ -90,15 +92,16 @@ impl Plan {
 /// Why the benchmark could not run (a part that fails is reported, not raised).
 #[derive(Debug, thiserror::Error)]
 pub enum ScaleError {
-    #[error("{0}")]
-    NoBinary(String),
+    /// No `ferry` binary to run (the build failed, or the given path holds none).
+    #[error("{why}")]
+    NoBinary { why: String },
 }
 
 /// Runs the three parts and reports them.
 pub fn run(options: &Options<Plan>) -> Result<ScaleReport, ScaleError> {
     let plan = options.plan.clone();
     let (binary, ready) = ferry_procs::prepare_binary(options.ferry_binary.clone(), options.build);
-    ready.map_err(ScaleError::NoBinary)?;
+    ready.map_err(|why| ScaleError::NoBinary { why })?;
     let load_before = cpu::load_average();
     let machine_before = cpu::Machine::now();
 
@@ -135,7 +138,13 @@ fn measure_idle(binary: &Path, plan: &Plan) -> Result<Idle, ProcError> {
         let mut gateway = Gateway::start_with(binary, "idle", None, discovery)?;
         let start = started.elapsed();
         std::thread::sleep(plan.settle);
-        let resident = gateway.pid().and_then(memory::resident).map(|(now, _)| now);
+        // The most of a few readings a second apart, so a moment's dip is not the figure.
+        let mut resident = None;
+        for _ in 0..IDLE_READINGS {
+            let now = gateway.pid().and_then(memory::resident).map(|(now, _)| now);
+            resident = resident.max(now);
+            std::thread::sleep(Duration::from_secs(1));
+        }
         gateway.stop()?;
         figures.push((start, resident));
     }
@@ -159,7 +168,7 @@ fn wait_for_revision(
     let started = Instant::now();
     let mut said = started;
     loop {
-        let now = vault_revision(gateway, vault)?;
+        let now = vault_revision(gateway, vault)?.unwrap_or(0);
         if now >= revision {
             return Ok(started.elapsed());
         }
@@ -182,18 +191,24 @@ fn wait_for_revision(
     }
 }
 
-/// `vault`'s revision on `gateway` (0 while it holds none of it yet).
-fn vault_revision(gateway: &Gateway, vault: &str) -> Result<u64, String> {
+/// `vault`'s revision on `gateway`; `None` while it holds none of it.
+fn vault_revision(gateway: &Gateway, vault: &str) -> Result<Option<u64>, String> {
     let (status, body) =
         crate::load::request_once(gateway.api, "GET", "/v1/vaults", &gateway.token, Some(APP))
             .map_err(|err| err.to_string())?;
+    if status != 200 {
+        return Err(format!(
+            "GET /v1/vaults on {} answered {status}: {}",
+            gateway.label,
+            String::from_utf8_lossy(&body)
+        ));
+    }
     let rows: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|err| format!("/v1/vaults ({status}) is not JSON: {err}"))?;
+        .map_err(|err| format!("/v1/vaults on {} is not JSON: {err}", gateway.label))?;
     Ok(rows
         .as_array()
         .into_iter()
         .flatten()
         .find(|row| row["name"] == vault)
-        .and_then(|row| row["revision"].as_u64())
-        .unwrap_or(0))
+        .and_then(|row| row["revision"].as_u64()))
 }

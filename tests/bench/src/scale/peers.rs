@@ -17,8 +17,11 @@ use ferry_peer::health::ACTIVE_FOR;
 const VAULT: &str = "shared";
 /// How long the hub may take to see every route up, and the vault to be readable.
 const READY_BOUND: Duration = Duration::from_secs(120);
+/// How often the hub is asked whether it is ready.
 const READY_POLL: Duration = Duration::from_millis(200);
+/// Bound on each run of writes.
 const WRITE_BOUND: Duration = Duration::from_secs(300);
+/// Unmeasured writes before each measured run.
 const WARMUP: usize = 100;
 
 /// The many-peers part, or why it could not finish.
@@ -59,6 +62,13 @@ enum Failure {
     Proc(#[from] ProcError),
     #[error("{0}")]
     Setup(String),
+    /// Writes through the hub failed: a part measured with failures is no figure.
+    #[error("writes through the hub: {done} of {asked} done; first failure: {first:?}")]
+    Writes {
+        done: usize,
+        asked: usize,
+        first: Option<String>,
+    },
 }
 
 fn add_peer(
@@ -131,6 +141,7 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
         vault: VAULT.into(),
     };
     let keys = Keys::new(format!("n{}/", peers.len()));
+    let cpu_before = cpu::process_cpu(pid);
     let writes = load::sequential(
         &target,
         Verb::Write,
@@ -140,13 +151,19 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
         WRITE_BOUND,
     )
     .map_err(|err| Failure::Setup(err.to_string()))?;
+    // The warm-up's writes are in the CPU too, and so are the hub's heartbeats meanwhile
+    // (with 100 peers, a few hundredths of its CPU per write).
+    let write_cpu_us = cpu_before
+        .zip(cpu::process_cpu(pid))
+        .map(|(before, after)| {
+            after.saturating_sub(before).as_secs_f64() * 1e6 / (WARMUP + writes.ok()).max(1) as f64
+        });
     if writes.failures() > 0 || writes.ok() < plan.writes {
-        return Err(Failure::Setup(format!(
-            "writes through the hub: {} of {} done; first failure: {:?}",
-            writes.ok(),
-            plan.writes,
-            writes.first_failure
-        )));
+        return Err(Failure::Writes {
+            done: writes.ok(),
+            asked: plan.writes,
+            first: writes.first_failure,
+        });
     }
     let (busy_resident, peak_resident) = memory::resident(pid).unzip();
     Ok(AtSize {
@@ -155,6 +172,7 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
         idle_resident,
         busy_resident,
         peak_resident,
+        write_cpu_us,
         write: super::report::Latencies::of(&writes),
     })
 }

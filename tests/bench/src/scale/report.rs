@@ -7,7 +7,6 @@ use std::time::Duration;
 use serde::{Serialize, Serializer};
 
 use super::Plan;
-use crate::figures::rate;
 use crate::load::Sample;
 use crate::memory::MIB;
 use crate::overload::report::Machine;
@@ -68,6 +67,7 @@ pub struct SqliteFloor {
 #[derive(Debug, Clone, Serialize)]
 pub struct BigVault {
     pub records: u64,
+    pub small_records: u64,
     pub floor: SqliteFloor,
     /// Filling both vaults through the store while the owner was stopped.
     pub seed_s: f64,
@@ -78,9 +78,10 @@ pub struct BigVault {
     pub big: OnVault,
     /// Pages of 1,000 keys at places spread over the big vault.
     pub page: Latencies,
-    /// A fresh replica's sync of the big vault: revisions, and the time from `ferry vault
-    /// follow` to the replica at the owner's revision.
+    /// A fresh replica's sync of the big vault: its records and revisions, and the time from
+    /// `ferry vault follow` to the replica at the owner's revision.
     pub sync_records: u64,
+    pub sync_revisions: u64,
     pub sync_s: f64,
     /// The replica's catch-up after this many changes while it was stopped: from its restart
     /// to the owner's revision.
@@ -107,6 +108,9 @@ pub struct AtSize {
     pub idle_resident: Option<u64>,
     pub busy_resident: Option<u64>,
     pub peak_resident: Option<u64>,
+    /// The hub's CPU per write (all its threads, in microseconds; its heartbeats over the
+    /// writes included).
+    pub write_cpu_us: Option<f64>,
     /// Writes through the hub to the first peer's vault, one at a time.
     pub write: Latencies,
 }
@@ -295,17 +299,19 @@ fn render_big(out: &mut String, big: &Result<BigVault, String>) {
     };
     let _ = writeln!(
         out,
-        "{} records (64-byte values) beside 10,000, filled in {:.0} s; database {}. The owner \
-         started with them in {:.2} s.\n",
+        "{} records (64-byte values), filled in {:.0} s beside a vault of {} (measured alone \
+         first); database {}. The owner started with them in {:.2} s.\n",
         crate::figures::count(big.records),
         big.seed_s,
+        crate::figures::count(big.small_records),
         big.database_bytes
             .map_or_else(|| "-".into(), |b| format!("{:.2} GB", b as f64 / 1e9)),
         big.start_s
     );
     let _ = writeln!(
         out,
-        "| one at a time | 10,000 records p50 | p99 | {} records p50 | p99 | big over small, p50 |",
+        "| one at a time | {} records p50 | p99 | {} records p50 | p99 | big over small, p50 |",
+        crate::figures::count(big.small_records),
         crate::figures::count(big.records)
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|");
@@ -351,12 +357,13 @@ fn render_big(out: &mut String, big: &Result<BigVault, String>) {
     );
     let _ = writeln!(
         out,
-        "A fresh replica synced {} revisions in {:.1} s: {}. After {} changes while it was \
-         stopped, it caught up {:.2} s after its restart. Peak resident memory: owner {}, \
-         replica {}.\n",
+        "A fresh replica synced {} records ({} revisions) in {:.1} s: {} records/s. After {} \
+         changes while it was stopped, it caught up {:.2} s after its restart. Peak resident \
+         memory: owner {}, replica {}.\n",
         crate::figures::count(big.sync_records),
+        crate::figures::count(big.sync_revisions),
         big.sync_s,
-        rate(big.sync_per_s()),
+        crate::figures::count(big.sync_per_s().round() as u64),
         crate::figures::count(big.catch_up_changes),
         big.catch_up_s,
         mib_shown(big.owner_peak_resident),
@@ -375,20 +382,22 @@ fn render_peers(out: &mut String, peers: &Result<ManyPeers, String>) {
     };
     let _ = writeln!(
         out,
-        "| trusted peers | hub CPU, idle | resident, idle | after writes | write p50 | p99 |"
+        "| trusted peers | hub CPU, idle | resident, idle | after writes | write p50 | p99 | hub CPU per write |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
     for size in [&peers.few, &peers.many] {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             size.peers,
             size.idle_core_share
                 .map_or_else(|| "-".into(), |s| format!("{:.2}% of a core", s * 100.0)),
             mib_shown(size.idle_resident),
             mib_shown(size.busy_resident),
             ms(size.write.p50_ms),
-            ms(size.write.p99_ms)
+            ms(size.write.p99_ms),
+            size.write_cpu_us
+                .map_or_else(|| "-".into(), |us| format!("{us:.0} us"))
         );
     }
     let _ = writeln!(out);
