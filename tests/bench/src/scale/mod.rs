@@ -9,7 +9,8 @@
 //!   a fresh replica syncing the big one from scratch, then catching up after a burst of
 //!   changes; every gateway's peak resident memory throughout.
 //! - **many peers** ([`peers`]): one hub trusting 2 peers, then 100 (`--quick`: 10): its idle
-//!   CPU and memory and the p50 of a write through it to one peer's vault, at both sizes.
+//!   CPU and memory, the p50 of a write through it to one peer's vault, and its CPU and
+//!   memory while ten peers call it, at both sizes.
 //!
 //! The figures are judged against the targets in [`report`].
 

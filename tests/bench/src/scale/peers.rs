@@ -1,12 +1,13 @@
-//! One hub trusting many peers: its idle CPU and memory and the p50 of a write through it, with
-//! a few peers and then with many. Every peer is a real `ferry serve` on loopback that trusts
-//! the hub back, so each route heartbeats both ways; the writes go from the hub's API to a
-//! vault the first peer owns, so the hub is the calling gateway.
+//! One hub trusting many peers: its idle CPU and memory, the p50 of a write through it, and its
+//! CPU and memory while some peers call it, with a few peers and then with many. Every peer is
+//! a real `ferry serve` on loopback that trusts the hub back, so each route heartbeats both
+//! ways; the writes go from the hub's API to a vault the first peer owns (the hub is the
+//! calling gateway), the calls from ten peers' APIs to a vault the hub owns.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::report::{AtSize, ManyPeers};
+use super::report::{AtSize, ManyPeers, UnderCalls};
 use super::{Plan, APP};
 use crate::cpu;
 use crate::ferry_procs::{self, Gateway, ProcError, PATH_OWNER_CONFIG};
@@ -23,6 +24,11 @@ const READY_POLL: Duration = Duration::from_millis(200);
 const WRITE_BOUND: Duration = Duration::from_secs(300);
 /// Unmeasured writes before each measured run.
 const WARMUP: usize = 100;
+/// The vault the hub owns, which some peers list while the hub is measured under calls.
+const HUB_VAULT: &str = "hub-notes";
+/// How many peers call the hub in that phase, and how often each.
+const CALLERS: usize = 10;
+const CALLS_PER_CALLER_PER_S: u32 = 10;
 
 /// The many-peers part, or why it could not finish.
 pub fn measure(binary: &Path, plan: &Plan) -> Result<ManyPeers, String> {
@@ -35,6 +41,8 @@ fn run(binary: &Path, plan: &Plan) -> Result<ManyPeers, Failure> {
         plan.base_peers, plan.peers
     ));
     let hub = Gateway::start(binary, "hub")?;
+    hub.cli(&["vault", "create", HUB_VAULT])?;
+    hub.cli(&["put", HUB_VAULT, "k", "v"])?;
     let mut peers = Vec::with_capacity(plan.peers);
     // The first peer owns the vault the hub writes to; the rules are sized not to bind on one
     // app's writes one at a time.
@@ -165,8 +173,11 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
             first: writes.first_failure,
         });
     }
-    let (busy_resident, peak_resident) = memory::resident(pid).unzip();
+    let (busy_resident, _) = memory::resident(pid).unzip();
+    let called = under_calls(peers.len(), pid, &peers[..CALLERS.min(peers.len())], plan)?;
+    let (_, peak_resident) = memory::resident(pid).unzip();
     Ok(AtSize {
+        called,
         peers: peers.len(),
         idle_core_share,
         idle_resident,
@@ -174,5 +185,66 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
         peak_resident,
         write_cpu_us,
         write: super::report::Latencies::of(&writes),
+    })
+}
+
+/// The hub while `callers` each list a page of its vault [`CALLS_PER_CALLER_PER_S`] times a
+/// second (a listing always goes to the owner; a point read could come from a caller's cache):
+/// its CPU over a third of the idle phase, and its resident set after.
+fn under_calls(
+    trusted: usize,
+    pid: u32,
+    callers: &[Gateway],
+    plan: &Plan,
+) -> Result<UnderCalls, Failure> {
+    let path = format!("/v1/vaults/{HUB_VAULT}/records?limit=10");
+    let list = |peer: &Gateway| request_once(peer.api, "GET", &path, &peer.token, Some(APP));
+    let started = Instant::now();
+    for peer in callers {
+        while !matches!(list(peer), Ok((200, _))) {
+            if started.elapsed() >= READY_BOUND {
+                return Err(Failure::Setup(format!(
+                    "{} cannot list {HUB_VAULT} on the hub after {READY_BOUND:?}",
+                    peer.label
+                )));
+            }
+            std::thread::sleep(READY_POLL);
+        }
+    }
+    crate::progress(&format!(
+        "many peers: {trusted} peers, {} of them calling the hub",
+        callers.len()
+    ));
+    let phase = plan.idle_phase / 3;
+    let pace = Duration::from_secs(1) / (CALLS_PER_CALLER_PER_S * callers.len() as u32).max(1);
+    let (mut done, mut failed) = (0u64, 0u64);
+    let cpu_before = cpu::process_cpu(pid);
+    let started = Instant::now();
+    let mut n: u32 = 0;
+    while started.elapsed() < phase {
+        match list(&callers[n as usize % callers.len()]) {
+            Ok((200, _)) => done += 1,
+            _ => failed += 1,
+        }
+        n += 1;
+        // Paced from the start, so a slow answer does not lower the rate.
+        if let Some(wait) = (pace * n).checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    if failed > 0 {
+        return Err(Failure::Setup(format!(
+            "{failed} of {} listings of the hub's vault failed",
+            done + failed
+        )));
+    }
+    Ok(UnderCalls {
+        callers: callers.len(),
+        calls_per_s: done as f64 / wall,
+        core_share: cpu_before
+            .zip(cpu::process_cpu(pid))
+            .map(|(before, after)| after.saturating_sub(before).as_secs_f64() / wall),
+        resident: memory::resident(pid).map(|(now, _)| now),
     })
 }

@@ -98,10 +98,22 @@ impl BigVault {
     }
 }
 
+/// The hub while some of its peers call it.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnderCalls {
+    pub callers: usize,
+    pub calls_per_s: f64,
+    /// The hub's CPU over the phase, as a share of one core.
+    pub core_share: Option<f64>,
+    /// Resident bytes at the phase's end.
+    pub resident: Option<u64>,
+}
+
 /// The hub with some number of peers.
 #[derive(Debug, Clone, Serialize)]
 pub struct AtSize {
     pub peers: usize,
+    pub called: UnderCalls,
     /// The hub's CPU over the idle phase, as a share of one core.
     pub idle_core_share: Option<f64>,
     /// Resident bytes after the idle phase, after the writes, and the highest so far.
@@ -382,13 +394,13 @@ fn render_peers(out: &mut String, peers: &Result<ManyPeers, String>) {
     };
     let _ = writeln!(
         out,
-        "| trusted peers | hub CPU, idle | resident, idle | after writes | write p50 | p99 | hub CPU per write |"
+        "| trusted peers | hub CPU, idle | resident, idle | after writes | write p50 | p99 | hub CPU per write | called: calls/s | hub CPU | resident |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
     for size in [&peers.few, &peers.many] {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} from {} peers | {} | {} |",
             size.peers,
             size.idle_core_share
                 .map_or_else(|| "-".into(), |s| format!("{:.2}% of a core", s * 100.0)),
@@ -397,7 +409,13 @@ fn render_peers(out: &mut String, peers: &Result<ManyPeers, String>) {
             ms(size.write.p50_ms),
             ms(size.write.p99_ms),
             size.write_cpu_us
-                .map_or_else(|| "-".into(), |us| format!("{us:.0} us"))
+                .map_or_else(|| "-".into(), |us| format!("{us:.0} us")),
+            size.called.calls_per_s,
+            size.called.callers,
+            size.called
+                .core_share
+                .map_or_else(|| "-".into(), |s| format!("{:.2}% of a core", s * 100.0)),
+            mib_shown(size.called.resident)
         );
     }
     let _ = writeln!(out);
