@@ -135,6 +135,25 @@ pub fn process_cpu(pid: u32) -> Option<Duration> {
     parse_stat(&text).map(|(_, cpu)| cpu)
 }
 
+/// What `work` returns, with `pid`'s CPU time over it (`None` where `/proc` could not tell)
+/// and the wall time it took.
+pub fn process_cpu_over<R>(
+    pid: u32,
+    work: impl FnOnce() -> R,
+) -> (R, Option<Duration>, std::time::Duration) {
+    let (before, started) = (process_cpu(pid), std::time::Instant::now());
+    let result = work();
+    let after = process_cpu(pid);
+    let wall = started.elapsed();
+    (
+        result,
+        before
+            .zip(after)
+            .map(|(before, after)| after.saturating_sub(before)),
+        wall,
+    )
+}
+
 /// The calling thread's CPU time so far; `None` where `/proc` cannot tell.
 pub fn this_thread_cpu() -> Option<Duration> {
     let text = std::fs::read_to_string("/proc/thread-self/stat").ok()?;

@@ -129,13 +129,8 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
     // Past the 50 ms heartbeats of a route just used (the last reads and writes), so the phase
     // sees what an idle hub spends: routes used lately at 1 s, the rest at 15 s.
     std::thread::sleep(plan.settle.max(ACTIVE_FOR + Duration::from_secs(1)));
-    let (cpu_before, started) = (cpu::process_cpu(pid), Instant::now());
-    std::thread::sleep(plan.idle_phase);
-    let idle_core_share = cpu_before
-        .zip(cpu::process_cpu(pid))
-        .map(|(before, after)| {
-            after.saturating_sub(before).as_secs_f64() / started.elapsed().as_secs_f64()
-        });
+    let ((), idle_cpu, wall) = cpu::process_cpu_over(pid, || std::thread::sleep(plan.idle_phase));
+    let idle_core_share = idle_cpu.map(|cpu| cpu.as_secs_f64() / wall.as_secs_f64());
     let idle_resident = memory::resident(pid).map(|(now, _)| now);
 
     crate::progress(&format!(
@@ -149,23 +144,21 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
         vault: VAULT.into(),
     };
     let keys = Keys::new(format!("n{}/", peers.len()));
-    let cpu_before = cpu::process_cpu(pid);
-    let writes = load::sequential(
-        &target,
-        Verb::Write,
-        &keys,
-        WARMUP,
-        plan.writes,
-        WRITE_BOUND,
-    )
-    .map_err(|err| Failure::Setup(err.to_string()))?;
+    let (writes, write_cpu, _) = cpu::process_cpu_over(pid, || {
+        load::sequential(
+            &target,
+            Verb::Write,
+            &keys,
+            WARMUP,
+            plan.writes,
+            WRITE_BOUND,
+        )
+    });
+    let writes = writes.map_err(|err| Failure::Setup(err.to_string()))?;
     // The warm-up's writes are in the CPU too, and so are the hub's heartbeats meanwhile
     // (with 100 peers, a few hundredths of its CPU per write).
-    let write_cpu_us = cpu_before
-        .zip(cpu::process_cpu(pid))
-        .map(|(before, after)| {
-            after.saturating_sub(before).as_secs_f64() * 1e6 / (WARMUP + writes.ok()).max(1) as f64
-        });
+    let write_cpu_us =
+        write_cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / (WARMUP + writes.ok()).max(1) as f64);
     if writes.failures() > 0 || writes.ok() < plan.writes {
         return Err(Failure::Writes {
             done: writes.ok(),
@@ -217,22 +210,24 @@ fn under_calls(
     ));
     let phase = plan.idle_phase / 3;
     let pace = Duration::from_secs(1) / (CALLS_PER_CALLER_PER_S * callers.len() as u32).max(1);
-    let (mut done, mut failed) = (0u64, 0u64);
-    let cpu_before = cpu::process_cpu(pid);
-    let started = Instant::now();
-    let mut n: u32 = 0;
-    while started.elapsed() < phase {
-        match list(&callers[n as usize % callers.len()]) {
-            Ok((200, _)) => done += 1,
-            _ => failed += 1,
+    let ((done, failed), calls_cpu, wall) = cpu::process_cpu_over(pid, || {
+        let (mut done, mut failed) = (0u64, 0u64);
+        let started = Instant::now();
+        let mut n: u32 = 0;
+        while started.elapsed() < phase {
+            match list(&callers[n as usize % callers.len()]) {
+                Ok((200, _)) => done += 1,
+                _ => failed += 1,
+            }
+            n += 1;
+            // Paced from the start, so a slow answer does not lower the rate.
+            if let Some(wait) = (pace * n).checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
         }
-        n += 1;
-        // Paced from the start, so a slow answer does not lower the rate.
-        if let Some(wait) = (pace * n).checked_sub(started.elapsed()) {
-            std::thread::sleep(wait);
-        }
-    }
-    let wall = started.elapsed().as_secs_f64();
+        (done, failed)
+    });
+    let wall = wall.as_secs_f64();
     if failed > 0 {
         return Err(Failure::Setup(format!(
             "{failed} of {} listings of the hub's vault failed",
@@ -242,9 +237,7 @@ fn under_calls(
     Ok(UnderCalls {
         callers: callers.len(),
         calls_per_s: done as f64 / wall,
-        core_share: cpu_before
-            .zip(cpu::process_cpu(pid))
-            .map(|(before, after)| after.saturating_sub(before).as_secs_f64() / wall),
+        core_share: calls_cpu.map(|cpu| cpu.as_secs_f64() / wall),
         resident: memory::resident(pid).map(|(now, _)| now),
     })
 }

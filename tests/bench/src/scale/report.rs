@@ -202,13 +202,8 @@ fn judge(idle: Option<&Idle>, big: Option<&BigVault>, peers: Option<&ManyPeers>)
         big.and_then(|b| ratio(p50(pick(&b.big)), p50(pick(&b.small))))
     };
     let big_peak = big.and_then(|b| mib(b.owner_peak_resident.max(b.replica_peak_resident)));
-    let many_peak = peers.and_then(|p| {
-        mib(p
-            .many
-            .idle_resident
-            .max(p.many.busy_resident)
-            .max(p.many.peak_resident))
-    });
+    // The high-water mark, read last, is at or above every reading before it.
+    let many_peak = peers.and_then(|p| mib(p.many.peak_resident));
     vec![
         Judged::new(
             "big_vault_read_p50_ratio",
