@@ -385,19 +385,6 @@ fn diagnose_peer(peer: &PeerProbe, mdns_works_here: bool) -> DoctorFinding {
     )
 }
 
-/// How far this gateway's wall clock is from the system's: zero, but for a test that sets it
-/// off (the heartbeat compares the peer's clock with the system's).
-fn own_clock_offset_ms(network: &crate::network::Network) -> i64 {
-    let system = ferry_core::clock::system_unix_ms() as i64;
-    let offset = system - network.clock().unix_ms() as i64;
-    // Two readings a moment apart: below a second is no offset.
-    if offset.abs() < 1000 {
-        0
-    } else {
-        offset
-    }
-}
-
 /// The machine's interface addresses, with their kinds.
 pub fn interfaces() -> Vec<Interface> {
     if_addrs::get_if_addrs()
@@ -432,7 +419,17 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
                     )
                     .await
                 {
-                    Ok(beat) => (Probe::Answered { rtt: beat.rtt }, beat.clock_offset_ms),
+                    // Ours is the gateway's clock (shifted too when a test sets it off).
+                    Ok(beat) => (
+                        Probe::Answered { rtt: beat.rtt },
+                        beat.their_unix_ms.map(|theirs| {
+                            ferry_core::clock::offset_ms(
+                                theirs,
+                                network.clock().unix_ms(),
+                                beat.rtt,
+                            )
+                        }),
+                    ),
                     Err(None) => (Probe::Silent, None),
                     Err(Some(failure)) => (Probe::Failed(failure), None),
                 };
@@ -443,8 +440,7 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
                         address: view.route.addr.to_string(),
                         source: format!("{:?}", view.source).to_lowercase(),
                         probe,
-                        // Ours is the gateway's clock (shifted too when a test sets it off).
-                        clock_offset_ms: clock_offset_ms.map(|o| o + own_clock_offset_ms(&network)),
+                        clock_offset_ms,
                     },
                 )
             });

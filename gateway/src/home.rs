@@ -58,12 +58,8 @@ impl Home {
     pub fn locate(explicit: Option<PathBuf>) -> Result<Self, HomeError> {
         let root = match explicit {
             Some(path) => path,
-            // The local (not roaming) data folder: a node key is this machine's identity and
-            // must not follow the user to another machine. The same folder as the data
-            // folder on Linux and macOS; `%LOCALAPPDATA%` on Windows.
-            None => dirs::data_local_dir()
-                .ok_or(HomeError::NoDefault)?
-                .join("ferry"),
+            // The one rule, shared with the kit so an app finds the gateway `ferry serve` ran.
+            None => ferry_kit::default_home().ok_or(HomeError::NoDefault)?,
         };
         Ok(Self { root })
     }

@@ -196,9 +196,9 @@ impl Caller {
             .map(|beat| beat.rtt)
     }
 
-    /// [`Self::heartbeat`], with how far the peer's wall clock is from this machine's, when
-    /// the peer said ([`crate::wire::EXT_CLOCK_MS`]): its reading less this machine's clock at
-    /// the middle of the round trip.
+    /// [`Self::heartbeat`], with the peer's wall clock reading when it said one
+    /// ([`crate::wire::EXT_CLOCK_MS`]); the caller compares it with its own clock
+    /// ([`ferry_core::clock::offset_ms`]).
     pub async fn heartbeat_with_clock(
         &self,
         peer: NodeId,
@@ -227,7 +227,6 @@ impl Caller {
             },
         };
         let started = clock::now();
-        let started_wall_ms = ferry_core::clock::system_unix_ms();
         // quinn ignores ICMP, so a heartbeat to a killed gateway would only time out. A side
         // probe once the answer is late (the same grace as a connect's) tells "not running" in
         // a millisecond, so a killed peer is known within about one interval while calls flow.
@@ -248,16 +247,10 @@ impl Caller {
             self.pool.answered(peer, route.addr, &conn);
         }
         match exchanged {
-            Exchange::Answered(Response::Heartbeat(_), ext) => {
-                let rtt = clock::since(started);
-                let middle_ms = started_wall_ms.saturating_add(rtt.as_millis() as u64 / 2);
-                Ok(Beat {
-                    rtt,
-                    clock_offset_ms: ext
-                        .clock_ms()
-                        .map(|theirs| theirs as i64 - middle_ms as i64),
-                })
-            }
+            Exchange::Answered(Response::Heartbeat(_), ext) => Ok(Beat {
+                rtt: clock::since(started),
+                their_unix_ms: ext.clock_ms(),
+            }),
             Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway), _) => {
                 Err(Some(Failure::GoingAway))
             }
@@ -941,12 +934,11 @@ fn unexpected(target: &Target, request: &str, answer: &Response) -> ReadError {
     }
 }
 
-/// A heartbeat's answer: the round trip, and the peer's clock less this machine's (when it
-/// sent its clock).
+/// A heartbeat's answer: the round trip, and the peer's wall clock reading (when it sent one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Beat {
     pub rtt: Duration,
-    pub clock_offset_ms: Option<i64>,
+    pub their_unix_ms: Option<u64>,
 }
 
 /// One request and one answer on a new bidirectional stream, within `deadline`, in the

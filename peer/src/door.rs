@@ -74,8 +74,7 @@ pub trait Service: Send + Sync + 'static {
         request: CallStatusRequest,
     ) -> impl Future<Output = Option<CallState>> + Send;
     /// This gateway's wall clock (Unix milliseconds), sent with heartbeat answers
-    /// ([`crate::wire::EXT_CLOCK_MS`]); `None` sends none (a simulated network, whose clock is
-    /// virtual).
+    /// ([`crate::wire::EXT_CLOCK_MS`]); `None` sends none (a service without a wall clock).
     fn clock_ms(&self) -> Option<u64> {
         None
     }
@@ -255,8 +254,12 @@ async fn serve_stream<S: Service>(
         response,
         Response::Write(_) | Response::Failed(ProtocolFailure::GoingAway)
     );
-    let ext = match (&response, service.clock_ms()) {
-        (Response::Heartbeat(_), Some(now_ms)) => Extensions::clock(now_ms),
+    // Only a heartbeat's answer carries the clock, so only it reads one.
+    let ext = match &response {
+        Response::Heartbeat(_) => service
+            .clock_ms()
+            .map(Extensions::clock)
+            .unwrap_or_default(),
         _ => Extensions::default(),
     };
     let frame = ResponseFrame {

@@ -83,6 +83,7 @@ fn the_doctor_names_each_fault_of_a_peer_with_a_fix() {
 
     // The text form: each problem on a line of its own with its fix under it.
     let text = a.cli(&["doctor"]);
+    assert_eq!(text.status.code(), Some(1), "problems found exit 1");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("PROBLEM  peer down: refused"), "{text}");
     assert!(text.contains("         fix: start the gateway"), "{text}");

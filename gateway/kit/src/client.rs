@@ -172,6 +172,14 @@ pub struct Kit {
     around: Option<Arc<dyn ReadAround>>,
 }
 
+/// Where a gateway keeps its state when neither `--home` nor `FERRY_HOME` says: `ferry` in the
+/// local (not roaming) data folder, since a node key is this machine's identity and must not
+/// follow the user to another machine. The same folder as the data folder on Linux and macOS;
+/// `%LOCALAPPDATA%` on Windows. `None` where the platform names no such folder.
+pub fn default_home() -> Option<PathBuf> {
+    Some(dirs::data_local_dir()?.join("ferry"))
+}
+
 impl Kit {
     /// A client of the gateway whose state directory is `home`. Never fails: a gateway that is
     /// not running is reported by each call.
@@ -184,12 +192,11 @@ impl Kit {
         }
     }
 
-    /// A client of the gateway in `$FERRY_HOME`, else the platform's data directory.
+    /// A client of the gateway in `$FERRY_HOME`, else in [`default_home`].
     pub fn from_default_home(app: &str) -> Option<Self> {
         let home = match std::env::var_os("FERRY_HOME") {
             Some(home) => PathBuf::from(home),
-            // Where `ferry serve` keeps it: the local (not roaming) data folder.
-            None => dirs::data_local_dir()?.join("ferry"),
+            None => default_home()?,
         };
         Some(Self::from_home(home, app))
     }

@@ -24,6 +24,7 @@ pub mod http;
 mod outcome;
 
 pub use client::{
-    AroundError, AroundRead, ChangeFeed, Kit, ReadAround, RetryPolicy, WriteOptions, MAX_FEED_WAIT,
+    default_home, AroundError, AroundRead, ChangeFeed, Kit, ReadAround, RetryPolicy, WriteOptions,
+    MAX_FEED_WAIT,
 };
 pub use outcome::{KitError, ReadRecord, Settlement, WriteResult};

@@ -18,7 +18,6 @@ use ferry_ticket::NodeId;
 use super::ApiError;
 use crate::gateway::Gateway;
 use crate::names;
-use crate::network::DiscoveryState;
 use crate::replication::FollowError;
 use crate::store::vaults;
 use crate::store::StoreError;
@@ -66,14 +65,7 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Json<Status> {
         protocols: gateway.protocols().to_string(),
         owner_queue: owner_queue(&gateway),
         version_mismatches: gateway.network().version_mismatches(),
-        discovery: match gateway.network().discovery_state() {
-            DiscoveryState::Off => "off".into(),
-            DiscoveryState::Running { heard_self: false } => "running".into(),
-            DiscoveryState::Running { heard_self: true } => {
-                "running (own announcement heard)".into()
-            }
-            DiscoveryState::Failed(err) => format!("failed: {err}"),
-        },
+        discovery: gateway.network().discovery_state().to_string(),
     })
 }
 

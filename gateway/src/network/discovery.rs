@@ -47,6 +47,18 @@ pub enum DiscoveryState {
     Failed(String),
 }
 
+/// The state in a few words, as `/v1/status` shows it (`ferry doctor` says more, with fixes).
+impl std::fmt::Display for DiscoveryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Off => f.write_str("off"),
+            Self::Running { heard_self: false } => f.write_str("running"),
+            Self::Running { heard_self: true } => f.write_str("running (own announcement heard)"),
+            Self::Failed(err) => write!(f, "failed: {err}"),
+        }
+    }
+}
+
 /// Everything seen, by node.
 #[derive(Debug, Default)]
 pub struct SeenPeers(Mutex<HashMap<NodeId, Seen>>);

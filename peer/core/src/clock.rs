@@ -33,3 +33,25 @@ pub fn system_unix_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+/// How far a peer's wall clock is from ours, in milliseconds (positive: it is ahead): its
+/// reading (`theirs_ms`) less ours at the middle of a round trip of `rtt` whose answer came back
+/// at `ours_at_answer_ms` on our clock.
+pub fn offset_ms(theirs_ms: u64, ours_at_answer_ms: u64, rtt: std::time::Duration) -> i64 {
+    let middle = ours_at_answer_ms as i64 - (rtt.as_millis() / 2) as i64;
+    theirs_ms as i64 - middle
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offset_is_taken_at_the_middle_of_the_round_trip() {
+        let rtt = std::time::Duration::from_millis(40);
+        // Asked at 1,000, answered at 1,040: the peer read its clock around 1,020.
+        assert_eq!(offset_ms(1_020, 1_040, rtt), 0);
+        assert_eq!(offset_ms(601_020, 1_040, rtt), 600_000);
+        assert_eq!(offset_ms(20, 1_040, rtt), -1_000);
+    }
+}

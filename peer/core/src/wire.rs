@@ -537,6 +537,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_clock_reading_round_trips_and_a_malformed_one_is_none() {
+        assert_eq!(
+            Extensions::clock(1_764_000_000_123).clock_ms(),
+            Some(1_764_000_000_123)
+        );
+        assert_eq!(Extensions::default().clock_ms(), None);
+        let short = Extensions(vec![Extension {
+            tag: EXT_CLOCK_MS,
+            value: vec![1, 2, 3],
+        }]);
+        assert_eq!(short.clock_ms(), None);
+        // A clock is not a wait, nor a wait a clock.
+        assert_eq!(Extensions::clock(5).wait_ms(), None);
+        assert_eq!(
+            Extensions::wait(std::time::Duration::from_millis(5)).clock_ms(),
+            None
+        );
+    }
+
+    #[test]
     fn alpn_ids_offer_every_spoken_version_newest_first_then_the_version_exchange() {
         let ids = ProtocolRange {
             oldest: 1,
