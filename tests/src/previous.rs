@@ -109,16 +109,44 @@ fn build(release: &Release) -> Result<PathBuf, String> {
         dir.display()
     );
     let started = Instant::now();
-    let mut child = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "build",
-            "--locked",
-            "-p",
-            "ferry-tests",
-            "--bin",
-            "ferry-under-test",
-        ])
-        .current_dir(&src)
+    // A second try on one job: a build that failed for want of memory (two rustc processes
+    // linking at once) or for a flaky moment gets one more chance before seven tests fail.
+    let first = cargo_build(&src, &dir, None, started);
+    if let Err(why) = first {
+        eprintln!("the previous release did not build ({why}); trying once more on one job");
+        cargo_build(&src, &dir, Some(1), started)
+            .map_err(|again| format!("{why}\nand again on one job: {again}"))?;
+    }
+    let built = dir.join("target/debug/ferry-under-test");
+    // Copied, then renamed into place: a binary at `binary` is always whole.
+    let partial = dir.join(format!("ferry-previous.{}", std::process::id()));
+    std::fs::copy(&built, &partial).map_err(|err| format!("copy {}: {err}", built.display()))?;
+    std::fs::rename(&partial, &binary).map_err(|err| format!("rename: {err}"))?;
+    eprintln!(
+        "built the previous release in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(binary)
+}
+
+/// One `cargo build` of the previous release's gateway in `src`, bounded by [`BUILD_BOUND`]
+/// from `started`. Without debug info or incremental state: the binary is only run, never
+/// debugged, and that halves the build's disk and the linker's memory.
+fn cargo_build(src: &Path, dir: &Path, jobs: Option<u32>, started: Instant) -> Result<(), String> {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.args([
+        "build",
+        "--locked",
+        "-p",
+        "ferry-tests",
+        "--bin",
+        "ferry-under-test",
+    ]);
+    if let Some(jobs) = jobs {
+        command.arg("--jobs").arg(jobs.to_string());
+    }
+    let mut child = command
+        .current_dir(src)
         .env_clear()
         .envs(
             BUILD_ENV
@@ -126,6 +154,8 @@ fn build(release: &Release) -> Result<PathBuf, String> {
                 .filter_map(|name| Some((name, std::env::var_os(name)?))),
         )
         .env("CARGO_TARGET_DIR", dir.join("target"))
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .env("CARGO_INCREMENTAL", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -152,20 +182,44 @@ fn build(release: &Release) -> Result<PathBuf, String> {
         std::thread::sleep(Duration::from_millis(200));
     };
     let log = reader.join().unwrap_or_default();
-    if !status.success() {
-        return Err(format!("cargo build failed ({status}):\n{log}"));
+    if status.success() {
+        return Ok(());
     }
-    let built = dir.join("target/debug/ferry-under-test");
-    // Copied, then renamed into place: a binary at `binary` is always whole.
-    let partial = dir.join(format!("ferry-previous.{}", std::process::id()));
-    std::fs::copy(&built, &partial).map_err(|err| format!("copy {}: {err}", built.display()))?;
-    std::fs::rename(&partial, &binary).map_err(|err| format!("rename: {err}"))?;
-    eprintln!(
-        "built the previous release in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(binary)
+    Err(format!(
+        "cargo build failed ({status}) after {:.0} s; the end of its output:\n{}",
+        started.elapsed().as_secs_f64(),
+        what_went_wrong(&log)
+    ))
 }
+
+/// The part of a failed build's output worth reading: the progress lines (`Compiling`,
+/// `Downloaded`, …) left out, and only the last [`LOG_TAIL`] lines of the rest, so the error is
+/// what a truncated CI log still shows.
+fn what_went_wrong(log: &str) -> String {
+    const PROGRESS: [&str; 5] = [
+        "Compiling",
+        "Downloaded",
+        "Downloading",
+        "Checking",
+        "Locking",
+    ];
+    let kept: Vec<&str> = log
+        .lines()
+        .filter(|line| {
+            let first = line.split_whitespace().next().unwrap_or("");
+            !PROGRESS.contains(&first)
+        })
+        .collect();
+    let tail = &kept[kept.len().saturating_sub(LOG_TAIL)..];
+    if tail.is_empty() {
+        "(nothing but progress lines: the build was killed, perhaps for memory)".to_string()
+    } else {
+        tail.join("\n")
+    }
+}
+
+/// How many lines of a failed build's output [`what_went_wrong`] keeps.
+const LOG_TAIL: usize = 40;
 
 /// Writes `commit`'s tree into `src` (through a temporary directory renamed into place, so a
 /// half-written tree is never taken for a whole one), fetching the commit first if this clone
@@ -222,4 +276,31 @@ fn extract(repo: &Path, commit: &str, dir: &Path, src: &Path) -> Result<(), Stri
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_builds_report_leaves_out_progress_and_keeps_the_error() {
+        let log = "   Compiling syn v2.0.119\n   Compiling quinn v0.11.12\nerror: linking with `cc` failed\n  = note: collect2: fatal error: ld terminated with signal 9\n";
+        let report = what_went_wrong(log);
+        assert!(!report.contains("Compiling"), "{report}");
+        assert!(report.contains("ld terminated with signal 9"), "{report}");
+    }
+
+    #[test]
+    fn a_build_killed_with_only_progress_lines_says_so() {
+        let report = what_went_wrong("   Compiling syn v2.0.119\n");
+        assert!(report.contains("killed"), "{report}");
+    }
+
+    #[test]
+    fn a_long_failure_keeps_only_its_last_lines() {
+        let log: String = (0..100).map(|n| format!("line {n}\n")).collect();
+        let report = what_went_wrong(&log);
+        assert_eq!(report.lines().count(), LOG_TAIL);
+        assert!(report.ends_with("line 99"), "{report}");
+    }
 }
