@@ -9,9 +9,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use ferry_core::capacity::send_gate::{Ended, SendGate, Sent};
+use ferry_core::capacity::Refused;
 use ferry_core::clock::Clock;
 use ferry_peer::call::{Target, TicketError, TicketSource, WriteCall};
-use ferry_peer::outcome::{NotSentReason, UnknownReason, WriteOutcome};
+use ferry_peer::outcome::{NotSentReason, RefusalCode, UnknownReason, WriteOutcome};
 use ferry_peer::wire::{Priority, RequestId, TicketAnswer, TicketRequest, WriteAnswer, WriteVerb};
 use ferry_ticket::{NodeId, Ticket, TicketCache, VerbSet};
 use tokio::sync::Notify;
@@ -42,6 +44,8 @@ pub struct Writes {
     in_flight: Arc<InFlight>,
     tasks: TaskCounter,
     tickets: Mutex<TicketCache>,
+    /// The owners' caps on each app's writes out, as their refusals taught them.
+    send_gate: Arc<Mutex<SendGate<(NodeId, String)>>>,
     /// Wakes the background settler when a call ends `outcome_unknown`.
     settle_wake: Arc<Notify>,
     lifecycle: Arc<Lifecycle>,
@@ -73,6 +77,7 @@ impl Writes {
             in_flight: parts.in_flight,
             tasks: TaskCounter::default(),
             tickets: Mutex::new(TicketCache::default()),
+            send_gate: Arc::default(),
             settle_wake: parts.settle_wake,
             lifecycle: parts.lifecycle,
             metrics: parts.metrics,
@@ -172,6 +177,12 @@ impl Writes {
         target: Target,
         deadline: Instant,
     ) -> Written {
+        // Before anything is recorded: a write the owner would refuse for its cap is answered
+        // here, and nothing is sent.
+        let mut out = match self.leave(&target, &call.app) {
+            Ok(out) => out,
+            Err(outcome) => return Ok((outcome, Some(target.label))),
+        };
         let since_ms = self.clock.unix_ms();
         let row = CallRow {
             request_id: call.request_id,
@@ -208,6 +219,8 @@ impl Writes {
         ))
         .await;
         let outcome = self.resend_if_injected(&target, &call, outcome).await;
+        out.ended = ended_for_gate(&outcome);
+        drop(out);
         hold.publish(&outcome);
         self.reads
             .write_through(&call.app, &call.vault, &call.verb, &outcome);
@@ -225,6 +238,36 @@ impl Writes {
             self.settle_wake.notify_one();
         }
         Ok((outcome, Some(target.label)))
+    }
+
+    /// Counts a write of `app` out to `target`, or answers it `busy` (not sent) if the owner's
+    /// last `caller_cap` refusal says it would refuse it too.
+    fn leave(&self, target: &Target, app: &str) -> Result<Out, WriteOutcome> {
+        let key = (target.node, app.to_string());
+        let left = self
+            .send_gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .leave(&key, self.clock.now());
+        match left {
+            Ok(sent) => Ok(Out {
+                gate: self.send_gate.clone(),
+                clock: self.clock.clone(),
+                key,
+                sent,
+                ended: Ended::Other,
+            }),
+            Err(_) => {
+                self.metrics.caller_cap_here();
+                Err(WriteOutcome::not_sent(
+                    NotSentReason::CallerCap,
+                    format!(
+                        "app {app:?} already has as many writes out to {} as that owner last took from this gateway; send it again with the same request id",
+                        target.label
+                    ),
+                ))
+            }
+        }
     }
 
     /// The retry every RPC library is tempted by, and that Ferry exists to refuse: an unknown
@@ -323,6 +366,40 @@ impl Writes {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .invalidate_owner(owner);
+    }
+}
+
+/// A write counted out in the send gate; counted back in when dropped, on every path.
+struct Out {
+    gate: Arc<Mutex<SendGate<(NodeId, String)>>>,
+    clock: Arc<dyn Clock>,
+    key: (NodeId, String),
+    sent: Sent,
+    ended: Ended,
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner()).ended(
+            &self.key,
+            self.sent,
+            self.ended,
+            self.clock.now(),
+        );
+    }
+}
+
+/// What the send gate learns from a write's outcome: only the owner's `caller_cap` refusal
+/// teaches it anything.
+fn ended_for_gate(outcome: &WriteOutcome) -> Ended {
+    match outcome {
+        WriteOutcome::Answered(WriteAnswer::Refused(refusal))
+            if refusal.code == RefusalCode::Busy
+                && refusal.reason.as_deref() == Some(Refused::CallerCap.name()) =>
+        {
+            Ended::RefusedForCap
+        }
+        _ => Ended::Other,
     }
 }
 

@@ -134,6 +134,70 @@ fn a_fifth_concurrent_write_of_one_app_is_busy_spends_nothing_and_runs_when_sent
 }
 
 #[test]
+fn once_the_owner_refused_an_apps_fifth_write_its_own_gateway_answers_the_next_busy_without_sending_it(
+) {
+    // Each batch of writes takes four seconds: the four held writes are still out at the
+    // owner while the fifth and sixth are asked.
+    let (a, b) = pair_with_notes(
+        Gateway::start_with_env(
+            "a",
+            &[("FERRY_DANGEROUS_FAULT", "before_commit=stall:4000")],
+        ),
+        Gateway::start("b"),
+    );
+    let held: Vec<_> = (0..4)
+        .map(|n| spawn_put(&b, "greedy", format!("h{n}")))
+        .collect();
+    wait_for(
+        "four writes of greedy in flight at a",
+        Duration::from_secs(10),
+        || (in_flight(&a, "b", "greedy") == 4).then_some(()),
+    );
+    let refusals = || a.metric("ferry_owner_refusals_total{reason=\"caller_cap\",app=\"greedy\"}");
+
+    // The fifth goes to the owner, which refuses it and says why.
+    let (status, _, body) = put_as(&b, "greedy", "h4", &fresh_request_id(), &[]);
+    assert_eq!((status, &body["error"]), (503, &"busy".into()), "{body}");
+    assert_eq!(
+        body["reason"], "caller_cap",
+        "the owner names its rule: {body}"
+    );
+    assert_eq!(refusals(), 1);
+
+    // The sixth is answered the same by b, which never sends it.
+    let sixth = fresh_request_id();
+    let (status, retry_after, body) = put_as(&b, "greedy", "h5", &sixth, &[]);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "busy", "{body}");
+    assert_eq!(body["reason"], "caller_cap", "{body}");
+    assert_eq!(body["request_id"], sixth.as_str(), "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("nothing was sent")),
+        "{body}"
+    );
+    assert!(retry_after.is_some(), "busy without Retry-After: {body}");
+    assert_eq!(refusals(), 1, "the sixth reached the owner");
+    assert_eq!(b.metric("ferry_caller_cap_here_total"), 1);
+    assert_eq!(a.journal_row(&sixth), None);
+    // Another app of b is not held back by greedy's lesson.
+    let polite = spawn_put(&b, "polite", "p0".into());
+
+    for write in held {
+        let (status, _, body) = write.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(polite.join().unwrap().0, 200);
+    // With its writes answered, the same id goes and runs.
+    let (status, _, body) = put_as(&b, "greedy", "h5", &sixth, &[]);
+    assert_eq!(status, 200, "the sixth sent again under its id: {body}");
+    let (value, _) = a.stored("notes", "h5").expect("h5 stored at the owner");
+    assert_eq!(value.as_deref(), Some(&b"value of h5"[..]));
+    assert_eq!(refusals(), 1);
+}
+
+#[test]
 fn the_write_past_the_rate_limit_is_429_costs_nothing_and_runs_when_sent_again() {
     // Five at once, then one every two seconds.
     let config = "[capacity]\nrate_per_minute = 30\nrate_burst = 5\n";

@@ -1,0 +1,264 @@
+//! The calling gateway's side of the per-caller cap: it does not send a write the owner has
+//! just shown it would refuse.
+//!
+//! The owner caps the writes of one caller node and app that are queued or running there
+//! ([`super::CapacityRules::per_caller`]) and refuses the rest `busy` with the reason
+//! `caller_cap`. Each such refusal costs the calling gateway, the owner and the machine a full
+//! trip (HTTP, the call log, QUIC, the door) for nothing. So the caller learns the cap from
+//! the refusals themselves: a write refused `caller_cap` that left while `n` others of its app
+//! were out to that owner says the cap is at most `n`. While that lesson is fresh
+//! ([`LESSON_LASTS`]), a write that would be the `n+1`th out is answered `busy` here, before
+//! anything is recorded or sent ("nothing was sent"), which is what the owner would have said.
+//!
+//! The lesson is the owner's own, so nothing is configured on the caller and an owner that
+//! raises its cap is believed as soon as the lesson expires; an owner that never refuses (its
+//! rules off, an older release) is never capped here. A lesson is only ever a lower bound of
+//! what the owner refused: the caller's count of writes out includes answers still on their
+//! way back, so near the cap it may refuse one the owner would just have taken, never the
+//! reverse for long. Refusing here is always safe: the write was not sent, and the same id may
+//! be sent again.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+use super::{Refusal, Refused, BUSY_RETRY};
+
+/// How long a refusal's lesson holds before the caller sends past it again to learn afresh.
+pub const LESSON_LASTS: Duration = Duration::from_secs(10);
+
+/// How many (owner, app) pairs the gate keeps; past it, the ones with nothing out and nothing
+/// learned are forgotten first, then it stops learning (it never refuses for want of room).
+const MAX_TRACKED: usize = 4096;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Pair {
+    /// Writes of this app sent to this owner and not yet answered (or given up on).
+    out: u32,
+    /// The cap learned from the owner's last `caller_cap` refusal, and until when it holds.
+    learned: Option<(u32, Instant)>,
+}
+
+/// A write that may leave: the gate's count of it, to hand back with its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// How many other writes of the same pair were out when this one left.
+    pub others_out: u32,
+    /// Whether the gate counted it (a full gate lets writes by uncounted).
+    counted: bool,
+}
+
+/// What became of a write that left, as far as the gate cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The owner refused it `busy` with the reason `caller_cap`.
+    RefusedForCap,
+    /// The owner took it (whatever its answer), or no answer came.
+    Other,
+}
+
+/// Per (owner, app) pair: writes out and the learned cap. `K` is the pair's key.
+#[derive(Debug)]
+pub struct SendGate<K> {
+    pairs: HashMap<K, Pair>,
+}
+
+impl<K> Default for SendGate<K> {
+    fn default() -> Self {
+        Self {
+            pairs: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> SendGate<K> {
+    /// A write of `key` is about to be recorded and sent: counted out, or refused `busy`
+    /// because the owner's cap, as last learned, is already reached.
+    pub fn leave(&mut self, key: &K, now: Instant) -> Result<Sent, Refusal> {
+        if !self.pairs.contains_key(key) && self.pairs.len() >= MAX_TRACKED {
+            self.pairs
+                .retain(|_, pair| pair.out > 0 || pair.learned.is_some_and(|(_, t)| t > now));
+        }
+        if !self.pairs.contains_key(key) && self.pairs.len() >= MAX_TRACKED {
+            // Full of pairs with writes out: count nothing and refuse nothing.
+            return Ok(Sent {
+                others_out: 0,
+                counted: false,
+            });
+        }
+        let pair = self.pairs.entry(key.clone()).or_default();
+        if let Some((cap, until)) = pair.learned {
+            if until <= now {
+                pair.learned = None;
+            } else if pair.out >= cap {
+                return Err(Refusal {
+                    why: Refused::CallerCap,
+                    retry_after: BUSY_RETRY,
+                });
+            }
+        }
+        let sent = Sent {
+            others_out: pair.out,
+            counted: true,
+        };
+        pair.out += 1;
+        Ok(sent)
+    }
+
+    /// A write that left ([`SendGate::leave`]) has its outcome.
+    pub fn ended(&mut self, key: &K, sent: Sent, ended: Ended, now: Instant) {
+        let Some(pair) = self.pairs.get_mut(key).filter(|_| sent.counted) else {
+            return;
+        };
+        pair.out = pair.out.saturating_sub(1);
+        match ended {
+            // Refused with no other write of ours out: the owner still counts writes we gave
+            // up on. Nothing to learn about the cap from that.
+            Ended::RefusedForCap if sent.others_out > 0 => {
+                let cap = match pair.learned {
+                    Some((cap, until)) if until > now => cap.min(sent.others_out),
+                    _ => sent.others_out,
+                };
+                pair.learned = Some((cap, now + LESSON_LASTS));
+            }
+            Ended::RefusedForCap => {}
+            // Taken with `others_out` out: the cap is above that (a lesson from a moment when
+            // the owner still counted writes we had given up on).
+            Ended::Other => {
+                if let Some((cap, until)) = pair.learned {
+                    if sent.others_out >= cap {
+                        pair.learned = Some((sent.others_out + 1, until));
+                    }
+                }
+            }
+        }
+        if pair.out == 0 && pair.learned.is_none() {
+            self.pairs.remove(key);
+        }
+    }
+
+    /// Writes out for `key` now (for tests and status).
+    pub fn out(&self, key: &K) -> u32 {
+        self.pairs.get(key).map_or(0, |pair| pair.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leave_n(gate: &mut SendGate<&'static str>, n: u32, now: Instant) -> Vec<Sent> {
+        (0..n)
+            .map(|_| gate.leave(&"a", now).expect("nothing learned yet"))
+            .collect()
+    }
+
+    #[test]
+    fn nothing_is_refused_before_the_owner_refused_once() {
+        let mut gate = SendGate::default();
+        let now = Instant::now();
+        let sent = leave_n(&mut gate, 100, now);
+        assert_eq!(gate.out(&"a"), 100);
+        assert_eq!(sent[99].others_out, 99);
+    }
+
+    #[test]
+    fn a_cap_refusal_with_four_out_refuses_the_fifth_here_until_one_returns() {
+        let mut gate = SendGate::default();
+        let now = Instant::now();
+        let four = leave_n(&mut gate, 4, now);
+        let fifth = gate.leave(&"a", now).expect("not learned yet");
+        gate.ended(&"a", fifth, Ended::RefusedForCap, now);
+        let refused = gate
+            .leave(&"a", now)
+            .expect_err("the cap is four, four are out");
+        assert_eq!(refused.why, Refused::CallerCap);
+        gate.ended(&"a", four[0], Ended::Other, now);
+        assert!(gate.leave(&"a", now).is_ok(), "three out, one may leave");
+        assert!(gate.leave(&"a", now).is_err(), "four out again");
+    }
+
+    #[test]
+    fn the_lesson_expires_and_the_caller_probes_again() {
+        let mut gate = SendGate::default();
+        let now = Instant::now();
+        let _two = leave_n(&mut gate, 2, now);
+        let third = gate.leave(&"a", now).expect("not learned yet");
+        gate.ended(&"a", third, Ended::RefusedForCap, now);
+        assert!(gate.leave(&"a", now + LESSON_LASTS / 2).is_err());
+        assert!(
+            gate.leave(&"a", now + LESSON_LASTS).is_ok(),
+            "an expired lesson refuses nothing"
+        );
+    }
+
+    #[test]
+    fn a_refusal_with_nothing_else_out_teaches_nothing() {
+        let mut gate = SendGate::default();
+        let now = Instant::now();
+        let only = gate.leave(&"a", now).expect("first");
+        gate.ended(&"a", only, Ended::RefusedForCap, now);
+        assert!(gate.leave(&"a", now).is_ok());
+        assert!(gate.leave(&"a", now).is_ok());
+    }
+
+    #[test]
+    fn a_write_taken_past_the_lesson_raises_it() {
+        let mut gate = SendGate::default();
+        let now = Instant::now();
+        let sent = leave_n(&mut gate, 3, now);
+        // The second (one other out) refused: the cap is one...
+        gate.ended(&"a", sent[1], Ended::RefusedForCap, now);
+        // ...yet the third, which left with two others out, was taken: it is three at least.
+        gate.ended(&"a", sent[2], Ended::Other, now);
+        let fresh = gate.leave(&"a", now).expect("one out, cap three");
+        assert_eq!(fresh.others_out, 1);
+        assert!(gate.leave(&"a", now).is_ok(), "two out, cap three");
+        assert!(gate.leave(&"a", now).is_err(), "three out, cap three");
+    }
+
+    #[test]
+    fn pairs_are_apart_and_forgotten_when_idle() {
+        let mut gate = SendGate::default();
+        let now = Instant::now();
+        let a = gate.leave(&"a", now).expect("a");
+        let a2 = gate.leave(&"a", now).expect("a2");
+        gate.ended(&"a", a2, Ended::RefusedForCap, now);
+        assert!(gate.leave(&"a", now).is_err());
+        assert!(
+            gate.leave(&"b", now).is_ok(),
+            "another pair is not held back"
+        );
+        gate.ended(&"a", a, Ended::Other, now + LESSON_LASTS);
+        assert!(
+            gate.pairs.contains_key(&"a"),
+            "learned, not yet expired at ended"
+        );
+        let again = gate.leave(&"a", now + LESSON_LASTS).expect("expired");
+        gate.ended(&"a", again, Ended::Other, now + LESSON_LASTS);
+        assert!(
+            !gate.pairs.contains_key(&"a"),
+            "idle and unlearned: forgotten"
+        );
+    }
+
+    #[test]
+    fn a_full_gate_forgets_idle_pairs_and_never_refuses_for_want_of_room() {
+        let mut gate: SendGate<u32> = SendGate::default();
+        let now = Instant::now();
+        let first = gate.leave(&0, now).expect("room");
+        for key in 1..MAX_TRACKED as u32 {
+            gate.leave(&key, now).expect("room");
+        }
+        let uncounted = gate.leave(&u32::MAX, now).expect("full, still sent");
+        assert_eq!(gate.out(&u32::MAX), 0, "not counted");
+        gate.ended(&u32::MAX, uncounted, Ended::RefusedForCap, now);
+        gate.ended(&0, first, Ended::Other, now);
+        assert!(gate.leave(&(u32::MAX - 1), now).is_ok());
+        assert_eq!(
+            gate.out(&(u32::MAX - 1)),
+            1,
+            "room made by forgetting pair 0"
+        );
+    }
+}
