@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ferry_core::clock::Clock;
 use ferry_peer::call::WriteCall;
-use ferry_peer::door::Service;
+use ferry_peer::door::{ReadReply, Service};
 use ferry_peer::outcome::{Refusal, RefusalCode};
 use ferry_peer::tls::TrustedKeys;
 use ferry_peer::wire::{
@@ -187,9 +187,9 @@ impl Service for PeerService {
         answer
     }
 
-    async fn read(&self, from: NodeId, request: ReadRequest, wait: Option<Duration>) -> ReadAnswer {
+    async fn read(&self, from: NodeId, request: ReadRequest, wait: Option<Duration>) -> ReadReply {
         if !self.trusted(&from) {
-            return ReadAnswer::Refused(untrusted());
+            return ReadAnswer::Refused(untrusted()).into();
         }
         self.metrics.peer_read_served();
         // One deadline for everything this request does, from its arrival.
@@ -213,25 +213,28 @@ impl Service for PeerService {
             _ => None,
         };
         let Some((long_poll, start)) = long_poll else {
-            return self.read_once(request, deadline).await;
+            return self.read_once(request, deadline).await.into();
         };
         let (answer, woken_at) = long_poll
             .run(|| self.read_once(request.clone(), deadline), is_empty_page)
             .await;
+        let mut news_age = None;
         if let ReadAnswer::Changes { changes, .. } = &answer {
             let news = !changes.is_empty();
             if news {
                 // From the commit that woke the wait; news already there when the follower
                 // asked was committed after its previous answer, so from that (an upper bound).
                 if let Some(at) = woken_at.or(start.previous_answer) {
-                    self.metrics.feed_push(at.elapsed());
+                    let age = at.elapsed();
+                    self.metrics.feed_push(age);
+                    news_age = Some(age);
                 }
             }
             let now = std::time::Instant::now();
             self.pacer.answered(from, &request.vault, now, news);
         }
         drop(start.following);
-        answer
+        ReadReply { answer, news_age }
     }
 
     async fn issue_ticket(&self, from: NodeId, request: TicketRequest) -> TicketAnswer {

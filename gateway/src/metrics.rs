@@ -116,6 +116,9 @@ pub struct Metrics {
     feed_push: Histogram,
     /// Replica: from a change page's arrival to its changes committed here.
     replica_apply: Histogram,
+    /// Replica: from the owner's commit to the change applied here, for news a long poll
+    /// brought (the owner's age of it when its answer left, half the round trip, the apply).
+    propagation: Histogram,
     owner: OwnerLoad,
 }
 
@@ -212,6 +215,11 @@ impl Metrics {
     /// A replica applied a page `after` it arrived.
     pub fn replica_apply(&self, after: Duration) {
         self.replica_apply.record(after);
+    }
+
+    /// News a long poll brought reached this replica's store `after` the owner committed it.
+    pub fn propagation(&self, after: Duration) {
+        self.propagation.record(after);
     }
 
     /// A remembered `outcome_unknown` call got its definite answer.
@@ -372,6 +380,9 @@ impl Metrics {
         out.push_str("# HELP ferry_replica_apply_seconds Replica: from a change page's arrival to its changes committed here.\n# TYPE ferry_replica_apply_seconds histogram\n");
         self.replica_apply
             .render(&mut out, "ferry_replica_apply_seconds", "");
+        out.push_str("# HELP ferry_propagation_seconds Replica: from the owner's commit to the change committed here, for news a long poll brought: the owner's age of the news when its answer left, plus half the connection's smoothed round trip, plus the apply here (no clocks compared).\n# TYPE ferry_propagation_seconds histogram\n");
+        self.propagation
+            .render(&mut out, "ferry_propagation_seconds", "");
         self.render_owner(&mut out);
         out
     }

@@ -252,9 +252,12 @@ impl Replication {
             deadline_ms: budget.as_millis() as u32,
         };
         let caller = self.network.caller();
-        let read = match long_poll {
-            Some(wait) => caller.read_waiting(&target, request, wait, deadline).await,
-            None => caller.read(&target, request, deadline).await,
+        let (read, news_age) = match long_poll {
+            Some(wait) => match caller.read_waiting(&target, request, wait, deadline).await {
+                Ok(polled) => (Ok(polled.answer), polled.news_age),
+                Err(err) => (Err(err), None),
+            },
+            None => (caller.read(&target, request, deadline).await, None),
         };
         let (changes, more, owner_revision) = match read {
             Ok(ReadAnswer::Changes {
@@ -282,8 +285,13 @@ impl Replication {
             for key in keys {
                 self.reads.invalidate(vault, &key);
             }
-            self.metrics
-                .replica_apply(self.clock.now().saturating_duration_since(received));
+            let applied = self.clock.now().saturating_duration_since(received);
+            self.metrics.replica_apply(applied);
+            // The whole way of news a long poll brought: the owner's commit to its answer,
+            // half the round trip, and the apply here. No two clocks are compared.
+            if let Some(age) = news_age {
+                self.metrics.propagation(age + applied);
+            }
         }
         let now = self.clock.now();
         self.board.edit(vault, |s| {

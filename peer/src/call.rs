@@ -629,17 +629,20 @@ impl Caller {
         request: ReadRequest,
         wait: Duration,
         deadline: Instant,
-    ) -> Result<ReadAnswer, ReadError> {
+    ) -> Result<Polled, ReadError> {
         let frame = RequestFrame {
             body: Request::Read(request),
             ext: Extensions::wait(wait),
         };
-        match self
+        let reply = self
             .idempotent_frame(target, frame, wait, deadline, false)
-            .await?
-        {
-            (Response::Read(answer), _) => Ok(answer),
-            (other, _) => Err(unexpected(target, "a read", &other)),
+            .await?;
+        match reply.response {
+            Response::Read(answer) => Ok(Polled {
+                answer,
+                news_age: reply.ext.news_age_of().map(|age| age + reply.rtt / 2),
+            }),
+            other => Err(unexpected(target, "a read", &other)),
         }
     }
 
@@ -727,6 +730,7 @@ impl Caller {
         };
         self.idempotent_frame(target, frame, Duration::ZERO, deadline, fresh_only)
             .await
+            .map(|reply| (reply.response, reply.version))
     }
 
     /// [`Caller::idempotent_on`] with the frame's extensions given, and `wait`: how long the
@@ -739,7 +743,7 @@ impl Caller {
         wait: Duration,
         deadline: Instant,
         fresh_only: bool,
-    ) -> Result<(Response, u16), ReadError> {
+    ) -> Result<Reply, ReadError> {
         // A hello (sent when a peer is trusted or found) is no sign the peer will be called:
         // it leaves the heartbeats at their idle pace. Nor is a long poll (a caught-up
         // replica's question, held open at the owner for news): nobody waits on its route, and
@@ -792,7 +796,7 @@ impl Caller {
                 // Biased: an answer wins over a hedge decided in the same poll.
                 biased;
                 Some(ended) = running.next() => match ended {
-                    OnRoute::Answered(response, version) => return Ok((response, version)),
+                    OnRoute::Answered(reply) => return Ok(*reply),
                     OnRoute::GoingAway => {
                         return Err(ReadError::GoingAway {
                             label: target.label.clone(),
@@ -881,11 +885,15 @@ impl Caller {
                         .failed(target.node, route.addr, clock::now(), Failure::GoingAway);
                     return OnRoute::GoingAway;
                 }
-                Exchange::Answered(response, _) => {
+                Exchange::Answered(response, ext) => {
                     self.pool.answered(target.node, route.addr, &conn);
                     self.routes.carried(target.node, route.addr, clock::now());
-                    let version = transport::protocol_of(&conn).unwrap_or_default();
-                    return OnRoute::Answered(response, version);
+                    return OnRoute::Answered(Box::new(Reply {
+                        response,
+                        version: transport::protocol_of(&conn).unwrap_or_default(),
+                        ext,
+                        rtt: conn.rtt(),
+                    }));
                 }
                 Exchange::NotSent { detail } | Exchange::Lost { detail, .. } => {
                     last_error = detail;
@@ -899,9 +907,30 @@ impl Caller {
     }
 }
 
+/// An answer to a request that is safe to repeat, with what came with it.
+#[derive(Debug)]
+struct Reply {
+    response: Response,
+    /// The protocol version of the connection that carried it.
+    version: u16,
+    ext: Extensions,
+    /// That connection's smoothed round trip (quinn's estimate).
+    rtt: Duration,
+}
+
+/// A long poll's answer, and for news, how long ago the commit that made it happened as the
+/// answer arrived here: the owner's age of the news when the answer left
+/// ([`crate::wire::EXT_NEWS_AGE_US`]) plus half the connection's smoothed round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Polled {
+    pub answer: ReadAnswer,
+    pub news_age: Option<Duration>,
+}
+
 /// How one route's part of a request that is safe to repeat ended.
 enum OnRoute {
-    Answered(Response, u16),
+    /// Boxed: an answer is far larger than the other ends (the futures racing hold one each).
+    Answered(Box<Reply>),
     /// The peer said it is stopping: no other route will do better.
     GoingAway,
     Failed(String),

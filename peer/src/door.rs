@@ -59,7 +59,7 @@ pub trait Service: Send + Sync + 'static {
         from: NodeId,
         request: ReadRequest,
         wait: Option<Duration>,
-    ) -> impl Future<Output = ReadAnswer> + Send;
+    ) -> impl Future<Output = ReadReply> + Send;
     /// A ticket request: sign one for `from` if its app may use those verbs on that vault.
     fn issue_ticket(
         &self,
@@ -77,6 +77,23 @@ pub trait Service: Send + Sync + 'static {
     /// ([`crate::wire::EXT_CLOCK_MS`]); `None` sends none (a service without a wall clock).
     fn clock_ms(&self) -> Option<u64> {
         None
+    }
+}
+
+/// A read's answer, and, for a long poll answered with news, how long ago the commit that made
+/// the news happened (sent as [`crate::wire::EXT_NEWS_AGE_US`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadReply {
+    pub answer: ReadAnswer,
+    pub news_age: Option<Duration>,
+}
+
+impl From<ReadAnswer> for ReadReply {
+    fn from(answer: ReadAnswer) -> Self {
+        Self {
+            answer,
+            news_age: None,
+        }
     }
 }
 
@@ -195,6 +212,7 @@ async fn serve_stream<S: Service>(
         transport::read_request(&mut recv, version),
     )
     .await;
+    let mut news_age = None;
     let response = match read {
         Err(_) => {
             debug!(peer = %peer.short(), "request not received in time; stream dropped");
@@ -231,7 +249,9 @@ async fn serve_stream<S: Service>(
                     .ext
                     .wait_ms()
                     .map(|ms| Duration::from_millis(u64::from(ms)).min(MAX_READ_WAIT));
-                Response::Read(service.read(peer, request, wait).await)
+                let reply = service.read(peer, request, wait).await;
+                news_age = reply.news_age;
+                Response::Read(reply.answer)
             }
             Request::IssueTicket(request) => {
                 Response::Ticket(service.issue_ticket(peer, request).await)
@@ -255,11 +275,12 @@ async fn serve_stream<S: Service>(
         Response::Write(_) | Response::Failed(ProtocolFailure::GoingAway)
     );
     // Only a heartbeat's answer carries the clock, so only it reads one.
-    let ext = match &response {
-        Response::Heartbeat(_) => service
+    let ext = match (&response, news_age) {
+        (Response::Heartbeat(_), _) => service
             .clock_ms()
             .map(Extensions::clock)
             .unwrap_or_default(),
+        (Response::Read(_), Some(age)) => Extensions::news_age(age),
         _ => Extensions::default(),
     };
     let frame = ResponseFrame {

@@ -10,12 +10,12 @@ use std::time::Duration;
 mod common;
 
 use common::{ask, Anyone, WAIT};
-use ferry_peer::door::{self, InFlight, Service};
+use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::tls::peer_node_id;
 use ferry_peer::transport::{PeerEndpoint, TransportTuning};
 use ferry_peer::wire::{
-    CallState, CallStatusRequest, Hello, ReadAnswer, ReadRequest, ReadVerb, Request, Response,
-    TicketAnswer, TicketRequest, WriteAnswer, WriteRequest,
+    CallState, CallStatusRequest, Hello, ReadRequest, ReadVerb, Request, Response, TicketAnswer,
+    TicketRequest, WriteAnswer, WriteRequest,
 };
 use ferry_peer::{NodeId, NodeKey};
 
@@ -34,7 +34,7 @@ impl Service for PanicsOnRead {
     async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
         unreachable!("this test sends no writes")
     }
-    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadAnswer {
+    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadReply {
         panic!("a bug in a read handler")
     }
     async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {

@@ -13,12 +13,12 @@ use std::time::Duration;
 mod common;
 
 use common::{ask, ask_raw, Anyone, WAIT};
-use ferry_peer::door::{self, InFlight, Service};
+use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::tls::{self, peer_node_id};
 use ferry_peer::transport::{self, DialError, PeerEndpoint, TransportTuning};
 use ferry_peer::wire::{
-    CallState, CallStatusRequest, Extensions, Hello, ProtocolFailure, ProtocolRange, ReadAnswer,
-    ReadRequest, Request, Response, TicketAnswer, TicketRequest, WriteAnswer, WriteRequest, ALPN,
+    CallState, CallStatusRequest, Extensions, Hello, ProtocolFailure, ProtocolRange, ReadRequest,
+    Request, Response, TicketAnswer, TicketRequest, WriteAnswer, WriteRequest, ALPN,
 };
 use ferry_peer::{codec, NodeId, NodeKey};
 
@@ -37,7 +37,7 @@ impl Service for Greeter {
     async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
         unreachable!("no writes here")
     }
-    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadAnswer {
+    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadReply {
         unreachable!("no reads here")
     }
     async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {

@@ -220,6 +220,15 @@ fn a_replica_feed_through_the_kit_gives_every_change_once_across_restarts() {
     // page's arrival to its apply).
     assert!(a.metric("ferry_feed_push_seconds_count{}") > 0);
     assert!(c.metric("ferry_replica_apply_seconds_count{}") > 0);
+    // And the whole way, on the replica: the owner sent each page's age of its news, so the
+    // replica counts them, every one well under a second on loopback.
+    let propagated = c.metric("ferry_propagation_seconds_count{}");
+    assert!(propagated > 0, "no news counted end to end");
+    assert_eq!(
+        c.metric("ferry_propagation_seconds_bucket{le=\"1\"}"),
+        propagated,
+        "a change took over a second from the owner's commit to the replica's"
+    );
 
     // The replica restarts: the app keeps its cursor and loses nothing.
     c.kill();

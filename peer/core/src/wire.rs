@@ -147,6 +147,14 @@ pub const EXT_WAIT_MS: u32 = 1;
 /// tell a peer whose clock is far off. A peer that does not send it is simply not judged.
 pub const EXT_CLOCK_MS: u32 = 2;
 
+/// Extension tag 3, on the answer to a long poll (a read with [`EXT_WAIT_MS`]) that carries
+/// news: how long before the answer left the owner the commit that made the news happened
+/// (microseconds, a little-endian `u64`), measured on the owner's own clock. With half the
+/// connection's round trip and its own apply time, a follower knows a change's whole way from
+/// the owner's commit to its own without comparing two machines' clocks. A peer that does not
+/// send it is simply not counted.
+pub const EXT_NEWS_AGE_US: u32 = 3;
+
 impl Extensions {
     /// Extensions holding only a long-poll wait ([`EXT_WAIT_MS`]).
     pub fn wait(wait: std::time::Duration) -> Self {
@@ -163,6 +171,24 @@ impl Extensions {
             tag: EXT_CLOCK_MS,
             value: unix_ms.to_le_bytes().to_vec(),
         }])
+    }
+
+    /// Extensions holding only the age of a long poll's news ([`EXT_NEWS_AGE_US`]).
+    pub fn news_age(age: std::time::Duration) -> Self {
+        let us = u64::try_from(age.as_micros()).unwrap_or(u64::MAX);
+        Extensions(vec![Extension {
+            tag: EXT_NEWS_AGE_US,
+            value: us.to_le_bytes().to_vec(),
+        }])
+    }
+
+    /// The age of the news, if any (a malformed value is none).
+    pub fn news_age_of(&self) -> Option<std::time::Duration> {
+        self.0
+            .iter()
+            .find(|e| e.tag == EXT_NEWS_AGE_US)
+            .and_then(|e| <[u8; 8]>::try_from(e.value.as_slice()).ok())
+            .map(|us| std::time::Duration::from_micros(u64::from_le_bytes(us)))
     }
 
     /// The wall clock reading, if any (a malformed value is none).
@@ -554,6 +580,20 @@ mod tests {
             Extensions::wait(std::time::Duration::from_millis(5)).clock_ms(),
             None
         );
+    }
+
+    #[test]
+    fn a_news_age_round_trips_in_microseconds_and_a_malformed_one_is_none() {
+        let age = std::time::Duration::from_micros(1_234);
+        assert_eq!(Extensions::news_age(age).news_age_of(), Some(age));
+        assert_eq!(Extensions::default().news_age_of(), None);
+        let short = Extensions(vec![Extension {
+            tag: EXT_NEWS_AGE_US,
+            value: vec![1; 4],
+        }]);
+        assert_eq!(short.news_age_of(), None);
+        assert_eq!(Extensions::news_age(age).clock_ms(), None);
+        assert_eq!(Extensions::clock(5).news_age_of(), None);
     }
 
     #[test]

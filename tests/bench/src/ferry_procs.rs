@@ -279,6 +279,21 @@ impl Gateway {
             .map_err(|err| self.setup(format!("/v1/status ({status}) is not JSON: {err}")))
     }
 
+    /// One series of `/metrics` (a name with its labels, as printed), as a number.
+    pub fn metric(&self, series: &str) -> Result<Option<f64>, ProcError> {
+        let (status, body) = request_once(self.api, "GET", "/metrics", &self.token, None)?;
+        if status != 200 {
+            return Err(self.setup(format!("/metrics answered {status}")));
+        }
+        Ok(String::from_utf8_lossy(&body).lines().find_map(|line| {
+            line.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        }))
+    }
+
     /// Starts a stopped gateway again in the same home, on the same QUIC address (so peers'
     /// routes to it hold), and returns how long it took from the spawn to answering
     /// `/v1/status`.

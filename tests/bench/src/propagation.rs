@@ -61,6 +61,13 @@ pub struct Run {
     /// From the owner's 200 to the change in a follower's feed, over every follower and change
     /// (milliseconds): p50, p99, largest.
     pub propagation_ms: Option<[f64; 3]>,
+    /// The mean of the same delays, milliseconds, beside the mean of what the followers'
+    /// `ferry_propagation_seconds` counted (the owner's commit to each follower's apply, no
+    /// clocks compared; one observation per page, for its oldest change) and how many pages it
+    /// counted: a check of the metric against the benchmark's own clock.
+    pub propagation_mean_ms: Option<f64>,
+    pub metric_mean_ms: Option<f64>,
+    pub metric_count: u64,
     /// The owner process's CPU per write (microseconds, user and system): its own cost, apart
     /// from what the followers' processes take of the shared box.
     pub owner_cpu_us_per_write: Option<f64>,
@@ -249,6 +256,14 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
     }
     delays.sort_unstable();
     let pick = |sorted: &[Duration], p: f64| percentile(sorted, p).map_or(f64::NAN, ms);
+    let (mut metric_sum_s, mut metric_count) = (0.0, 0.0);
+    for follower in &list {
+        let metric = |series: &str| follower.metric(series).map_err(|e| e.to_string());
+        metric_sum_s += metric("ferry_propagation_seconds_sum{}")?.unwrap_or(0.0);
+        metric_count += metric("ferry_propagation_seconds_count{}")?.unwrap_or(0.0);
+    }
+    let propagation_mean_ms = (!delays.is_empty())
+        .then(|| delays.iter().map(|d| ms(*d)).sum::<f64>() / delays.len() as f64);
     for follower in &mut list {
         let _ = follower.stop();
     }
@@ -263,6 +278,9 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
                 delays.last().map_or(f64::NAN, |d| ms(*d)),
             ]
         }),
+        propagation_mean_ms,
+        metric_mean_ms: (metric_count > 0.0).then(|| metric_sum_s * 1e3 / metric_count),
+        metric_count: metric_count as u64,
         owner_cpu_us_per_write: owner_cpu,
         owner_idle_cpu_pct,
     })
@@ -442,6 +460,21 @@ impl Report {
                 out,
                 "| {} | {:.2} ms | {:.2} ms | {cpu} | {idle} | {} | {} | {} |",
                 run.followers, run.write_ms[0], run.write_ms[1], p[0], p[1], p[2]
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nThe followers' own metric, `ferry_propagation_seconds` (the owner's age of the news when its answer left, half the round trip, the apply; no clocks compared), against this benchmark's clock (the owner's `200` to the change in a follower's feed):\n\n| followers | measured here, mean per change | the metric, mean per page (its oldest change) | pages the metric counted |\n|---|---|---|---|"
+        );
+        for run in &self.runs {
+            let mean = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2} ms"));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                run.followers,
+                mean(run.propagation_mean_ms),
+                mean(run.metric_mean_ms),
+                run.metric_count
             );
         }
         if let Some(f) = &self.frozen {
