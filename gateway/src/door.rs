@@ -223,9 +223,17 @@ impl Service for PeerService {
             let news = !changes.is_empty();
             if news {
                 // From the commit that woke the wait; news already there when the follower
-                // asked was committed after its previous answer, so from that (an upper bound).
-                if let Some(at) = woken_at.or(start.previous_answer) {
-                    let age = at.elapsed();
+                // asked was committed after its previous answer, so from that (an upper bound),
+                // unless that answer is too old to date anything (a follower back from a cut
+                // or a restart, caught up by pages of its own).
+                let age = match woken_at {
+                    Some(at) => Some(at.elapsed()),
+                    None => start
+                        .previous_answer
+                        .map(|at| at.elapsed())
+                        .filter(|age| *age < crate::pacer::STALE_AFTER),
+                };
+                if let Some(age) = age {
                     self.metrics.feed_push(age);
                     news_age = Some(age);
                 }

@@ -118,7 +118,7 @@ impl PushPacer {
 }
 
 /// An entry older than this paces nothing and dates nothing (longer than any long poll).
-const STALE_AFTER: Duration = Duration::from_secs(10);
+pub const STALE_AFTER: Duration = Duration::from_secs(10);
 
 /// The earliest a follower last answered as `previous` may be sent news again.
 fn not_before(previous: Option<Answered>, gather: Duration) -> Option<Instant> {

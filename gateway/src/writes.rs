@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ferry_core::capacity::send_gate::{Ended, SendGate, Sent};
+use ferry_core::capacity::send_gate::{Ended, RecentIds, SendGate, Sent};
 use ferry_core::capacity::Refused;
 use ferry_core::clock::Clock;
 use ferry_peer::call::{Target, TicketError, TicketSource, WriteCall};
@@ -44,8 +44,9 @@ pub struct Writes {
     in_flight: Arc<InFlight>,
     tasks: TaskCounter,
     tickets: Mutex<TicketCache>,
-    /// The owners' caps on each app's writes out, as their refusals taught them.
-    send_gate: Arc<Mutex<SendGate<(NodeId, String)>>>,
+    /// The owners' caps on each app's writes out, as their refusals taught them, and the ids
+    /// sent lately (the gate never answers for an id that may have left).
+    sending: Arc<Mutex<Sending>>,
     /// Wakes the background settler when a call ends `outcome_unknown`.
     settle_wake: Arc<Notify>,
     lifecycle: Arc<Lifecycle>,
@@ -77,7 +78,10 @@ impl Writes {
             in_flight: parts.in_flight,
             tasks: TaskCounter::default(),
             tickets: Mutex::new(TicketCache::default()),
-            send_gate: Arc::default(),
+            sending: Arc::new(Mutex::new(Sending {
+                gate: SendGate::default(),
+                recent: RecentIds::new(parts.clock.unix_ms()),
+            })),
             settle_wake: parts.settle_wake,
             lifecycle: parts.lifecycle,
             metrics: parts.metrics,
@@ -179,7 +183,7 @@ impl Writes {
     ) -> Written {
         // Before anything is recorded: a write the owner would refuse for its cap is answered
         // here, and nothing is sent.
-        let mut out = match self.leave(&target, &call.app) {
+        let mut out = match self.leave(&target, &call.app, call.request_id) {
             Ok(out) => out,
             Err(outcome) => return Ok((outcome, Some(target.label))),
         };
@@ -241,17 +245,22 @@ impl Writes {
     }
 
     /// Counts a write of `app` out to `target`, or answers it `busy` (not sent) if the owner's
-    /// last `caller_cap` refusal says it would refuse it too.
-    fn leave(&self, target: &Target, app: &str) -> Result<Out, WriteOutcome> {
+    /// last `caller_cap` refusal says it would refuse it too and its id cannot have left
+    /// before (a repeat always goes to the owner, whose journal knows what became of it).
+    fn leave(&self, target: &Target, app: &str, id: RequestId) -> Result<Out, WriteOutcome> {
         let key = (target.node, app.to_string());
-        let left = self
-            .send_gate
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .leave(&key, self.clock.now());
+        let left = {
+            let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+            let may_repeat = sending.recent.may_have_left(&id);
+            let left = sending.gate.leave(&key, may_repeat, self.clock.now());
+            if left.is_ok() {
+                sending.recent.sent(id, self.clock.unix_ms());
+            }
+            left
+        };
         match left {
             Ok(sent) => Ok(Out {
-                gate: self.send_gate.clone(),
+                sending: self.sending.clone(),
                 clock: self.clock.clone(),
                 key,
                 sent,
@@ -369,9 +378,16 @@ impl Writes {
     }
 }
 
+/// What the send gate needs, under one lock.
+#[derive(Debug)]
+struct Sending {
+    gate: SendGate<(NodeId, String)>,
+    recent: RecentIds,
+}
+
 /// A write counted out in the send gate; counted back in when dropped, on every path.
 struct Out {
-    gate: Arc<Mutex<SendGate<(NodeId, String)>>>,
+    sending: Arc<Mutex<Sending>>,
     clock: Arc<dyn Clock>,
     key: (NodeId, String),
     sent: Sent,
@@ -380,19 +396,19 @@ struct Out {
 
 impl Drop for Out {
     fn drop(&mut self) {
-        self.gate.lock().unwrap_or_else(|p| p.into_inner()).ended(
-            &self.key,
-            self.sent,
-            self.ended,
-            self.clock.now(),
-        );
+        self.sending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gate
+            .ended(&self.key, self.sent, self.ended, self.clock.now());
     }
 }
 
-/// What the send gate learns from a write's outcome: only the owner's `caller_cap` refusal
-/// teaches it anything.
+/// What the send gate learns from a write's outcome: the owner's `caller_cap` refusal lowers
+/// its lesson, a write carried out may raise it, nothing else says anything about the cap.
 fn ended_for_gate(outcome: &WriteOutcome) -> Ended {
     match outcome {
+        WriteOutcome::Answered(WriteAnswer::Done { .. }) => Ended::Done,
         WriteOutcome::Answered(WriteAnswer::Refused(refusal))
             if refusal.code == RefusalCode::Busy
                 && refusal.reason.as_deref() == Some(Refused::CallerCap.name()) =>

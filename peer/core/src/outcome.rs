@@ -181,7 +181,8 @@ pub struct Refusal {
     pub current_revision: Option<u64>,
     /// With `Busy` and `RateLimited`: when to send again.
     pub retry_after_ms: Option<u64>,
-    /// With `TicketRefused`: the door's reason (`expired`, `bad_signature`, ...).
+    /// With `TicketRefused`: the door's reason (`expired`, `bad_signature`, ...); with `Busy`
+    /// and `RateLimited` from the capacity budget: the rule (`caller_cap`, `queue_full`, ...).
     pub reason: Option<String>,
     /// True when refused at the door, before any verb ran.
     pub at_door: bool,

@@ -63,7 +63,7 @@ pub struct Run {
     pub propagation_ms: Option<[f64; 3]>,
     /// The mean of the same delays, milliseconds, beside the mean of what the followers'
     /// `ferry_propagation_seconds` counted (the owner's commit to each follower's apply, no
-    /// clocks compared; one observation per page, for its oldest change) and how many pages it
+    /// clocks compared; one observation per page) and how many pages it
     /// counted: a check of the metric against the benchmark's own clock.
     pub propagation_mean_ms: Option<f64>,
     pub metric_mean_ms: Option<f64>,
@@ -464,7 +464,7 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nThe followers' own metric, `ferry_propagation_seconds` (the owner's age of the news when its answer left, half the round trip, the apply; no clocks compared), against this benchmark's clock (the owner's `200` to the change in a follower's feed):\n\n| followers | measured here, mean per change | the metric, mean per page (its oldest change) | pages the metric counted |\n|---|---|---|---|"
+            "\nThe followers' own metric, `ferry_propagation_seconds` (the owner's age of the news when its answer left, half the round trip, the apply; no clocks compared), against this benchmark's clock (the owner's `200` to the change in a follower's feed):\n\n| followers | measured here, mean per change | the metric, mean per page | pages the metric counted |\n|---|---|---|---|"
         );
         for run in &self.runs {
             let mean = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2} ms"));

@@ -15,14 +15,22 @@
 //! rules off, an older release) is never capped here. A lesson is only ever a lower bound of
 //! what the owner refused: the caller's count of writes out includes answers still on their
 //! way back, so near the cap it may refuse one the owner would just have taken, never the
-//! reverse for long. Refusing here is always safe: the write was not sent, and the same id may
-//! be sent again.
+//! reverse for long. Such a refusal is a write that was not sent, and the same id may be sent
+//! again.
+//!
+//! Only for an id that cannot have left before ([`RecentIds`]): `busy` says "not carried out",
+//! and a repeat of an id whose first copy left (an app whose HTTP client gave up and sends the
+//! id again, or that resends after `outcome_unknown`) may have been carried out, so it always
+//! goes to the owner, whose journal knows. The caller knows every id it sent since
+//! [`RecentIds`]' horizon, and an id stamped (UUIDv7) after the horizon cannot have been sent
+//! before it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use super::{Refusal, Refused, BUSY_RETRY};
+use crate::wire::RequestId;
 
 /// How long a refusal's lesson holds before the caller sends past it again to learn afresh.
 pub const LESSON_LASTS: Duration = Duration::from_secs(10);
@@ -53,7 +61,9 @@ pub struct Sent {
 pub enum Ended {
     /// The owner refused it `busy` with the reason `caller_cap`.
     RefusedForCap,
-    /// The owner took it (whatever its answer), or no answer came.
+    /// The owner carried it out: it passed the cap.
+    Done,
+    /// Anything else (another refusal, never sent, no answer): says nothing about the cap.
     Other,
 }
 
@@ -73,8 +83,9 @@ impl<K> Default for SendGate<K> {
 
 impl<K: Hash + Eq + Clone> SendGate<K> {
     /// A write of `key` is about to be recorded and sent: counted out, or refused `busy`
-    /// because the owner's cap, as last learned, is already reached.
-    pub fn leave(&mut self, key: &K, now: Instant) -> Result<Sent, Refusal> {
+    /// because the owner's cap, as last learned, is already reached. A write that `may_repeat`
+    /// (its id may have left before, [`RecentIds::may_have_left`]) is counted and never refused.
+    pub fn leave(&mut self, key: &K, may_repeat: bool, now: Instant) -> Result<Sent, Refusal> {
         if !self.pairs.contains_key(key) && self.pairs.len() >= MAX_TRACKED {
             self.pairs
                 .retain(|_, pair| pair.out > 0 || pair.learned.is_some_and(|(_, t)| t > now));
@@ -90,7 +101,7 @@ impl<K: Hash + Eq + Clone> SendGate<K> {
         if let Some((cap, until)) = pair.learned {
             if until <= now {
                 pair.learned = None;
-            } else if pair.out >= cap {
+            } else if pair.out >= cap && !may_repeat {
                 return Err(Refusal {
                     why: Refused::CallerCap,
                     retry_after: BUSY_RETRY,
@@ -113,7 +124,10 @@ impl<K: Hash + Eq + Clone> SendGate<K> {
         pair.out = pair.out.saturating_sub(1);
         match ended {
             // Refused with no other write of ours out: the owner still counts writes we gave
-            // up on. Nothing to learn about the cap from that.
+            // up on. Nothing to learn about the cap from that. Refused with fewer out than the
+            // lesson: the owner holds more of ours than we count (writes given up on, or from
+            // before a restart), so its room for us is smaller for now; the lower lesson
+            // expires with the rest.
             Ended::RefusedForCap if sent.others_out > 0 => {
                 let cap = match pair.learned {
                     Some((cap, until)) if until > now => cap.min(sent.others_out),
@@ -121,10 +135,10 @@ impl<K: Hash + Eq + Clone> SendGate<K> {
                 };
                 pair.learned = Some((cap, now + LESSON_LASTS));
             }
-            Ended::RefusedForCap => {}
-            // Taken with `others_out` out: the cap is above that (a lesson from a moment when
-            // the owner still counted writes we had given up on).
-            Ended::Other => {
+            Ended::RefusedForCap | Ended::Other => {}
+            // Carried out with `others_out` out: the cap is above that (a lesson from a moment
+            // when the owner still counted writes we had given up on).
+            Ended::Done => {
                 if let Some((cap, until)) = pair.learned {
                     if sent.others_out >= cap {
                         pair.learned = Some((sent.others_out + 1, until));
@@ -143,13 +157,69 @@ impl<K: Hash + Eq + Clone> SendGate<K> {
     }
 }
 
+/// How long [`RecentIds`] remembers a sent id: ids stamped earlier than that ago are taken as
+/// possibly sent.
+pub const REMEMBER_SENT: Duration = Duration::from_secs(10);
+
+/// At most this many ids are remembered; past it the horizon moves up early.
+const MAX_REMEMBERED: usize = 65_536;
+
+/// The request ids this gateway sent lately, so the send gate refuses only ids that cannot
+/// have left before. Everything is in Unix milliseconds of the gateway's clock, which also
+/// stamped (or, for an app on the same machine, checked) the ids.
+#[derive(Debug)]
+pub struct RecentIds {
+    /// Every id sent at or after this is in `ids`; an id stamped before it may have been sent.
+    horizon_ms: u64,
+    ids: HashSet<RequestId>,
+    /// The same ids in the order they were sent, with when.
+    order: VecDeque<(u64, RequestId)>,
+}
+
+impl RecentIds {
+    /// Knows nothing sent before `now_ms` (this process's start: an earlier process's sends
+    /// are not known).
+    pub fn new(now_ms: u64) -> Self {
+        Self {
+            horizon_ms: now_ms,
+            ids: HashSet::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// Whether `id` may have been sent by this gateway before: it was, or it is stamped before
+    /// the horizon. An id is sent after it was made, so one stamped at or after the horizon
+    /// and not remembered was never sent.
+    pub fn may_have_left(&self, id: &RequestId) -> bool {
+        id.unix_ms() < self.horizon_ms || self.ids.contains(id)
+    }
+
+    /// `id` is about to leave, at `now_ms`.
+    pub fn sent(&mut self, id: RequestId, now_ms: u64) {
+        if self.ids.insert(id) {
+            self.order.push_back((now_ms, id));
+        }
+        let forget_before = now_ms.saturating_sub(REMEMBER_SENT.as_millis() as u64);
+        while let Some(&(at, old)) = self.order.front() {
+            if at >= forget_before && self.order.len() <= MAX_REMEMBERED {
+                break;
+            }
+            self.order.pop_front();
+            self.ids.remove(&old);
+            // Ids stamped up to the later of its sending and its own stamp (an app's clock may
+            // run a little ahead of this one) may have been sent, and are taken as such.
+            self.horizon_ms = self.horizon_ms.max(at.max(old.unix_ms()) + 1);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn leave_n(gate: &mut SendGate<&'static str>, n: u32, now: Instant) -> Vec<Sent> {
         (0..n)
-            .map(|_| gate.leave(&"a", now).expect("nothing learned yet"))
+            .map(|_| gate.leave(&"a", false, now).expect("nothing learned yet"))
             .collect()
     }
 
@@ -167,15 +237,18 @@ mod tests {
         let mut gate = SendGate::default();
         let now = Instant::now();
         let four = leave_n(&mut gate, 4, now);
-        let fifth = gate.leave(&"a", now).expect("not learned yet");
+        let fifth = gate.leave(&"a", false, now).expect("not learned yet");
         gate.ended(&"a", fifth, Ended::RefusedForCap, now);
         let refused = gate
-            .leave(&"a", now)
+            .leave(&"a", false, now)
             .expect_err("the cap is four, four are out");
         assert_eq!(refused.why, Refused::CallerCap);
-        gate.ended(&"a", four[0], Ended::Other, now);
-        assert!(gate.leave(&"a", now).is_ok(), "three out, one may leave");
-        assert!(gate.leave(&"a", now).is_err(), "four out again");
+        gate.ended(&"a", four[0], Ended::Done, now);
+        assert!(
+            gate.leave(&"a", false, now).is_ok(),
+            "three out, one may leave"
+        );
+        assert!(gate.leave(&"a", false, now).is_err(), "four out again");
     }
 
     #[test]
@@ -183,11 +256,11 @@ mod tests {
         let mut gate = SendGate::default();
         let now = Instant::now();
         let _two = leave_n(&mut gate, 2, now);
-        let third = gate.leave(&"a", now).expect("not learned yet");
+        let third = gate.leave(&"a", false, now).expect("not learned yet");
         gate.ended(&"a", third, Ended::RefusedForCap, now);
-        assert!(gate.leave(&"a", now + LESSON_LASTS / 2).is_err());
+        assert!(gate.leave(&"a", false, now + LESSON_LASTS / 2).is_err());
         assert!(
-            gate.leave(&"a", now + LESSON_LASTS).is_ok(),
+            gate.leave(&"a", false, now + LESSON_LASTS).is_ok(),
             "an expired lesson refuses nothing"
         );
     }
@@ -196,10 +269,10 @@ mod tests {
     fn a_refusal_with_nothing_else_out_teaches_nothing() {
         let mut gate = SendGate::default();
         let now = Instant::now();
-        let only = gate.leave(&"a", now).expect("first");
+        let only = gate.leave(&"a", false, now).expect("first");
         gate.ended(&"a", only, Ended::RefusedForCap, now);
-        assert!(gate.leave(&"a", now).is_ok());
-        assert!(gate.leave(&"a", now).is_ok());
+        assert!(gate.leave(&"a", false, now).is_ok());
+        assert!(gate.leave(&"a", false, now).is_ok());
     }
 
     #[test]
@@ -210,32 +283,37 @@ mod tests {
         // The second (one other out) refused: the cap is one...
         gate.ended(&"a", sent[1], Ended::RefusedForCap, now);
         // ...yet the third, which left with two others out, was taken: it is three at least.
-        gate.ended(&"a", sent[2], Ended::Other, now);
-        let fresh = gate.leave(&"a", now).expect("one out, cap three");
+        gate.ended(&"a", sent[2], Ended::Done, now);
+        let fresh = gate.leave(&"a", false, now).expect("one out, cap three");
         assert_eq!(fresh.others_out, 1);
-        assert!(gate.leave(&"a", now).is_ok(), "two out, cap three");
-        assert!(gate.leave(&"a", now).is_err(), "three out, cap three");
+        assert!(gate.leave(&"a", false, now).is_ok(), "two out, cap three");
+        assert!(
+            gate.leave(&"a", false, now).is_err(),
+            "three out, cap three"
+        );
     }
 
     #[test]
     fn pairs_are_apart_and_forgotten_when_idle() {
         let mut gate = SendGate::default();
         let now = Instant::now();
-        let a = gate.leave(&"a", now).expect("a");
-        let a2 = gate.leave(&"a", now).expect("a2");
+        let a = gate.leave(&"a", false, now).expect("a");
+        let a2 = gate.leave(&"a", false, now).expect("a2");
         gate.ended(&"a", a2, Ended::RefusedForCap, now);
-        assert!(gate.leave(&"a", now).is_err());
+        assert!(gate.leave(&"a", false, now).is_err());
         assert!(
-            gate.leave(&"b", now).is_ok(),
+            gate.leave(&"b", false, now).is_ok(),
             "another pair is not held back"
         );
-        gate.ended(&"a", a, Ended::Other, now + LESSON_LASTS);
+        gate.ended(&"a", a, Ended::Done, now + LESSON_LASTS);
         assert!(
             gate.pairs.contains_key(&"a"),
             "learned, not yet expired at ended"
         );
-        let again = gate.leave(&"a", now + LESSON_LASTS).expect("expired");
-        gate.ended(&"a", again, Ended::Other, now + LESSON_LASTS);
+        let again = gate
+            .leave(&"a", false, now + LESSON_LASTS)
+            .expect("expired");
+        gate.ended(&"a", again, Ended::Done, now + LESSON_LASTS);
         assert!(
             !gate.pairs.contains_key(&"a"),
             "idle and unlearned: forgotten"
@@ -246,19 +324,115 @@ mod tests {
     fn a_full_gate_forgets_idle_pairs_and_never_refuses_for_want_of_room() {
         let mut gate: SendGate<u32> = SendGate::default();
         let now = Instant::now();
-        let first = gate.leave(&0, now).expect("room");
+        let first = gate.leave(&0, false, now).expect("room");
         for key in 1..MAX_TRACKED as u32 {
-            gate.leave(&key, now).expect("room");
+            gate.leave(&key, false, now).expect("room");
         }
-        let uncounted = gate.leave(&u32::MAX, now).expect("full, still sent");
+        let uncounted = gate.leave(&u32::MAX, false, now).expect("full, still sent");
         assert_eq!(gate.out(&u32::MAX), 0, "not counted");
         gate.ended(&u32::MAX, uncounted, Ended::RefusedForCap, now);
-        gate.ended(&0, first, Ended::Other, now);
-        assert!(gate.leave(&(u32::MAX - 1), now).is_ok());
+        gate.ended(&0, first, Ended::Done, now);
+        assert!(gate.leave(&(u32::MAX - 1), false, now).is_ok());
         assert_eq!(
             gate.out(&(u32::MAX - 1)),
             1,
             "room made by forgetting pair 0"
+        );
+    }
+
+    #[test]
+    fn a_repeat_of_an_id_that_may_have_left_is_never_refused_here() {
+        let mut gate = SendGate::default();
+        let now = Instant::now();
+        let _two = leave_n(&mut gate, 2, now);
+        let third = gate.leave(&"a", false, now).expect("not learned yet");
+        gate.ended(&"a", third, Ended::RefusedForCap, now);
+        assert!(
+            gate.leave(&"a", false, now).is_err(),
+            "a new id: refused here"
+        );
+        let repeat = gate
+            .leave(&"a", true, now)
+            .expect("a repeat goes to the owner");
+        assert_eq!(repeat.others_out, 2);
+        assert_eq!(gate.out(&"a"), 3, "and counts while out");
+    }
+
+    #[test]
+    fn a_write_refused_for_another_reason_or_unanswered_teaches_nothing() {
+        let mut gate = SendGate::default();
+        let now = Instant::now();
+        let sent = leave_n(&mut gate, 3, now);
+        gate.ended(&"a", sent[1], Ended::RefusedForCap, now); // cap <= 1
+        gate.ended(&"a", sent[2], Ended::Other, now); // left with two out: no word on the cap
+        assert!(gate.leave(&"a", false, now).is_err(), "one out, cap one");
+    }
+
+    fn id_at(ms: u64) -> RequestId {
+        RequestId::at(ms)
+    }
+
+    #[test]
+    fn ids_stamped_before_the_process_started_may_have_left() {
+        let start = 1_764_000_000_000;
+        let recent = RecentIds::new(start);
+        assert!(recent.may_have_left(&id_at(start - 1)));
+        assert!(!recent.may_have_left(&id_at(start)));
+    }
+
+    #[test]
+    fn a_sent_id_may_have_left_until_it_is_forgotten_and_then_by_its_stamp() {
+        let start = 1_764_000_000_000;
+        let mut recent = RecentIds::new(start);
+        let id = id_at(start + 5);
+        recent.sent(id, start + 5);
+        assert!(recent.may_have_left(&id));
+        // Made in the same millisecond, never sent.
+        let fresh = id_at(start + 5);
+        assert!(
+            !recent.may_have_left(&fresh),
+            "made after the horizon, never sent"
+        );
+        // Long after: forgotten, and the horizon moved past its stamp.
+        let later = start + 5 + REMEMBER_SENT.as_millis() as u64 + 1;
+        recent.sent(id_at(later), later);
+        assert!(
+            recent.may_have_left(&id),
+            "forgotten, stamped before the horizon"
+        );
+        assert!(
+            recent.may_have_left(&fresh),
+            "stamped before the horizon: it may have been sent meanwhile, for all we know"
+        );
+        assert!(!recent.may_have_left(&id_at(later + 1)));
+    }
+
+    #[test]
+    fn an_id_stamped_ahead_of_this_clock_is_still_known_after_it_is_forgotten() {
+        let start = 1_764_000_000_000;
+        let mut recent = RecentIds::new(start);
+        let ahead = id_at(start + 2_000);
+        recent.sent(ahead, start);
+        let later = start + REMEMBER_SENT.as_millis() as u64 + 1;
+        recent.sent(id_at(later), later);
+        assert!(later < ahead.unix_ms() + REMEMBER_SENT.as_millis() as u64);
+        assert!(recent.may_have_left(&ahead));
+    }
+
+    #[test]
+    fn too_many_ids_move_the_horizon_up_early_and_stay_bounded() {
+        let start = 1_764_000_000_000;
+        let mut recent = RecentIds::new(start);
+        let first = id_at(start);
+        recent.sent(first, start);
+        for n in 0..MAX_REMEMBERED as u64 {
+            recent.sent(id_at(start + 1 + n / 1000), start + 1 + n / 1000);
+        }
+        assert!(recent.order.len() <= MAX_REMEMBERED);
+        assert_eq!(recent.ids.len(), recent.order.len());
+        assert!(
+            recent.may_have_left(&first),
+            "forgotten early, but before the horizon"
         );
     }
 }
