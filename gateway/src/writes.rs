@@ -251,7 +251,7 @@ impl Writes {
         let key = (target.node, app.to_string());
         let left = {
             let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
-            let may_repeat = sending.recent.may_have_left(&id);
+            let may_repeat = sending.recent.may_have_left(&id, self.clock.unix_ms());
             let left = sending.gate.leave(&key, may_repeat, self.clock.now());
             if left.is_ok() {
                 sending.recent.sent(id, self.clock.unix_ms());

@@ -187,11 +187,14 @@ impl RecentIds {
         }
     }
 
-    /// Whether `id` may have been sent by this gateway before: it was, or it is stamped before
-    /// the horizon. An id is sent after it was made, so one stamped at or after the horizon
-    /// and not remembered was never sent.
-    pub fn may_have_left(&self, id: &RequestId) -> bool {
-        id.unix_ms() < self.horizon_ms || self.ids.contains(id)
+    /// Whether `id` may have been sent by this gateway before, at `now_ms`: it was, or it is
+    /// stamped before the horizon, or ahead of this clock. An id is sent after it was made, so
+    /// one stamped from the horizon to now and not remembered was never sent by this process.
+    /// An id dated ahead of the clock (an app's clock ahead of this one) may have been sent by
+    /// an earlier process whose start it postdates, so it is never judged here.
+    pub fn may_have_left(&self, id: &RequestId, now_ms: u64) -> bool {
+        let stamp = id.unix_ms();
+        stamp < self.horizon_ms || stamp > now_ms || self.ids.contains(id)
     }
 
     /// `id` is about to leave, at `now_ms`.
@@ -376,8 +379,8 @@ mod tests {
     fn ids_stamped_before_the_process_started_may_have_left() {
         let start = 1_764_000_000_000;
         let recent = RecentIds::new(start);
-        assert!(recent.may_have_left(&id_at(start - 1)));
-        assert!(!recent.may_have_left(&id_at(start)));
+        assert!(recent.may_have_left(&id_at(start - 1), start));
+        assert!(!recent.may_have_left(&id_at(start), start));
     }
 
     #[test]
@@ -386,25 +389,25 @@ mod tests {
         let mut recent = RecentIds::new(start);
         let id = id_at(start + 5);
         recent.sent(id, start + 5);
-        assert!(recent.may_have_left(&id));
+        assert!(recent.may_have_left(&id, u64::MAX));
         // Made in the same millisecond, never sent.
         let fresh = id_at(start + 5);
         assert!(
-            !recent.may_have_left(&fresh),
+            !recent.may_have_left(&fresh, u64::MAX),
             "made after the horizon, never sent"
         );
         // Long after: forgotten, and the horizon moved past its stamp.
         let later = start + 5 + REMEMBER_SENT.as_millis() as u64 + 1;
         recent.sent(id_at(later), later);
         assert!(
-            recent.may_have_left(&id),
+            recent.may_have_left(&id, u64::MAX),
             "forgotten, stamped before the horizon"
         );
         assert!(
-            recent.may_have_left(&fresh),
+            recent.may_have_left(&fresh, u64::MAX),
             "stamped before the horizon: it may have been sent meanwhile, for all we know"
         );
-        assert!(!recent.may_have_left(&id_at(later + 1)));
+        assert!(!recent.may_have_left(&id_at(later + 1), u64::MAX));
     }
 
     #[test]
@@ -416,7 +419,16 @@ mod tests {
         let later = start + REMEMBER_SENT.as_millis() as u64 + 1;
         recent.sent(id_at(later), later);
         assert!(later < ahead.unix_ms() + REMEMBER_SENT.as_millis() as u64);
-        assert!(recent.may_have_left(&ahead));
+        assert!(recent.may_have_left(&ahead, u64::MAX));
+    }
+
+    #[test]
+    fn an_id_dated_ahead_of_this_clock_is_never_judged_here() {
+        let start = 1_764_000_000_000;
+        let recent = RecentIds::new(start);
+        let ahead = id_at(start + 3_000);
+        assert!(recent.may_have_left(&ahead, start + 1_000));
+        assert!(!recent.may_have_left(&ahead, start + 3_000));
     }
 
     #[test]
@@ -431,7 +443,7 @@ mod tests {
         assert!(recent.order.len() <= MAX_REMEMBERED);
         assert_eq!(recent.ids.len(), recent.order.len());
         assert!(
-            recent.may_have_left(&first),
+            recent.may_have_left(&first, u64::MAX),
             "forgotten early, but before the horizon"
         );
     }
