@@ -197,7 +197,16 @@ async fn start_discovery(
         .and_then(|mdns| mdns.announce(&announcement).map(|()| mdns));
     match started {
         Ok(mdns) => {
-            let events = mdns.events()?;
+            let Some(events) = mdns.events() else {
+                // Taken once, at start: never in practice; said rather than left "off".
+                warn!("mDNS discovery is off: its events were already taken");
+                gateway
+                    .network()
+                    .set_discovery_state(DiscoveryState::Failed(
+                        "its events were already taken".into(),
+                    ));
+                return None;
+            };
             gateway
                 .network()
                 .set_discovery_state(DiscoveryState::Running { heard_self: false });

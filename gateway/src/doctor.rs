@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_core::health::Failure;
+use ferry_core::route_table::RouteSource;
+use ferry_core::routes::RouteKind;
 use ferry_kit::admin::{DoctorFinding, DoctorReport};
 use tokio::task::JoinSet;
 
@@ -98,10 +100,10 @@ pub enum Probe {
 /// One route of a trusted peer, probed.
 #[derive(Debug, Clone)]
 pub struct RouteProbe {
-    pub kind: String,
+    pub kind: RouteKind,
     pub address: String,
-    /// `config` (from `ferry trust --addr`), `mdns` or `txt`.
-    pub source: String,
+    /// `Config` (from `ferry trust --addr`), `Mdns` or `Txt`.
+    pub source: RouteSource,
     pub probe: Probe,
     /// The peer's wall clock less this machine's, when it answered and said its clock.
     pub clock_offset_ms: Option<i64>,
@@ -181,11 +183,19 @@ pub fn diagnose(gathered: &Gathered) -> DoctorReport {
         format!("listening for peers on UDP {}", gathered.quic),
         None,
     ));
-    let lan_interfaces = gathered
+    // Interfaces, not addresses: one Wi-Fi with an IPv4 and two IPv6 addresses is one.
+    let mut lan_names: Vec<&str> = gathered
         .interfaces
         .iter()
         .filter(|i| i.kind == InterfaceKind::Lan)
-        .count();
+        .map(|i| i.name.as_str())
+        .collect();
+    lan_names.sort_unstable();
+    lan_names.dedup();
+    let lan_interfaces = match lan_names.len() {
+        1 => "1 LAN interface".to_string(),
+        n => format!("{n} LAN interfaces"),
+    };
     match &gathered.discovery {
         DiscoveryState::Off => findings.push(finding(
             "mdns",
@@ -199,6 +209,20 @@ pub fn diagnose(gathered: &Gathered) -> DoctorReport {
             format!("could not start: {err}"),
             Some("check that UDP port 5353 is free to share and multicast is allowed on this machine's firewall; meanwhile trust peers with `ferry trust ID --label L --addr HOST:PORT`".into()),
         )),
+        // Its own announcement takes a moment to come back: not a problem yet.
+        DiscoveryState::Running { heard_self: false }
+            if gathered.running_for < MDNS_SETTLE =>
+        {
+            findings.push(finding(
+                "mdns",
+                true,
+                format!(
+                    "running for {} s; its own announcement has not come back yet (ask again in a few seconds to know whether multicast works here)",
+                    gathered.running_for.as_secs()
+                ),
+                None,
+            ))
+        }
         DiscoveryState::Running { heard_self: false } => findings.push(finding(
             "mdns",
             false,
@@ -208,7 +232,7 @@ pub fn diagnose(gathered: &Gathered) -> DoctorReport {
         DiscoveryState::Running { heard_self: true } => findings.push(finding(
             "mdns",
             true,
-            format!("running, and its own announcement comes back ({lan_interfaces} LAN interfaces)"),
+            format!("running, and its own announcement comes back ({lan_interfaces})"),
             None,
         )),
     }
@@ -252,7 +276,7 @@ fn diagnose_peer(peer: &PeerProbe, mdns_works_here: bool) -> DoctorFinding {
         // being dropped between the two machines (this one sends and hears its own).
         let lan_by_address = answered
             .iter()
-            .find(|(_, r)| r.kind == "lan" && r.source == "config");
+            .find(|(_, r)| r.kind == RouteKind::Lan && r.source == RouteSource::Config);
         let offset = peer.routes.iter().find_map(|r| r.clock_offset_ms);
         if let Some(offset) =
             offset.filter(|o| o.unsigned_abs() >= CLOCK_SKEW_LIMIT.as_millis() as u64)
@@ -292,7 +316,7 @@ fn diagnose_peer(peer: &PeerProbe, mdns_works_here: bool) -> DoctorFinding {
             true,
             format!(
                 "reachable: {} {} in {:.1} ms{}",
-                best.kind,
+                best.kind.as_str(),
                 best.address,
                 rtt.as_secs_f64() * 1000.0,
                 if answered.len() < peer.routes.len() {
@@ -436,9 +460,9 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
                 (
                     index,
                     RouteProbe {
-                        kind: view.route.kind.as_str().to_string(),
+                        kind: view.route.kind,
                         address: view.route.addr.to_string(),
-                        source: format!("{:?}", view.source).to_lowercase(),
+                        source: view.source,
                         probe,
                         clock_offset_ms,
                     },
@@ -477,11 +501,11 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
 mod tests {
     use super::*;
 
-    fn route(kind: &str, source: &str, probe: Probe) -> RouteProbe {
+    fn route(kind: RouteKind, source: RouteSource, probe: Probe) -> RouteProbe {
         RouteProbe {
-            kind: kind.into(),
+            kind,
             address: "192.168.1.7:7420".into(),
-            source: source.into(),
+            source,
             probe,
             clock_offset_ms: None,
         }
@@ -512,20 +536,28 @@ mod tests {
         };
         let cases = [
             (
-                vec![route("lan", "mdns", answered.clone())],
+                vec![route(RouteKind::Lan, RouteSource::Mdns, answered.clone())],
                 true,
                 "reachable",
             ),
             (
-                vec![route("lan", "config", Probe::Failed(Failure::PortClosed))],
+                vec![route(
+                    RouteKind::Lan,
+                    RouteSource::Config,
+                    Probe::Failed(Failure::PortClosed),
+                )],
                 false,
                 "no gateway is running there",
             ),
-            (vec![route("lan", "config", Probe::Silent)], false, "silent"),
+            (
+                vec![route(RouteKind::Lan, RouteSource::Config, Probe::Silent)],
+                false,
+                "silent",
+            ),
             (
                 vec![route(
-                    "lan",
-                    "config",
+                    RouteKind::Lan,
+                    RouteSource::Config,
                     Probe::Failed(Failure::WrongKey("x".into())),
                 )],
                 false,
@@ -533,15 +565,19 @@ mod tests {
             ),
             (
                 vec![route(
-                    "lan",
-                    "config",
+                    RouteKind::Lan,
+                    RouteSource::Config,
                     Probe::Failed(Failure::NoCommonVersion("speaks 3-4, we 1-2".into())),
                 )],
                 false,
                 "protocol mismatch: speaks 3-4",
             ),
             (
-                vec![route("lan", "config", Probe::Failed(Failure::GoingAway))],
+                vec![route(
+                    RouteKind::Lan,
+                    RouteSource::Config,
+                    Probe::Failed(Failure::GoingAway),
+                )],
                 false,
                 "going away",
             ),
@@ -560,7 +596,10 @@ mod tests {
             rtt: Duration::from_millis(1),
         };
         let (ok, says) = said(
-            &peer(vec![route("lan", "config", answered.clone())], false),
+            &peer(
+                vec![route(RouteKind::Lan, RouteSource::Config, answered.clone())],
+                false,
+            ),
             true,
         );
         assert!(!ok && says.contains("multicast is dropped"), "{says}");
@@ -568,21 +607,30 @@ mod tests {
         // said under mdns), nor when the peer was heard, nor over the tailnet.
         assert!(
             said(
-                &peer(vec![route("lan", "config", answered.clone())], false),
+                &peer(
+                    vec![route(RouteKind::Lan, RouteSource::Config, answered.clone())],
+                    false
+                ),
                 false
             )
             .0
         );
         assert!(
             said(
-                &peer(vec![route("lan", "config", answered.clone())], true),
+                &peer(
+                    vec![route(RouteKind::Lan, RouteSource::Config, answered.clone())],
+                    true
+                ),
                 true
             )
             .0
         );
         assert!(
             said(
-                &peer(vec![route("tailnet", "config", answered)], false),
+                &peer(
+                    vec![route(RouteKind::Tailnet, RouteSource::Config, answered)],
+                    false
+                ),
                 true
             )
             .0
@@ -594,8 +642,8 @@ mod tests {
         let answered = |offset_ms| RouteProbe {
             clock_offset_ms: Some(offset_ms),
             ..route(
-                "lan",
-                "mdns",
+                RouteKind::Lan,
+                RouteSource::Mdns,
                 Probe::Answered {
                     rtt: Duration::from_millis(1),
                 },
@@ -611,10 +659,10 @@ mod tests {
     #[test]
     fn a_wrong_key_outranks_silence_on_another_route() {
         let routes = vec![
-            route("tailnet", "config", Probe::Silent),
+            route(RouteKind::Tailnet, RouteSource::Config, Probe::Silent),
             route(
-                "lan",
-                "config",
+                RouteKind::Lan,
+                RouteSource::Config,
                 Probe::Failed(Failure::WrongKey("x".into())),
             ),
         ];
@@ -647,8 +695,8 @@ mod tests {
             quic: "0.0.0.0:7420".into(),
             peers: vec![peer(
                 vec![route(
-                    "lan",
-                    "mdns",
+                    RouteKind::Lan,
+                    RouteSource::Mdns,
                     Probe::Answered {
                         rtt: Duration::from_millis(1),
                     },
@@ -667,5 +715,45 @@ mod tests {
             .findings
             .iter()
             .any(|f| f.subject == "mdns" && f.says.contains("address in use")));
+    }
+
+    #[test]
+    fn an_announcement_not_back_yet_is_a_problem_only_after_the_settle_and_lan_counts_interfaces() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let on = |name: &str, addr: &str| Interface {
+            name: name.into(),
+            ip: ip(addr),
+            kind: InterfaceKind::of(name, ip(addr)),
+        };
+        let mdns = |gathered: &Gathered| {
+            let report = diagnose(gathered);
+            let found = report.findings.into_iter().find(|f| f.subject == "mdns");
+            found.map(|f| (f.ok, f.says)).unwrap_or_default()
+        };
+        let early = Gathered {
+            running_for: MDNS_SETTLE - Duration::from_secs(3),
+            interfaces: vec![
+                on("wlan0", "192.168.1.20"),
+                on("wlan0", "fe80::1"),
+                on("eth0", "10.0.0.4"),
+            ],
+            discovery: DiscoveryState::Running { heard_self: false },
+            quic: "0.0.0.0:7420".into(),
+            peers: vec![],
+        };
+        let (ok, says) = mdns(&early);
+        assert!(ok && says.contains("not come back yet"), "{says}");
+        let settled = Gathered {
+            running_for: MDNS_SETTLE,
+            ..early.clone()
+        };
+        let (ok, says) = mdns(&settled);
+        assert!(!ok && says.contains("never came back"), "{says}");
+        let heard = Gathered {
+            discovery: DiscoveryState::Running { heard_self: true },
+            ..early
+        };
+        let (ok, says) = mdns(&heard);
+        assert!(ok && says.contains("(2 LAN interfaces)"), "{says}");
     }
 }

@@ -221,24 +221,13 @@ impl Service for PeerService {
         let mut news_age = None;
         if let ReadAnswer::Changes { changes, .. } = &answer {
             let news = !changes.is_empty();
+            let now = std::time::Instant::now();
             if news {
-                // From the commit that woke the wait; news already there when the follower
-                // asked was committed after its previous answer, so from that (an upper bound),
-                // unless that answer is too old to date anything (a follower back from a cut
-                // or a restart, caught up by pages of its own).
-                let age = match woken_at {
-                    Some(at) => Some(at.elapsed()),
-                    None => start
-                        .previous_answer
-                        .map(|at| at.elapsed())
-                        .filter(|age| *age < crate::pacer::STALE_AFTER),
-                };
-                if let Some(age) = age {
+                if let Some(age) = start.news_age(woken_at, now) {
                     self.metrics.feed_push(age);
                     news_age = Some(age);
                 }
             }
-            let now = std::time::Instant::now();
             self.pacer.answered(from, &request.vault, now, news);
         }
         drop(start.following);

@@ -74,6 +74,23 @@ pub struct Start {
     pub previous_answer: Option<Instant>,
 }
 
+impl Start {
+    /// How long before `now` the news this long poll answers with was committed, on this
+    /// machine's clock: from the commit that woke the wait (`woken_at`); news already there
+    /// when the follower asked was committed after its previous answer, so from that (an upper
+    /// bound), unless that answer is too old to date anything (a follower back from a cut or a
+    /// restart, caught up by pages of its own). `None`: the news cannot be dated.
+    pub fn news_age(&self, woken_at: Option<Instant>, now: Instant) -> Option<Duration> {
+        match woken_at {
+            Some(at) => Some(now.saturating_duration_since(at)),
+            None => self
+                .previous_answer
+                .map(|at| now.saturating_duration_since(at))
+                .filter(|age| *age < STALE_AFTER),
+        }
+    }
+}
+
 impl PushPacer {
     /// `from`'s long poll of `vault` starts.
     pub fn start(self: &Arc<Self>, from: NodeId, vault: &str) -> Start {
@@ -167,6 +184,38 @@ mod tests {
         assert_eq!(again.not_before, Some(t0 + gather_for(5)));
         assert_eq!(again.previous_answer, Some(t0 + Duration::from_secs(1)));
         assert_eq!(pacer.start(a, "w").not_before, None);
+    }
+
+    #[test]
+    fn news_is_dated_from_the_wake_else_from_a_recent_previous_answer_else_not_at_all() {
+        let pacer = Arc::new(PushPacer::default());
+        let a = node(1);
+        let t0 = Instant::now();
+        let now = t0 + Duration::from_secs(60);
+        // Never answered: news found waiting cannot be dated; news that woke the wait can.
+        let first = pacer.start(a, "v");
+        assert_eq!(first.news_age(None, now), None);
+        let woken = now - Duration::from_millis(3);
+        assert_eq!(
+            first.news_age(Some(woken), now),
+            Some(Duration::from_millis(3))
+        );
+        // Answered 2 s ago: news found waiting is at most that old.
+        pacer.answered(a, "v", now - Duration::from_secs(2), false);
+        let recent = pacer.start(a, "v");
+        assert_eq!(recent.news_age(None, now), Some(Duration::from_secs(2)));
+        assert_eq!(
+            recent.news_age(Some(woken), now),
+            Some(Duration::from_millis(3))
+        );
+        // Answered longer ago than the cut: a follower back from a restart dates nothing.
+        pacer.answered(a, "w", now - STALE_AFTER, false);
+        assert_eq!(pacer.start(a, "w").news_age(None, now), None);
+        // A wake dated after `now` (clock read in another order) is no age, not a panic.
+        assert_eq!(
+            recent.news_age(Some(now + Duration::from_millis(1)), now),
+            Some(Duration::ZERO)
+        );
     }
 
     #[test]
