@@ -206,6 +206,26 @@ impl Sample {
         self.latencies.len()
     }
 
+    /// Several samples as one: every latency, failure and source of each, over their summed
+    /// wall time.
+    pub fn pooled(samples: Vec<Sample>) -> Self {
+        let mut all = Sample::default();
+        for sample in samples {
+            all.latencies.extend(sample.latencies);
+            all.elapsed += sample.elapsed;
+            for (status, n) in sample.non_200 {
+                *all.non_200.entry(status).or_default() += n;
+            }
+            for (source, n) in sample.sources {
+                *all.sources.entry(source).or_default() += n;
+            }
+            all.transport_errors += sample.transport_errors;
+            all.first_failure = all.first_failure.or(sample.first_failure);
+        }
+        all.latencies.sort_unstable();
+        all
+    }
+
     pub fn failures(&self) -> u64 {
         self.non_200.values().sum::<u64>() + self.transport_errors
     }

@@ -44,6 +44,9 @@ pub struct Plan {
     /// Point reads and writes measured on each vault, one at a time.
     pub reads: usize,
     pub writes: usize,
+    /// Owner processes the reads and writes of each vault are spread over (started afresh
+    /// for each): one process's figures on this VM sit in one of two modes, by start.
+    pub starts_per_vault: usize,
     /// Pages of keys listed at places spread over the big vault.
     pub pages: usize,
     /// Changes written while the replica is stopped, for its catch-up.
@@ -65,6 +68,7 @@ impl Plan {
             small_records: 10_000,
             reads: 300,
             writes: 200,
+            starts_per_vault: 2,
             pages: 40,
             catch_up_changes: 1_000,
             base_peers: 2,
@@ -80,6 +84,7 @@ impl Plan {
             small_records: 10_000,
             reads: 3_000,
             writes: 1_000,
+            starts_per_vault: 3,
             pages: 200,
             catch_up_changes: 10_000,
             base_peers: 2,

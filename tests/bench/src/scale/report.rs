@@ -47,11 +47,16 @@ impl Latencies {
     }
 }
 
-/// Point reads and writes through the owner's API on one vault.
+/// Point reads and writes through the owner's API on one vault (over all the owner's starts,
+/// with each start's p50 beside; bare SQLite has no starts).
 #[derive(Debug, Clone, Serialize)]
 pub struct OnVault {
     pub read: Latencies,
     pub write: Latencies,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_p50_by_start_ms: Vec<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub write_p50_by_start_ms: Vec<f64>,
 }
 
 /// The same work on bare SQLite: the owner's database file after the run, one request at a
@@ -351,6 +356,22 @@ fn render_big(out: &mut String, big: &Result<BigVault, String>) {
             ratio(large.p50_ms, small.p50_ms).map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
         );
     }
+    let by_start = |p50s: &[f64]| {
+        p50s.iter()
+            .map(|p| format!("{p:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "\nThe owner's API figures pool {} starts of the owner per vault; each start's p50, ms: \
+         reads {} (small) and {} (big), writes {} (small) and {} (big).",
+        big.small.read_p50_by_start_ms.len(),
+        by_start(&big.small.read_p50_by_start_ms),
+        by_start(&big.big.read_p50_by_start_ms),
+        by_start(&big.small.write_p50_by_start_ms),
+        by_start(&big.big.write_p50_by_start_ms)
+    );
     let _ = writeln!(
         out,
         "\nA page of 1,000 keys, {} places across the big vault: p50 {}, p99 {}, max {} through \
