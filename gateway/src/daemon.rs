@@ -199,12 +199,11 @@ async fn start_discovery(
         Ok(mdns) => {
             let Some(events) = mdns.events() else {
                 // Taken once, at start: never in practice; said rather than left "off".
-                warn!("mDNS discovery is off: its events were already taken");
+                let err = "its events were already taken (a bug in this build)";
+                warn!(err, "mDNS discovery failed");
                 gateway
                     .network()
-                    .set_discovery_state(DiscoveryState::Failed(
-                        "its events were already taken".into(),
-                    ));
+                    .set_discovery_state(DiscoveryState::Failed(err.into()));
                 return None;
             };
             gateway

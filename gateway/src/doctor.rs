@@ -118,7 +118,7 @@ pub struct PeerProbe {
     pub seen_on_mdns: bool,
 }
 
-/// How long this gateway must have been browsing before a peer it never heard counts as
+/// How long discovery must have been running before a peer it never heard counts as
 /// unannounced: a peer that was already running answers the browse query made at start, and
 /// one that started later announced itself then, both within a second or two.
 pub const MDNS_SETTLE: Duration = Duration::from_secs(5);
@@ -126,8 +126,8 @@ pub const MDNS_SETTLE: Duration = Duration::from_secs(5);
 /// Everything [`diagnose`] looks at.
 #[derive(Debug, Clone)]
 pub struct Gathered {
-    /// How long this gateway has been running (and browsing).
-    pub running_for: Duration,
+    /// How long discovery has been in its state (for `Running`: announcing and browsing).
+    pub discovery_for: Duration,
     pub interfaces: Vec<Interface>,
     pub discovery: DiscoveryState,
     pub quic: String,
@@ -207,18 +207,18 @@ pub fn diagnose(gathered: &Gathered) -> DoctorReport {
             "mdns",
             false,
             format!("could not start: {err}"),
-            Some("check that UDP port 5353 is free to share and multicast is allowed on this machine's firewall; meanwhile trust peers with `ferry trust ID --label L --addr HOST:PORT`".into()),
+            Some("if the error is the network's (an address in use, permission denied, no interface), check that UDP port 5353 is free to share and multicast is allowed on this machine's firewall; anything else is a bug to report with the gateway's log; meanwhile trust peers with `ferry trust ID --label L --addr HOST:PORT`".into()),
         )),
         // Its own announcement takes a moment to come back: not a problem yet.
         DiscoveryState::Running { heard_self: false }
-            if gathered.running_for < MDNS_SETTLE =>
+            if gathered.discovery_for < MDNS_SETTLE =>
         {
             findings.push(finding(
                 "mdns",
                 true,
                 format!(
                     "running for {} s; its own announcement has not come back yet (ask again in a few seconds to know whether multicast works here)",
-                    gathered.running_for.as_secs()
+                    gathered.discovery_for.as_secs()
                 ),
                 None,
             ))
@@ -239,7 +239,7 @@ pub fn diagnose(gathered: &Gathered) -> DoctorReport {
     let mdns_works_here = matches!(
         gathered.discovery,
         DiscoveryState::Running { heard_self: true }
-    ) && gathered.running_for >= MDNS_SETTLE;
+    ) && gathered.discovery_for >= MDNS_SETTLE;
     for peer in &gathered.peers {
         findings.push(diagnose_peer(peer, mdns_works_here));
     }
@@ -489,7 +489,7 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
         peer.routes.sort_by(|a, b| a.address.cmp(&b.address));
     }
     Gathered {
-        running_for: gateway.uptime(),
+        discovery_for: network.discovery_for(),
         interfaces: interfaces(),
         discovery: network.discovery_state(),
         quic: gateway.quic_addr().to_string(),
@@ -689,7 +689,7 @@ mod tests {
     #[test]
     fn the_report_is_ok_only_without_problems() {
         let gathered = Gathered {
-            running_for: MDNS_SETTLE,
+            discovery_for: MDNS_SETTLE,
             interfaces: vec![],
             discovery: DiscoveryState::Running { heard_self: true },
             quic: "0.0.0.0:7420".into(),
@@ -731,7 +731,7 @@ mod tests {
             found.map(|f| (f.ok, f.says)).unwrap_or_default()
         };
         let early = Gathered {
-            running_for: MDNS_SETTLE - Duration::from_secs(3),
+            discovery_for: MDNS_SETTLE - Duration::from_secs(3),
             interfaces: vec![
                 on("wlan0", "192.168.1.20"),
                 on("wlan0", "fe80::1"),
@@ -744,7 +744,7 @@ mod tests {
         let (ok, says) = mdns(&early);
         assert!(ok && says.contains("not come back yet"), "{says}");
         let settled = Gathered {
-            running_for: MDNS_SETTLE,
+            discovery_for: MDNS_SETTLE,
             ..early.clone()
         };
         let (ok, says) = mdns(&settled);

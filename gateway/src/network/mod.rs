@@ -59,7 +59,8 @@ pub struct Network {
     /// What each peer last said of its version (heard since start, or remembered from the
     /// database), and where a change goes to be written down.
     versions: Mutex<Versions>,
-    discovery: Mutex<DiscoveryState>,
+    /// Discovery's state, and since when.
+    discovery: Mutex<(DiscoveryState, Instant)>,
 }
 
 /// The peers' versions and the changes not yet taken by the task that writes them down.
@@ -123,25 +124,37 @@ impl Network {
             thunderbolt: parts.thunderbolt,
             clock: parts.clock,
             versions: Mutex::new(Versions::new()),
-            discovery: Mutex::new(DiscoveryState::Off),
+            discovery: Mutex::new((DiscoveryState::Off, Instant::now())),
         }
     }
 
-    /// Records how discovery started (the daemon, once).
+    /// Records how discovery started (the daemon, once), and when.
     pub fn set_discovery_state(&self, state: DiscoveryState) {
-        *self.discovery.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        *self.discovery.lock().unwrap_or_else(|p| p.into_inner()) = (state, Instant::now());
     }
 
     pub fn discovery_state(&self) -> DiscoveryState {
         self.discovery
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .0
             .clone()
+    }
+
+    /// How long discovery has been in its present state: for `Running`, how long this gateway
+    /// has been announcing and browsing (its start comes after the tailnet's detection, not
+    /// with the process).
+    pub fn discovery_for(&self) -> Duration {
+        self.discovery
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .elapsed()
     }
 
     fn heard_self(&self) {
         let mut state = self.discovery.lock().unwrap_or_else(|p| p.into_inner());
-        if let DiscoveryState::Running { heard_self } = &mut *state {
+        if let (DiscoveryState::Running { heard_self }, _) = &mut *state {
             *heard_self = true;
         }
     }

@@ -41,7 +41,8 @@ pub struct Plan {
     pub big_records: u64,
     /// Records in the small vault the big one's figures are compared with.
     pub small_records: u64,
-    /// Point reads and writes measured on each vault, one at a time.
+    /// Point reads and writes measured on each vault at each of its owner's starts, one at a
+    /// time.
     pub reads: usize,
     pub writes: usize,
     /// Owner processes the reads and writes of each vault are spread over (started afresh
