@@ -245,11 +245,23 @@ impl Service for PeerService {
         answer
     }
 
-    async fn call_status(&self, from: NodeId, request: CallStatusRequest) -> Option<CallState> {
+    async fn call_status(
+        &self,
+        from: NodeId,
+        request: CallStatusRequest,
+        vault: Option<String>,
+    ) -> Option<CallState> {
         // A peer untrusted since its connection opened gets no tombstones written for it.
         if !self.trusted(&from) {
             return None;
         }
+        // Only a vault owned here names a tombstone: a name the caller made up would only
+        // mislabel its own id's fence, but it is not kept.
+        let vault = vault.filter(|vault| {
+            self.vaults
+                .get(vault)
+                .is_some_and(|row| row.role == crate::store::vaults::Role::Owner)
+        });
         let span = tracing::debug_span!(
             "owner_settle",
             request_id = %request.request_id,
@@ -258,7 +270,7 @@ impl Service for PeerService {
         let state = self
             .owner
             .executor()
-            .status(from, request.request_id)
+            .status(from, request.request_id, vault.as_deref())
             .instrument(span.clone())
             .await
             .ok();

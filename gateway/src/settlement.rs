@@ -175,21 +175,23 @@ impl Settlement {
             .run(move |conn| calls::get(conn, request_id))
             .await
             .map_err(unavailable)?;
-        let owner = match remembered {
+        // The vault the write was for: the call log's, else the one the app named; the owner
+        // files a tombstone under it.
+        let (owner, vault) = match remembered {
             Some(CallRow {
                 state: RowState::Settled(state),
                 owner_label,
                 ..
             }) => return Ok((state, owner_label)),
-            Some(row) => Some(row.owner),
-            None => None,
+            Some(row) => (Some(row.owner), Some(row.vault)),
+            None => (None, vault),
         };
         let owner = match owner {
             Some(owner) => owner,
             None => match self.own_journal(request_id).await? {
                 Some(state) => return Ok((state, self.network.label().to_string())),
-                None => match vault {
-                    Some(vault) => match self.owner_of_vault(&vault).await {
+                None => match &vault {
+                    Some(vault) => match self.owner_of_vault(vault).await {
                         Some(owner) => owner,
                         None => return self.ask_everyone(request_id).await,
                     },
@@ -199,7 +201,9 @@ impl Settlement {
         };
         let label = self.network.label_of(&owner);
         loop {
-            let state = self.ask_owner(owner, request_id, SETTLE_ASK_BOUND).await?;
+            let state = self
+                .ask_owner(owner, request_id, vault.as_deref(), SETTLE_ASK_BOUND)
+                .await?;
             if let CallState::Forgotten { retention_ms } = state {
                 return Err(forgotten(request_id, retention_ms));
             }
@@ -262,7 +266,7 @@ impl Settlement {
             let settlement = self.clone();
             asks.spawn(async move {
                 let answer = settlement
-                    .ask_owner(owner, request_id, SETTLE_ASK_BOUND)
+                    .ask_owner(owner, request_id, None, SETTLE_ASK_BOUND)
                     .await;
                 (owner, answer)
             });
@@ -297,18 +301,20 @@ impl Settlement {
         }
     }
 
-    /// Asks `owner` what became of `request_id`, once.
+    /// Asks `owner` what became of `request_id`, once, naming the vault its write was for
+    /// when that is known (a tombstone is filed under it).
     async fn ask_owner(
         &self,
         owner: NodeId,
         request_id: RequestId,
+        vault: Option<&str>,
         bound: Duration,
     ) -> Result<CallState, SettleError> {
         if owner == self.network.me() {
             return self
                 .owner
                 .executor()
-                .status(owner, request_id)
+                .status(owner, request_id, vault)
                 .await
                 .map_err(|err| SettleError::Unavailable {
                     detail: err.to_string(),
@@ -322,7 +328,7 @@ impl Settlement {
             })?;
         self.network
             .caller()
-            .call_status(&target, request_id, self.clock.now() + bound, false)
+            .call_status(&target, request_id, vault, self.clock.now() + bound, false)
             .await
             .map_err(|err| SettleError::Unavailable {
                 detail: err.to_string(),
@@ -360,7 +366,12 @@ impl Settlement {
                     return;
                 }
                 match self
-                    .ask_owner(call.owner, call.request_id, SETTLE_ASK_BOUND)
+                    .ask_owner(
+                        call.owner,
+                        call.request_id,
+                        Some(&call.vault),
+                        SETTLE_ASK_BOUND,
+                    )
                     .await
                 {
                     Ok(CallState::Running { .. }) | Err(_) => {}

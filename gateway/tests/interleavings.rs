@@ -328,7 +328,7 @@ impl Owner {
     /// A settle query, in its own transaction (it may write a tombstone).
     fn status(&mut self, caller: NodeId, id: RequestId, now_ms: u64) -> CallState {
         let tx = self.conn.transaction().unwrap();
-        let state = verbs::status(&tx, caller, id, &LIMITS, now_ms).unwrap();
+        let state = verbs::status(&tx, caller, id, VAULT, &LIMITS, now_ms).unwrap();
         tx.commit().unwrap();
         state
     }

@@ -387,7 +387,7 @@ impl Caller {
                         tokio::time::sleep(after).await;
                     }
                     match self
-                        .call_status(target, call.request_id, deadline, true)
+                        .call_status(target, call.request_id, Some(&call.vault), deadline, true)
                         .await
                     {
                         Ok(state) => Event::Settled(state),
@@ -692,21 +692,26 @@ impl Caller {
         }
     }
 
-    /// Asks the owner what became of `request_id` (a read: safe to repeat). With
-    /// `fresh_connection`, pooled connections are not used: after a break, the pooled one may
-    /// be the dead one.
+    /// Asks the owner what became of `request_id` (a read: safe to repeat), naming the vault
+    /// its write was for when that is known, so a tombstone names it too
+    /// ([`crate::wire::EXT_VAULT`]). With `fresh_connection`, pooled connections are not used:
+    /// after a break, the pooled one may be the dead one.
     pub async fn call_status(
         &self,
         target: &Target,
         request_id: RequestId,
+        vault: Option<&str>,
         deadline: Instant,
         fresh_connection: bool,
     ) -> Result<CallState, ReadError> {
-        let request = Request::CallStatus(CallStatusRequest { request_id });
-        match self
-            .idempotent(target, request, deadline, fresh_connection)
-            .await?
-        {
+        let frame = RequestFrame {
+            body: Request::CallStatus(CallStatusRequest { request_id }),
+            ext: vault.map(Extensions::vault).unwrap_or_default(),
+        };
+        let reply = self
+            .idempotent_frame(target, frame, Duration::ZERO, deadline, fresh_connection)
+            .await?;
+        match reply.response {
             Response::CallStatus(state) => Ok(state),
             other => Err(unexpected(target, "a status request", &other)),
         }

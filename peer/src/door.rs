@@ -66,12 +66,14 @@ pub trait Service: Send + Sync + 'static {
         from: NodeId,
         request: TicketRequest,
     ) -> impl Future<Output = TicketAnswer> + Send;
-    /// What became of one of `from`'s request ids (tombstoning an id never seen). `None`:
-    /// this gateway cannot say now (it is stopping); the caller asks again later.
+    /// What became of one of `from`'s request ids (tombstoning an id never seen, under
+    /// `vault` when the caller named it, [`crate::wire::EXT_VAULT`]). `None`: this gateway
+    /// cannot say now (it is stopping); the caller asks again later.
     fn call_status(
         &self,
         from: NodeId,
         request: CallStatusRequest,
+        vault: Option<String>,
     ) -> impl Future<Output = Option<CallState>> + Send;
     /// This gateway's wall clock (Unix milliseconds), sent with heartbeat answers
     /// ([`crate::wire::EXT_CLOCK_MS`]); `None` sends none (a service without a wall clock).
@@ -257,10 +259,13 @@ async fn serve_stream<S: Service>(
                 Response::Ticket(service.issue_ticket(peer, request).await)
             }
             Request::Heartbeat(beat) => Response::Heartbeat(beat),
-            Request::CallStatus(request) => match service.call_status(peer, request).await {
-                Some(state) => Response::CallStatus(state),
-                None => Response::Failed(ProtocolFailure::GoingAway),
-            },
+            Request::CallStatus(request) => {
+                let vault = frame.ext.vault_of().map(str::to_string);
+                match service.call_status(peer, request, vault).await {
+                    Some(state) => Response::CallStatus(state),
+                    None => Response::Failed(ProtocolFailure::GoingAway),
+                }
+            }
             // A newer peer's request: read whole, not understood, not run.
             Request::Unknown { kind } => {
                 debug!(peer = %peer.short(), kind, "request of an unknown kind; answered, nothing ran");

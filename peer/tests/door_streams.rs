@@ -40,7 +40,12 @@ impl Service for PanicsOnRead {
     async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {
         unreachable!("this test asks for no tickets")
     }
-    async fn call_status(&self, _: NodeId, _: CallStatusRequest) -> Option<CallState> {
+    async fn call_status(
+        &self,
+        _: NodeId,
+        _: CallStatusRequest,
+        _: Option<String>,
+    ) -> Option<CallState> {
         unreachable!("this test asks about no calls")
     }
 }

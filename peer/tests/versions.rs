@@ -43,7 +43,12 @@ impl Service for Greeter {
     async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {
         unreachable!("no tickets here")
     }
-    async fn call_status(&self, _: NodeId, _: CallStatusRequest) -> Option<CallState> {
+    async fn call_status(
+        &self,
+        _: NodeId,
+        _: CallStatusRequest,
+        _: Option<String>,
+    ) -> Option<CallState> {
         unreachable!("no calls here")
     }
 }

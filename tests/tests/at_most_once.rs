@@ -119,6 +119,43 @@ fn a_killed_owner_means_unavailable_within_the_connect_timeout_and_the_id_settle
 }
 
 #[test]
+fn a_settle_query_that_names_the_vault_files_its_tombstone_under_it() {
+    // So that when a vault moves to another owner, its fences can go with its rows
+    // (docs/ownership.md); the vault travels as extension tag 4 of the settle query.
+    let (a, b) = two_with_notes();
+    let named = fresh_request_id();
+    let response = b
+        .request(
+            reqwest::Method::GET,
+            &format!("/v1/calls/{named}?vault=notes"),
+        )
+        .send()
+        .unwrap();
+    let status = response.status().as_u16();
+    let settled: Value = response.json().unwrap_or(Value::Null);
+    assert_eq!(status, 200, "{settled}");
+    assert_eq!(
+        (settled["state"].as_str(), settled["reason"].as_str()),
+        (Some("not_carried_out"), Some("never_arrived"))
+    );
+    assert_eq!(a.journal_vault(&named).as_deref(), Some("notes"));
+    // With no vault named and no record of the call, every gateway is asked, and the fence
+    // has no vault to go under.
+    let unnamed = fresh_request_id();
+    let (status, settled) = b.settle(&unnamed, None);
+    assert_eq!(status, 200, "{settled}");
+    assert_eq!(a.journal_vault(&unnamed).as_deref(), Some(""));
+    // The fence holds either way: the named id sent now never runs.
+    let (status, body) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", &named)]);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("not_carried_out")),
+        "{body}"
+    );
+    assert_eq!(a.stored("notes", "k"), None);
+}
+
+#[test]
 fn a_frozen_owner_gives_outcome_unknown_which_settles_on_its_own_to_the_truth() {
     let (a, b) = two_with_notes();
     let (warm_status, warm_body) = b.put("notes", "warm", b"x", &[]);

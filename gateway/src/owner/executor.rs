@@ -72,6 +72,8 @@ enum Job {
     Status {
         caller: NodeId,
         request_id: RequestId,
+        /// The vault the caller named (`""`: none): a tombstone is recorded under it.
+        vault: String,
         reply: oneshot::Sender<Result<CallState, StatusFailed>>,
     },
     /// Forget journal rows of request ids dated before `before_ms` (see `journal::collect`).
@@ -590,11 +592,13 @@ impl Executor {
         &self,
         caller: NodeId,
         request_id: RequestId,
+        vault: Option<&str>,
     ) -> Result<CallState, SubmitError> {
         let (reply, answer) = oneshot::channel();
         self.enqueue(Job::Status {
             caller,
             request_id,
+            vault: vault.unwrap_or_default().to_string(),
             reply,
         })?;
         match answer.await {
@@ -1118,7 +1122,10 @@ fn execute_all(
     for (job, slot) in batch.iter().zip(pending.iter_mut()) {
         if let (
             Job::Status {
-                caller, request_id, ..
+                caller,
+                request_id,
+                vault,
+                ..
             },
             Pending::StatusAfterRun,
         ) = (job, &slot)
@@ -1127,6 +1134,7 @@ fn execute_all(
                 &tx,
                 *caller,
                 *request_id,
+                vault,
                 limits,
                 now_ms,
             )?));
@@ -1289,7 +1297,7 @@ mod tests {
             "{again:?}"
         );
         assert!(matches!(
-            executor.status(me, old).await.unwrap(),
+            executor.status(me, old, None).await.unwrap(),
             CallState::Forgotten { .. }
         ));
         assert!(executor.drain(Duration::from_secs(5)).await);
@@ -1535,7 +1543,7 @@ mod tests {
         drop(release);
         // Settling it says it was not carried out (and fences it), and it never ran.
         assert_eq!(
-            executor.status(me, id).await.unwrap(),
+            executor.status(me, id, None).await.unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }

@@ -178,6 +178,7 @@ pub fn status(
     conn: &Connection,
     caller: NodeId,
     request_id: RequestId,
+    vault: &str,
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<CallState, StoreError> {
@@ -213,6 +214,7 @@ pub fn status(
         conn,
         caller,
         request_id,
+        vault,
         NotCarriedOutReason::NeverArrived,
         now_ms,
     )?;
@@ -394,7 +396,7 @@ mod tests {
         let (_dir, conn, me, now) = setup();
         let request = put("k", b"a", None);
         assert_eq!(
-            status(&conn, me, request.request_id, &LIMITS, now).unwrap(),
+            status(&conn, me, request.request_id, "v", &LIMITS, now).unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }
@@ -414,7 +416,7 @@ mod tests {
         let mut wrong_variant = RequestId::generate();
         wrong_variant.0[8] &= 0x3f;
         assert_eq!(
-            status(&conn, me, wrong_variant, &LIMITS, now).unwrap(),
+            status(&conn, me, wrong_variant, "v", &LIMITS, now).unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }

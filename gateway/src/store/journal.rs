@@ -138,22 +138,25 @@ pub fn record_answer(
     Ok(changed == 1)
 }
 
-/// Fences an id the owner has never seen: it can never run afterwards.
+/// Fences an id the owner has never seen: it can never run afterwards. `vault` is the one the
+/// caller named (`""`: none), so the fence goes with its vault's rows if the vault moves.
 pub fn tombstone(
     conn: &Connection,
     caller: NodeId,
     request_id: RequestId,
+    vault: &str,
     reason: NotCarriedOutReason,
     now_ms: u64,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
         "INSERT INTO journal (caller, request_id, vault, state, reason, created_ms, updated_ms)
-         VALUES (?1, ?2, '', 'not_carried_out', ?3, ?4, ?4)
+         VALUES (?1, ?2, ?3, 'not_carried_out', ?4, ?5, ?5)
          ON CONFLICT (caller, request_id) DO NOTHING",
     )?
     .execute(params![
         caller.to_string(),
         &request_id.0[..],
+        vault,
         reason.as_str(),
         now_ms as i64
     ])?;
@@ -247,7 +250,16 @@ mod tests {
         let (_dir, conn) = open_temp();
         let caller = NodeKey::from_secret_bytes([1; 32]).node_id();
         let id = RequestId::generate();
-        tombstone(&conn, caller, id, NotCarriedOutReason::NeverArrived, 1).unwrap();
+        tombstone(&conn, caller, id, "v", NotCarriedOutReason::NeverArrived, 1).unwrap();
+        // The fence names the vault the caller named, so it moves with the vault's rows.
+        let vault: String = conn
+            .query_row(
+                "SELECT vault FROM journal WHERE request_id = ?1",
+                [&id.0[..]],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(vault, "v");
         // A late copy of the request cannot start, and cannot record an answer.
         assert!(mark_running(&conn, caller, id, "v", 2).is_err());
         assert!(!record_answer(&conn, caller, id, &WriteAnswer::Done { revision: 1 }, 3).unwrap());

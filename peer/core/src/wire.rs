@@ -155,6 +155,16 @@ pub const EXT_CLOCK_MS: u32 = 2;
 /// send it is simply not counted.
 pub const EXT_NEWS_AGE_US: u32 = 3;
 
+/// Extension tag 4, on a settle query (`CallStatus`): the vault the caller's write under that
+/// id was for (its name, UTF-8, at most [`MAX_EXT_VAULT`] bytes), so that a tombstone the query
+/// makes names its vault as a write's journal row does. When a vault moves to another owner,
+/// its rows, tombstones included, go with it (`docs/ownership.md`). An owner that does not
+/// know the tag, or is sent a name it does not own, tombstones with no vault, as before.
+pub const EXT_VAULT: u32 = 4;
+
+/// The longest vault name [`EXT_VAULT`] carries (vault names are 1 to 128 characters).
+pub const MAX_EXT_VAULT: usize = 512;
+
 impl Extensions {
     /// Extensions holding only a long-poll wait ([`EXT_WAIT_MS`]).
     pub fn wait(wait: std::time::Duration) -> Self {
@@ -180,6 +190,27 @@ impl Extensions {
             tag: EXT_NEWS_AGE_US,
             value: us.to_le_bytes().to_vec(),
         }])
+    }
+
+    /// Extensions holding only the vault of a settle query ([`EXT_VAULT`]); none for a name
+    /// too long to carry.
+    pub fn vault(vault: &str) -> Self {
+        if vault.is_empty() || vault.len() > MAX_EXT_VAULT {
+            return Self::default();
+        }
+        Extensions(vec![Extension {
+            tag: EXT_VAULT,
+            value: vault.as_bytes().to_vec(),
+        }])
+    }
+
+    /// The vault a settle query names, if any (empty, too long or not UTF-8 is none).
+    pub fn vault_of(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|e| e.tag == EXT_VAULT)
+            .filter(|e| !e.value.is_empty() && e.value.len() <= MAX_EXT_VAULT)
+            .and_then(|e| std::str::from_utf8(&e.value).ok())
     }
 
     /// The age of the news, if any (a malformed value is none).
@@ -580,6 +611,28 @@ mod tests {
             Extensions::wait(std::time::Duration::from_millis(5)).clock_ms(),
             None
         );
+    }
+
+    #[test]
+    fn a_settle_querys_vault_round_trips_and_a_malformed_one_is_none() {
+        assert_eq!(Extensions::vault("notes").vault_of(), Some("notes"));
+        assert_eq!(Extensions::default().vault_of(), None);
+        assert_eq!(Extensions::vault("").vault_of(), None);
+        assert_eq!(
+            Extensions::vault(&"v".repeat(MAX_EXT_VAULT + 1)),
+            Extensions::default()
+        );
+        let not_utf8 = Extensions(vec![Extension {
+            tag: EXT_VAULT,
+            value: vec![0xff, 0xfe],
+        }]);
+        assert_eq!(not_utf8.vault_of(), None);
+        let too_long = Extensions(vec![Extension {
+            tag: EXT_VAULT,
+            value: vec![b'v'; MAX_EXT_VAULT + 1],
+        }]);
+        assert_eq!(too_long.vault_of(), None);
+        assert_eq!(Extensions::vault("notes").clock_ms(), None);
     }
 
     #[test]

@@ -299,6 +299,18 @@ impl Gateway {
             .ok()
     }
 
+    /// The vault the owner's journal row for `request_id` is filed under (`""`: none).
+    pub fn journal_vault(&self, request_id: &str) -> Option<String> {
+        let id = ferry_peer::wire::RequestId::parse(request_id).expect("a request id");
+        self.db()
+            .query_row(
+                "SELECT vault FROM journal WHERE request_id = ?1",
+                [&id.0[..]],
+                |row| row.get(0),
+            )
+            .ok()
+    }
+
     /// A record's (value, revision) straight from this gateway's database, whatever its state.
     pub fn stored(&self, vault: &str, key: &str) -> Option<(Option<Vec<u8>>, u64)> {
         self.db()
