@@ -109,13 +109,7 @@ fn a_killed_owner_means_unavailable_within_the_connect_timeout_and_the_id_settle
         Some(("not_carried_out".into(), Some("never_arrived".into())))
     );
     // Fenced: the same id sent again never runs.
-    let (status, body) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", &id)]);
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (503, Some("not_carried_out")),
-        "{body}"
-    );
-    assert_eq!(a.stored("notes", "k"), None);
+    assert_fenced(&a, &b, &id);
 }
 
 #[test]
@@ -124,15 +118,7 @@ fn a_settle_query_that_names_the_vault_files_its_tombstone_under_it() {
     // (docs/ownership.md); the vault travels as extension tag 4 of the settle query.
     let (a, b) = two_with_notes();
     let named = fresh_request_id();
-    let response = b
-        .request(
-            reqwest::Method::GET,
-            &format!("/v1/calls/{named}?vault=notes"),
-        )
-        .send()
-        .unwrap();
-    let status = response.status().as_u16();
-    let settled: Value = response.json().unwrap_or(Value::Null);
+    let (status, settled) = b.settle_in("notes", &named);
     assert_eq!(status, 200, "{settled}");
     assert_eq!(
         (settled["state"].as_str(), settled["reason"].as_str()),
@@ -145,8 +131,15 @@ fn a_settle_query_that_names_the_vault_files_its_tombstone_under_it() {
     let (status, settled) = b.settle(&unnamed, None);
     assert_eq!(status, 200, "{settled}");
     assert_eq!(a.journal_vault(&unnamed).as_deref(), Some(""));
-    // The fence holds either way: the named id sent now never runs.
-    let (status, body) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", &named)]);
+    // The fence holds either way.
+    assert_fenced(&a, &b, &named);
+    assert_fenced(&a, &b, &unnamed);
+}
+
+/// `id`, fenced on the owner `a`, sent again through `b`: answered not carried out, and the
+/// record it would have written is not there.
+fn assert_fenced(a: &Gateway, b: &Gateway, id: &str) {
+    let (status, body) = b.put("notes", "k", b"v", &[header("x-ferry-request-id", id)]);
     assert_eq!(
         (status, body["error"].as_str()),
         (503, Some("not_carried_out")),

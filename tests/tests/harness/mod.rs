@@ -362,6 +362,14 @@ impl Gateway {
         (status, response.json().unwrap_or(Value::Null))
     }
 
+    /// GET /v1/calls/{id}?vault=VAULT: status and body.
+    pub fn settle_in(&self, vault: &str, request_id: &str) -> (u16, Value) {
+        let path = format!("/v1/calls/{request_id}?vault={vault}");
+        let response = self.request(reqwest::Method::GET, &path).send().unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().unwrap_or(Value::Null))
+    }
+
     /// Runs the CLI (of the build this gateway runs) against this gateway's home.
     pub fn cli(&self, args: &[&str]) -> Output {
         Command::new(&self.bin)
