@@ -255,13 +255,6 @@ impl Service for PeerService {
         if !self.trusted(&from) {
             return None;
         }
-        // Only a vault owned here names a tombstone: a name the caller made up would only
-        // mislabel its own id's fence, but it is not kept.
-        let vault = vault.filter(|vault| {
-            self.vaults
-                .get(vault)
-                .is_some_and(|row| row.role == crate::store::vaults::Role::Owner)
-        });
         let span = tracing::debug_span!(
             "owner_settle",
             request_id = %request.request_id,

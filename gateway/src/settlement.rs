@@ -175,16 +175,17 @@ impl Settlement {
             .run(move |conn| calls::get(conn, request_id))
             .await
             .map_err(unavailable)?;
-        // The vault the write was for: the call log's, else the one the app named; the owner
-        // files a tombstone under it.
-        let (owner, vault) = match remembered {
+        // The vault the write was for, as this gateway's call log holds it: the owner files a
+        // tombstone under it. The app's `?vault=` only finds the owner: it is the app's word,
+        // and a fence filed under the wrong vault would not move with the right one.
+        let (owner, logged_vault) = match remembered {
             Some(CallRow {
                 state: RowState::Settled(state),
                 owner_label,
                 ..
             }) => return Ok((state, owner_label)),
             Some(row) => (Some(row.owner), Some(row.vault)),
-            None => (None, vault),
+            None => (None, None),
         };
         let owner = match owner {
             Some(owner) => owner,
@@ -202,7 +203,7 @@ impl Settlement {
         let label = self.network.label_of(&owner);
         loop {
             let state = self
-                .ask_owner(owner, request_id, vault.as_deref(), SETTLE_ASK_BOUND)
+                .ask_owner(owner, request_id, logged_vault.as_deref(), SETTLE_ASK_BOUND)
                 .await?;
             if let CallState::Forgotten { retention_ms } = state {
                 return Err(forgotten(request_id, retention_ms));

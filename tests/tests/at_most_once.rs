@@ -113,27 +113,57 @@ fn a_killed_owner_means_unavailable_within_the_connect_timeout_and_the_id_settle
 }
 
 #[test]
-fn a_settle_query_that_names_the_vault_files_its_tombstone_under_it() {
-    // So that when a vault moves to another owner, its fences can go with its rows
-    // (docs/ownership.md); the vault travels as extension tag 4 of the settle query.
-    let (a, b) = two_with_notes();
-    let named = fresh_request_id();
-    let (status, settled) = b.settle_in("notes", &named);
+fn a_fence_is_filed_under_the_vault_of_the_write_the_callers_log_remembers() {
+    // So that when a vault moves to another owner its fences can go with its rows
+    // (docs/ownership.md): the caller names the vault in its settle query (extension tag 4),
+    // from its call log, never from the app's word.
+    let (mut a, b) = two_with_notes();
+    let (warm_status, warm_body) = b.put("notes", "warm", b"x", &[]);
+    assert_eq!(warm_status, 200, "warm the pool: {warm_body}");
+    // Frozen, then killed: the write reaches its socket and is never read.
+    a.signal(SIGSTOP);
+    let stopped = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| stat.rsplit(") ").next().map(|rest| rest.starts_with('T')))
+            .unwrap_or(false)
+    };
+    let pid = a.pid();
+    wait_for("a to be stopped", Duration::from_secs(5), || {
+        stopped(pid).then_some(())
+    });
+    let logged = fresh_request_id();
+    let (status, body) = b.put(
+        "notes",
+        "k",
+        b"v",
+        &[
+            header("x-ferry-request-id", &logged),
+            header("x-ferry-timeout", "1"),
+        ],
+    );
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (502, Some("outcome_unknown")),
+        "{body}"
+    );
+    a.restart();
+    let (status, settled) = b.settle(&logged, None);
     assert_eq!(status, 200, "{settled}");
     assert_eq!(
         (settled["state"].as_str(), settled["reason"].as_str()),
         (Some("not_carried_out"), Some("never_arrived"))
     );
-    assert_eq!(a.journal_vault(&named).as_deref(), Some("notes"));
-    // With no vault named and no record of the call, every gateway is asked, and the fence
-    // has no vault to go under.
-    let unnamed = fresh_request_id();
-    let (status, settled) = b.settle(&unnamed, None);
+    assert_eq!(a.journal_vault(&logged).as_deref(), Some("notes"));
+    // An id this gateway has no record of: the app's `?vault=` finds the owner, but the fence
+    // is not filed under the app's word.
+    let unlogged = fresh_request_id();
+    let (status, settled) = b.settle_in("notes", &unlogged);
     assert_eq!(status, 200, "{settled}");
-    assert_eq!(a.journal_vault(&unnamed).as_deref(), Some(""));
+    assert_eq!(a.journal_vault(&unlogged).as_deref(), Some(""));
     // The fence holds either way.
-    assert_fenced(&a, &b, &named);
-    assert_fenced(&a, &b, &unnamed);
+    assert_fenced(&a, &b, &logged);
+    assert_fenced(&a, &b, &unlogged);
 }
 
 /// `id`, fenced on the owner `a`, sent again through `b`: answered not carried out, and the

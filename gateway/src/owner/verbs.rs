@@ -210,11 +210,15 @@ pub fn status(
             reason: NotCarriedOutReason::NeverArrived,
         });
     }
+    // Filed under the vault the caller named only if this store owns it: the name comes from
+    // the caller, and a fence filed under a vault owned elsewhere would be filed nowhere useful.
+    let owned =
+        !vault.is_empty() && vaults::get(conn, vault)?.is_some_and(|row| row.role == Role::Owner);
     journal::tombstone(
         conn,
         caller,
         request_id,
-        vault,
+        if owned { vault } else { "" },
         NotCarriedOutReason::NeverArrived,
         now_ms,
     )?;
@@ -408,6 +412,30 @@ mod tests {
             }
         );
         assert_eq!(records::get(&conn, "v", "k").unwrap(), None, "it never ran");
+    }
+
+    #[test]
+    fn a_tombstone_is_filed_under_the_named_vault_only_if_it_is_owned_here() {
+        let (_dir, conn, me, now) = setup();
+        let filed_under = |vault: &str| {
+            let id = RequestId::generate();
+            status(&conn, me, id, vault, &LIMITS, now).unwrap();
+            conn.query_row(
+                "SELECT vault FROM journal WHERE request_id = ?1",
+                [&id.0[..]],
+                |row| row.get::<_, String>(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(filed_under("v"), "v");
+        assert_eq!(filed_under("not-here"), "");
+        assert_eq!(filed_under(""), "");
+        vaults::create_replica(&conn, "copy", me, 0).unwrap();
+        assert_eq!(
+            filed_under("copy"),
+            "",
+            "a replica here is not the vault's owner"
+        );
     }
 
     #[test]

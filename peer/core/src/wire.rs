@@ -156,10 +156,11 @@ pub const EXT_CLOCK_MS: u32 = 2;
 pub const EXT_NEWS_AGE_US: u32 = 3;
 
 /// Extension tag 4, on a settle query (`CallStatus`): the vault the caller's write under that
-/// id was for (its name, UTF-8, at most [`MAX_EXT_VAULT`] bytes), so that a tombstone the query
-/// makes names its vault as a write's journal row does. When a vault moves to another owner,
-/// its rows, tombstones included, go with it (`docs/ownership.md`). An owner that does not
-/// know the tag, or is sent a name it does not own, tombstones with no vault, as before.
+/// id was for, as the caller knows it from the write or its call log (its name, UTF-8, at most
+/// [`MAX_EXT_VAULT`] bytes), so that a tombstone the query makes names its vault as a write's
+/// journal row does: when vaults move to another owner (planned, `docs/ownership.md`), a
+/// vault's fences can go with it. An owner that does not know the tag, or is sent a name it
+/// does not own, tombstones with no vault, as before.
 pub const EXT_VAULT: u32 = 4;
 
 /// The longest vault name [`EXT_VAULT`] carries (vault names are 1 to 128 characters).
