@@ -69,15 +69,7 @@ fn a_killed_owner_means_unavailable_within_the_connect_timeout_and_the_id_settle
     );
     let id = fresh_request_id();
     let started = Instant::now();
-    let (status, body) = b.put(
-        "notes",
-        "k",
-        b"v",
-        &[
-            header("x-ferry-request-id", &id),
-            header("x-ferry-timeout", "10"),
-        ],
-    );
+    let (status, body) = put_k(&b, &id, "10");
     let took = started.elapsed();
     assert_eq!(
         (status, body["error"].as_str()),
@@ -133,15 +125,7 @@ fn a_fence_is_filed_under_the_vault_of_the_write_the_callers_log_remembers() {
         stopped(pid).then_some(())
     });
     let logged = fresh_request_id();
-    let (status, body) = b.put(
-        "notes",
-        "k",
-        b"v",
-        &[
-            header("x-ferry-request-id", &logged),
-            header("x-ferry-timeout", "1"),
-        ],
-    );
+    let (status, body) = put_k(&b, &logged, "1");
     assert_eq!(
         (status, body["error"].as_str()),
         (502, Some("outcome_unknown")),
@@ -166,6 +150,19 @@ fn a_fence_is_filed_under_the_vault_of_the_write_the_callers_log_remembers() {
     assert_fenced(&a, &b, &unlogged);
 }
 
+/// B's write of `notes/k` under `id` with a timeout of `timeout_s` seconds.
+fn put_k(b: &Gateway, id: &str, timeout_s: &str) -> (u16, Value) {
+    b.put(
+        "notes",
+        "k",
+        b"v",
+        &[
+            header("x-ferry-request-id", id),
+            header("x-ferry-timeout", timeout_s),
+        ],
+    )
+}
+
 /// `id`, fenced on the owner `a`, sent again through `b`: answered not carried out, and the
 /// record it would have written is not there.
 fn assert_fenced(a: &Gateway, b: &Gateway, id: &str) {
@@ -186,15 +183,7 @@ fn a_frozen_owner_gives_outcome_unknown_which_settles_on_its_own_to_the_truth() 
     a.signal(SIGSTOP);
     let id = fresh_request_id();
     let started = Instant::now();
-    let (status, body) = b.put(
-        "notes",
-        "k",
-        b"v",
-        &[
-            header("x-ferry-request-id", &id),
-            header("x-ferry-timeout", "1"),
-        ],
-    );
+    let (status, body) = put_k(&b, &id, "1");
     let took = started.elapsed();
     a.signal(SIGCONT);
     assert_eq!(
@@ -280,15 +269,7 @@ fn crash_during_a_write(point: &str) -> (u16, Value, Value, Gateway, Gateway, St
     let a = Gateway::start_with_env("a", &[("FERRY_DANGEROUS_FAULT", fault.as_str())]);
     let (mut a, b) = pair_with_notes(a, Gateway::start("b"));
     let id = fresh_request_id();
-    let (status, first) = b.put(
-        "notes",
-        "k",
-        b"v",
-        &[
-            header("x-ferry-request-id", &id),
-            header("x-ferry-timeout", "2"),
-        ],
-    );
+    let (status, first) = put_k(&b, &id, "2");
     a.wait_exit(Duration::from_secs(10));
     a.restart();
     let (code, settled) = b.settle(&id, None);
