@@ -191,8 +191,8 @@ impl Settlement {
             Some(owner) => owner,
             None => match self.own_journal(request_id).await? {
                 Some(state) => return Ok((state, self.network.label().to_string())),
-                None => match &vault {
-                    Some(vault) => match self.owner_of_vault(vault).await {
+                None => match vault {
+                    Some(vault) => match self.owner_of_vault(&vault).await {
                         Some(owner) => owner,
                         None => return self.ask_everyone(request_id).await,
                     },

@@ -124,13 +124,13 @@ impl Network {
             thunderbolt: parts.thunderbolt,
             clock: parts.clock,
             versions: Mutex::new(Versions::new()),
-            discovery: Mutex::new((DiscoveryState::Off, Instant::now())),
+            discovery: Mutex::new((DiscoveryState::Off, now)),
         }
     }
 
     /// Records how discovery started (the daemon, once), and when.
     pub fn set_discovery_state(&self, state: DiscoveryState) {
-        *self.discovery.lock().unwrap_or_else(|p| p.into_inner()) = (state, Instant::now());
+        *self.discovery.lock().unwrap_or_else(|p| p.into_inner()) = (state, self.clock.now());
     }
 
     pub fn discovery_state(&self) -> DiscoveryState {
@@ -145,11 +145,8 @@ impl Network {
     /// has been announcing and browsing (its start comes after the tailnet's detection, not
     /// with the process).
     pub fn discovery_for(&self) -> Duration {
-        self.discovery
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .1
-            .elapsed()
+        let since = self.discovery.lock().unwrap_or_else(|p| p.into_inner()).1;
+        self.clock.now().saturating_duration_since(since)
     }
 
     fn heard_self(&self) {
