@@ -11,6 +11,7 @@
 
 mod admin;
 mod calls;
+mod drain;
 mod error;
 mod headers;
 mod records;
@@ -96,6 +97,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         ))
         .layer(middleware::from_fn(error::json_errors))
         .layer(Extension(sessions))
+        // Outermost, so even the guard's early refusals wait for the body they left unread.
+        .layer(middleware::from_fn(drain::unread_bodies))
         .with_state(gateway)
 }
 
