@@ -255,6 +255,9 @@ impl Service for PeerService {
         if !self.trusted(&from) {
             return None;
         }
+        if let Some(number) = crate::owner::fault::settle_state() {
+            return Some(CallState::Unrecognized { number });
+        }
         let span = tracing::debug_span!(
             "owner_settle",
             request_id = %request.request_id,

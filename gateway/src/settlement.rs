@@ -327,13 +327,24 @@ impl Settlement {
             .ok_or_else(|| SettleError::Unavailable {
                 detail: "the owner of that call is no longer trusted".into(),
             })?;
-        self.network
+        let state = self
+            .network
             .caller()
             .call_status(&target, request_id, vault, self.clock.now() + bound, false)
             .await
             .map_err(|err| SettleError::Unavailable {
                 detail: err.to_string(),
-            })
+            })?;
+        match state {
+            // A newer owner's state settles nothing here: counted as an owner not heard (so
+            // never a fence when everyone is asked), and never kept as settled.
+            CallState::Unrecognized { number } => Err(SettleError::Unavailable {
+                detail: format!(
+                    "the owner answered with a state this gateway's release does not know ({number}; the owner runs a newer release), so the outcome is still unknown; upgrade this gateway and ask again"
+                ),
+            }),
+            state => Ok(state),
+        }
     }
 
     /// Keeps a definite answer in the call log (a no-op for an id the log does not hold).

@@ -384,6 +384,41 @@ fn a_new_owner_serves_an_old_caller_and_feeds_an_old_replica() {
     side_by_side(Build::This, Build::Previous);
 }
 
+/// `b`'s write of notes/held, which `a` holds past `b`'s 1 s deadline: `outcome_unknown`,
+/// once `a` has it. Returns its request id.
+fn held_write(a: &Gateway, b: &Gateway) -> String {
+    let id = fresh_request_id();
+    let (status, body) = b.put(
+        "notes",
+        "held",
+        b"carried out late",
+        &[("x-ferry-request-id", &id), ("x-ferry-timeout", "1")],
+    );
+    assert_eq!(
+        (status, body["error"].as_str(), body["owner"].as_str()),
+        (502, Some("outcome_unknown"), Some("a")),
+        "a write held past the caller's deadline: {body}"
+    );
+    a.wait_for_log_line(&[&id, "received at the door"], SETTLE_BOUND);
+    id
+}
+
+/// The held write sent again under `id` is answered from `a`'s journal, and ran once.
+fn ran_once(a: &Gateway, b: &Gateway, id: &str) {
+    let (status, again) = b.put(
+        "notes",
+        "held",
+        b"carried out late",
+        &[("x-ferry-request-id", id)],
+    );
+    assert_eq!(
+        (status, again["revision"].as_u64()),
+        (200, Some(2)),
+        "the same id again is answered from the journal: {again}"
+    );
+    assert_eq!(a.vault_revision("notes"), 2, "it ran once");
+}
+
 /// An owner of build `owner` whose every write batch is held 1.5 s before its commit; a caller
 /// of build `caller` that gives up after 1 s: `outcome_unknown`, then settled by the owner to
 /// the truth (done), and the same id sent again is answered from the owner's journal.
@@ -399,19 +434,7 @@ fn unknown_write_settles(owner: Build, caller: Build) {
     let (status, body) = b.put("notes", "warm-up", b"x", &[]);
     assert_eq!(status, 200, "warm-up: {body}");
 
-    let id = fresh_request_id();
-    let (status, body) = b.put(
-        "notes",
-        "held",
-        b"carried out late",
-        &[("x-ferry-request-id", &id), ("x-ferry-timeout", "1")],
-    );
-    assert_eq!(
-        (status, body["error"].as_str(), body["owner"].as_str()),
-        (502, Some("outcome_unknown"), Some("a")),
-        "a write held past the caller's deadline: {body}"
-    );
-    a.wait_for_log_line(&[&id, "received at the door"], SETTLE_BOUND);
+    let id = held_write(&a, &b);
 
     let settled = wait_for(
         "the unknown write to settle through b",
@@ -436,18 +459,7 @@ fn unknown_write_settles(owner: Build, caller: Build) {
     // The owner answered the caller's settle query (its own or the background settler's).
     a.wait_for_log_line(&[&id, "settle query answered"], SETTLE_BOUND);
 
-    let (status, again) = b.put(
-        "notes",
-        "held",
-        b"carried out late",
-        &[("x-ferry-request-id", &id)],
-    );
-    assert_eq!(
-        (status, again["revision"].as_u64()),
-        (200, Some(2)),
-        "the same id again is answered from the journal: {again}"
-    );
-    assert_eq!(a.vault_revision("notes"), 2, "it ran once");
+    ran_once(&a, &b, &id);
 }
 
 #[test]
@@ -458,6 +470,54 @@ fn an_old_owner_settles_a_new_callers_outcome_unknown_write_to_done() {
 #[test]
 fn a_new_owner_settles_an_old_callers_outcome_unknown_write_to_done() {
     unknown_write_settles(Build::This, Build::Previous);
+}
+
+/// An owner of a newer release answers a settle query with a state this build does not know
+/// (moving a vault's owner will add one). The caller reads the answer whole and settles
+/// nothing on it: the app hears "ask again later", the call stays listed as unknown, and the
+/// id is never taken for a fence. The write itself is untouched: sent again, it is answered
+/// from the owner's journal.
+#[test]
+fn a_settle_state_from_a_newer_owner_leaves_the_write_unknown() {
+    let (a, b) = pair_with_notes(
+        Build::This.start(
+            "a",
+            &[
+                ("FERRY_DANGEROUS_FAULT", "before_commit=stall:1500"),
+                ("FERRY_DANGEROUS_SETTLE_STATE", "4"),
+            ],
+        ),
+        Build::This.start("b", &[]),
+    );
+    let (status, body) = b.put("notes", "warm-up", b"x", &[]);
+    assert_eq!(status, 200, "warm-up: {body}");
+    let id = held_write(&a, &b);
+
+    let (status, body) = b.settle(&id, None);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "a state this build cannot read settles nothing: {body}"
+    );
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("does not know"), "{detail}");
+    let unknown = b.get_json("/v1/calls?state=unknown");
+    assert!(
+        unknown
+            .as_array()
+            .is_some_and(|calls| calls.iter().any(|call| call["request_id"] == id.as_str())),
+        "still listed as unknown: {unknown}"
+    );
+
+    // An id this gateway never sent, located by vault: the owner's answer is not a fence.
+    let (status, body) = b.settle_in("notes", &fresh_request_id());
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+
+    ran_once(&a, &b, &id);
 }
 
 #[test]

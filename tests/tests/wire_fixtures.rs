@@ -500,3 +500,74 @@ fn a_refusal_code_this_build_does_not_know_stays_a_refusal_in_both_versions() {
     let back: WriteAnswer = serde_json::from_str(&json).unwrap();
     assert_eq!(back, WriteAnswer::Refused(busy()));
 }
+
+/// A settle state from a newer owner (moving a vault's owner will add one) is read whole and
+/// decodes as `CallState::Unrecognized`, which settles nothing; the four states every release
+/// knows keep their bytes (the fixtures above pin them) and their JSON.
+#[test]
+fn a_call_state_this_build_does_not_know_is_read_whole_and_settles_nothing() {
+    /// What a newer release's `CallState` looks like to bincode: the known four, then a state
+    /// whose fields travel as one byte string (the rule for every state numbered 4 or more).
+    #[derive(serde::Serialize)]
+    #[allow(dead_code)]
+    enum NewerCallState {
+        Answered(WriteAnswer),
+        Running {
+            since_ms: u64,
+            heartbeat_age_ms: u64,
+        },
+        NotCarriedOut {
+            reason: NotCarriedOutReason,
+        },
+        Forgotten {
+            retention_ms: u64,
+        },
+        LostWithOwner(#[serde(with = "serde_bytes")] Vec<u8>),
+    }
+    let fields = codec::encode_body(&(1_700_000_000_000u64, "laptop".to_string())).unwrap();
+    // Followed by a field, to show the decoder took exactly the state's bytes.
+    let newer = codec::encode_body(&(NewerCallState::LostWithOwner(fields), 77u64)).unwrap();
+    let (state, after): (CallState, u64) = codec::decode_body(&newer).unwrap();
+    assert_eq!(
+        (state, after),
+        (CallState::Unrecognized { number: 4 }, 77),
+        "an unknown state is skipped whole"
+    );
+
+    // A frame carrying one round-trips, and the known states' bytes are the derive's.
+    let frame = ResponseFrame {
+        body: Response::CallStatus(CallState::Unrecognized { number: 9 }),
+        ext: Extensions::default(),
+    };
+    let bytes = frames::encode_response(2, &frame).unwrap();
+    assert_eq!(frames::decode_response_frame(&bytes).unwrap(), (2, frame));
+    let running = NewerCallState::Running {
+        since_ms: 5,
+        heartbeat_age_ms: 6,
+    };
+    assert_eq!(
+        codec::encode_body(&running).unwrap(),
+        codec::encode_body(&CallState::Running {
+            since_ms: 5,
+            heartbeat_age_ms: 6
+        })
+        .unwrap()
+    );
+    // A state's declared length is checked like every other (4 GiB here): an error, not an
+    // allocation.
+    let mut huge = codec::encode_body(&NewerCallState::LostWithOwner(Vec::new())).unwrap();
+    huge.truncate(1);
+    huge.extend_from_slice(&[0xfc, 0xff, 0xff, 0xff, 0xff]);
+    assert!(codec::decode_body::<CallState>(&huge).is_err());
+
+    // The calls table keeps states as JSON, in the derive's form.
+    let stored = CallState::NotCarriedOut {
+        reason: NotCarriedOutReason::NeverArrived,
+    };
+    let json = serde_json::to_string(&stored).unwrap();
+    assert_eq!(json, r#"{"NotCarriedOut":{"reason":"NeverArrived"}}"#);
+    assert_eq!(serde_json::from_str::<CallState>(&json).unwrap(), stored);
+    let json =
+        serde_json::to_string(&CallState::Answered(WriteAnswer::Done { revision: 3 })).unwrap();
+    assert_eq!(json, r#"{"Answered":{"Done":{"revision":3}}}"#);
+}

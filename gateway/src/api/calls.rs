@@ -57,6 +57,13 @@ pub fn call_answer(request_id: RequestId, state: &CallState, owner: &str) -> Opt
             ..answer(CallStateName::Running)
         },
         CallState::Forgotten { .. } => return None,
+        // Never kept as settled (see `settlement::ask_owner`); said plainly if it ever is.
+        CallState::Unrecognized { number } => CallAnswer {
+            detail: Some(format!(
+                "the owner answered with a state this gateway's release does not know ({number}): the outcome is still unknown"
+            )),
+            ..answer(CallStateName::Unknown)
+        },
     })
 }
 

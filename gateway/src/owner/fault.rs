@@ -4,6 +4,7 @@
 //!
 //! `FERRY_DANGEROUS_FAULT=before_commit=crash` (or `after_commit`; the action
 //! `crash` aborts the process like a power cut, `stall:MS` blocks the owner thread for MS ms).
+//! The other `FERRY_DANGEROUS_*` variables below play a gateway of another release.
 
 /// A named place in the write path where a test may crash or stall the owner.
 #[cfg(feature = "fault-injection")]
@@ -58,6 +59,29 @@ pub fn clock_offset_ms() -> Option<i64> {
         "fault injection: this gateway's wall clock is set off"
     );
     Some(offset)
+}
+
+/// The settle state number to answer every peer's settle query with instead of the journal's
+/// (`FERRY_DANGEROUS_SETTLE_STATE=4`), so a test can play an owner of a newer release with a
+/// state this one does not know; `None` without the variable or the feature.
+#[cfg(feature = "fault-injection")]
+pub fn settle_state() -> Option<u32> {
+    let number = std::env::var("FERRY_DANGEROUS_SETTLE_STATE")
+        .ok()?
+        .parse()
+        .ok()?;
+    tracing::warn!(
+        number,
+        "fault injection: answering a settle query with a state from a newer release"
+    );
+    Some(number)
+}
+
+/// Without the feature, settle queries are answered from the journal.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn settle_state() -> Option<u32> {
+    None
 }
 
 /// Without the feature, the clock is the system's.

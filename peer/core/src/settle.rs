@@ -29,6 +29,8 @@ pub fn combine<L>(answers: impl IntoIterator<Item = (L, Option<CallState>)>) -> 
                 reason: NotCarriedOutReason::NeverArrived,
             }) => {}
             Some(CallState::Forgotten { retention_ms }) => forgotten_ms = Some(retention_ms),
+            // Anything else, a state from a newer owner this build cannot read included, is
+            // that gateway's word on the id; never a fence.
             Some(state) => return Verdict::Found(state, who),
             None => unreachable.push(who),
         }
@@ -69,5 +71,14 @@ mod tests {
             Verdict::Forgotten { retention_ms: 9 }
         );
         assert_eq!(combine(Vec::<(&str, _)>::new()), Verdict::NeverArrived);
+    }
+
+    #[test]
+    fn a_state_from_a_newer_owner_is_never_taken_for_a_fence() {
+        let newer = CallState::Unrecognized { number: 4 };
+        assert_eq!(
+            combine([("a", NEVER), ("b", Some(newer.clone()))]),
+            Verdict::Found(newer, "b")
+        );
     }
 }

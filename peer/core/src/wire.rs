@@ -336,7 +336,15 @@ pub struct CallStatusRequest {
 }
 
 /// What the owner's journal says about a request id (SPEC 5, settling).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// An open enum, so that a later protocol can add a state (moving a vault's owner needs one,
+/// `lost_with_owner`: see `docs/ownership.md`) without an older caller failing to decode the
+/// answer. On the wire a state is its number followed by its fields, the four below exactly as
+/// bincode's derive laid them out (so every frame so far is unchanged); a state numbered 4 or
+/// more carries its fields as one length-prefixed byte string, which a build that does not
+/// know the number skips whole and decodes as [`CallState::Unrecognized`]. In JSON (the calls
+/// table) a state has the derive's form too.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallState {
     /// The owner answered it: the first answer, verbatim (done or refused).
     Answered(WriteAnswer),
@@ -351,6 +359,185 @@ pub enum CallState {
     /// ever ran, that was more than `retention_ms` ago, and nothing more can be learned. (It
     /// can never run again: the owner refuses ids that old.)
     Forgotten { retention_ms: u64 },
+    /// A state from a newer owner that this build does not know (its number). It settles
+    /// nothing: the id may have run or not, so the call stays `outcome_unknown` and is never
+    /// stored as settled. No owner of this build sends it.
+    Unrecognized { number: u32 },
+}
+
+/// The first state number a build may not know; its fields travel as one byte string.
+pub const FIRST_OPEN_CALL_STATE: u32 = 4;
+
+mod call_state_serde {
+    //! [`CallState`]'s encoding by hand: the derive's for the known states, a skipped byte
+    //! string for the others.
+
+    use serde::de::{EnumAccess, Error as _, VariantAccess, Visitor};
+    use serde::ser::SerializeStructVariant;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{CallState, NotCarriedOutReason, WriteAnswer, FIRST_OPEN_CALL_STATE};
+
+    const NAME: &str = "CallState";
+    const VARIANTS: &[&str] = &[
+        "Answered",
+        "Running",
+        "NotCarriedOut",
+        "Forgotten",
+        "Unrecognized",
+    ];
+
+    /// The JSON form: exactly what `#[derive]` gave the enum, plus the unknown state's number.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename = "CallState")]
+    enum Json {
+        Answered(WriteAnswer),
+        Running {
+            since_ms: u64,
+            heartbeat_age_ms: u64,
+        },
+        NotCarriedOut {
+            reason: NotCarriedOutReason,
+        },
+        Forgotten {
+            retention_ms: u64,
+        },
+        Unrecognized {
+            number: u32,
+        },
+    }
+
+    /// The known states' fields as bincode lays out a struct variant's: one after another.
+    #[derive(Deserialize)]
+    struct RunningFields {
+        since_ms: u64,
+        heartbeat_age_ms: u64,
+    }
+
+    impl Serialize for CallState {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            if serializer.is_human_readable() {
+                return Json::from(self.clone()).serialize(serializer);
+            }
+            match self {
+                Self::Answered(answer) => {
+                    serializer.serialize_newtype_variant(NAME, 0, VARIANTS[0], answer)
+                }
+                Self::Running {
+                    since_ms,
+                    heartbeat_age_ms,
+                } => {
+                    let mut fields =
+                        serializer.serialize_struct_variant(NAME, 1, VARIANTS[1], 2)?;
+                    fields.serialize_field("since_ms", since_ms)?;
+                    fields.serialize_field("heartbeat_age_ms", heartbeat_age_ms)?;
+                    fields.end()
+                }
+                Self::NotCarriedOut { reason } => {
+                    let mut fields =
+                        serializer.serialize_struct_variant(NAME, 2, VARIANTS[2], 1)?;
+                    fields.serialize_field("reason", reason)?;
+                    fields.end()
+                }
+                Self::Forgotten { retention_ms } => {
+                    let mut fields =
+                        serializer.serialize_struct_variant(NAME, 3, VARIANTS[3], 1)?;
+                    fields.serialize_field("retention_ms", retention_ms)?;
+                    fields.end()
+                }
+                // Only tests send it (as a newer owner would send a state of its own): the
+                // number and an empty byte string.
+                Self::Unrecognized { number } => serializer.serialize_newtype_variant(
+                    NAME,
+                    *number,
+                    VARIANTS[4],
+                    &Vec::<u8>::new(),
+                ),
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for CallState {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            if deserializer.is_human_readable() {
+                return Json::deserialize(deserializer).map(Self::from);
+            }
+            deserializer.deserialize_enum(NAME, VARIANTS, ByNumber)
+        }
+    }
+
+    struct ByNumber;
+
+    impl<'de> Visitor<'de> for ByNumber {
+        type Value = CallState;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a call state: its number, then its fields")
+        }
+
+        fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<CallState, A::Error> {
+            let (number, fields): (u32, _) = data.variant()?;
+            // A struct variant's fields and a newtype of a struct with the same fields are the
+            // same bytes in bincode (the only binary codec this meets: `ferry_peer::codec`).
+            match number {
+                0 => fields.newtype_variant().map(CallState::Answered),
+                1 => fields
+                    .newtype_variant::<RunningFields>()
+                    .map(|running| CallState::Running {
+                        since_ms: running.since_ms,
+                        heartbeat_age_ms: running.heartbeat_age_ms,
+                    }),
+                2 => fields
+                    .newtype_variant()
+                    .map(|reason| CallState::NotCarriedOut { reason }),
+                3 => fields
+                    .newtype_variant()
+                    .map(|retention_ms| CallState::Forgotten { retention_ms }),
+                number if number >= FIRST_OPEN_CALL_STATE => {
+                    // Read whole (the decoder's length cap applies) and dropped.
+                    let _skipped: Vec<u8> = fields.newtype_variant()?;
+                    Ok(CallState::Unrecognized { number })
+                }
+                number => Err(A::Error::custom(format!("call state {number}"))),
+            }
+        }
+    }
+
+    impl From<CallState> for Json {
+        fn from(state: CallState) -> Self {
+            match state {
+                CallState::Answered(answer) => Self::Answered(answer),
+                CallState::Running {
+                    since_ms,
+                    heartbeat_age_ms,
+                } => Self::Running {
+                    since_ms,
+                    heartbeat_age_ms,
+                },
+                CallState::NotCarriedOut { reason } => Self::NotCarriedOut { reason },
+                CallState::Forgotten { retention_ms } => Self::Forgotten { retention_ms },
+                CallState::Unrecognized { number } => Self::Unrecognized { number },
+            }
+        }
+    }
+
+    impl From<Json> for CallState {
+        fn from(state: Json) -> Self {
+            match state {
+                Json::Answered(answer) => Self::Answered(answer),
+                Json::Running {
+                    since_ms,
+                    heartbeat_age_ms,
+                } => Self::Running {
+                    since_ms,
+                    heartbeat_age_ms,
+                },
+                Json::NotCarriedOut { reason } => Self::NotCarriedOut { reason },
+                Json::Forgotten { retention_ms } => Self::Forgotten { retention_ms },
+                Json::Unrecognized { number } => Self::Unrecognized { number },
+            }
+        }
+    }
 }
 
 /// A gateway's account of itself, exchanged on connect.

@@ -210,6 +210,9 @@ impl WriteMachine {
             }
             // The owner no longer remembers ids that old: asking again cannot learn more.
             Event::Settled(CallState::Forgotten { .. }) => self.unknown(),
+            // A newer owner's state this build cannot read: it may have run or not, and asking
+            // again would get the same answer.
+            Event::Settled(CallState::Unrecognized { .. }) => self.unknown(),
             Event::Settled(CallState::Running { .. }) | Event::SettleFailed { .. } => {
                 self.settle_or_give_up(time_left, now)
             }
@@ -284,6 +287,7 @@ mod tests {
             Step::Settle { .. } => vec![
                 Event::Settled(CallState::Answered(WriteAnswer::Done { revision: 7 })),
                 Event::Settled(CallState::Forgotten { retention_ms: 1 }),
+                Event::Settled(CallState::Unrecognized { number: 9 }),
                 Event::Settled(CallState::Running {
                     since_ms: 1,
                     heartbeat_age_ms: 0,

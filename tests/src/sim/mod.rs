@@ -1059,7 +1059,12 @@ async fn settle_main(gateway: Arc<Gateway>, shared: Arc<Shared>, i: usize) {
                 Ok((CallState::NotCarriedOut { reason }, _)) => {
                     Some(WriteFate::NotCarriedOut(reason.as_str().into()))
                 }
-                Ok((CallState::Running { .. } | CallState::Forgotten { .. }, _))
+                Ok((
+                    CallState::Running { .. }
+                    | CallState::Forgotten { .. }
+                    | CallState::Unrecognized { .. },
+                    _,
+                ))
                 | Err(SettleError::Unavailable { .. } | SettleError::Forgotten { .. }) => None,
                 Err(SettleError::UnknownCall { detail }) => Some(WriteFate::NothingSent(detail)),
             };
