@@ -337,3 +337,27 @@ fn early_refusals_arrive_whole_while_the_body_is_still_being_sent() {
         "no refused write reached the owner"
     );
 }
+
+/// A client that sends `Expect: 100-continue` holds its body back until asked. Refused before
+/// anything was read (no token here), it gets the refusal at once, not a `100 Continue` that
+/// asks for a body nobody will use.
+#[test]
+fn a_client_that_waits_to_send_is_refused_without_being_asked_for_its_body() {
+    use std::io::{Read, Write};
+    let (_a, b) = two_with_notes();
+    let mut socket = std::net::TcpStream::connect(&b.api).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        socket,
+        "PUT /v1/vaults/notes/records/big HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        ferry_gateway::config::DEFAULT_MAX_VALUE_BYTES + 1
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    socket
+        .read_exact(&mut head)
+        .expect("an answer within 10 s, with no body sent");
+    assert_eq!(&head, b"HTTP/1.1 401", "{}", String::from_utf8_lossy(&head));
+}

@@ -540,7 +540,21 @@ fn a_call_state_this_build_does_not_know_is_read_whole_and_settles_nothing() {
         ext: Extensions::default(),
     };
     let bytes = frames::encode_response(2, &frame).unwrap();
-    assert_eq!(frames::decode_response_frame(&bytes).unwrap(), (2, frame));
+    assert_eq!(
+        frames::decode_response_frame(&bytes).unwrap(),
+        (2, frame.clone())
+    );
+    // Protocol 1's decoder knows four states: a later one is withheld, not misread there.
+    assert!(frames::encode_response(1, &frame).is_err());
+    // Under a known state's number an empty byte string would read as that state (2, then 0,
+    // is "never arrived"): refused.
+    for known in 0..4 {
+        assert!(codec::encode_body(&CallState::Unrecognized { number: known }).is_err());
+    }
+    assert!(
+        !CallState::Unrecognized { number: 4 }.is_final(),
+        "never kept as settled"
+    );
     let running = NewerCallState::Running {
         since_ms: 5,
         heartbeat_age_ms: 6,

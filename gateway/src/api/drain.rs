@@ -9,7 +9,8 @@
 //! handler answers, whatever it left unread is read and thrown away, up to [`DRAIN_AT_MOST`]
 //! bytes within [`DRAIN_FOR`], and only then is the answer sent. Past either bound the
 //! connection is closed as before: an app sending that much after an error is not one a
-//! gateway should spend more on.
+//! gateway should spend more on. (It runs before the token check, so a caller without the
+//! token can make the gateway read up to that much; the API is on loopback only.)
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,17 +31,32 @@ pub const DRAIN_FOR: Duration = Duration::from_secs(5);
 
 /// The middleware: hands the handler a body it can read as usual, and reads the rest after.
 pub async fn unread_bodies(request: Request, next: Next) -> Response {
-    if request.body().is_end_stream() {
-        // GETs and other bodiless requests: nothing can be left unread.
+    let body = request.body();
+    if body.is_end_stream() || body.size_hint().lower() > DRAIN_AT_MOST {
+        // Bodiless requests (GETs): nothing can be left unread. A body declared longer than
+        // the bound would be cut off anyway: no use reading 16 MiB of it first.
         return next.run(request).await;
     }
+    // A client that sent `Expect: 100-continue` holds its body back until the server asks
+    // for it, which reading it does: an answer given before the handler read anything must
+    // go at once, without asking for the body (the client is not writing, so it arrives).
+    let waits_to_send = request
+        .headers()
+        .get(axum::http::header::EXPECT)
+        .is_some_and(|expect| expect.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let (parts, body) = request.into_parts();
-    let slot = Arc::new(Mutex::new(Some(body)));
+    let slot = Arc::new(Mutex::new(Slot {
+        body: Some(body),
+        polled: false,
+    }));
     let request = Request::from_parts(parts, Body::new(Lent(slot.clone())));
     let response = next.run(request).await;
-    let rest = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+    let (rest, polled) = {
+        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        (slot.body.take(), slot.polled)
+    };
     if let Some(rest) = rest {
-        if !rest.is_end_stream() {
+        if !rest.is_end_stream() && (polled || !waits_to_send) {
             // Bounded either way; what happens past the bounds is hyper closing, as before.
             let _ = tokio::time::timeout(DRAIN_FOR, throw_away(rest, DRAIN_AT_MOST)).await;
         }
@@ -62,9 +78,15 @@ async fn throw_away(mut body: Body, at_most: u64) -> u64 {
     read
 }
 
+/// The request's body, and whether the handler asked it for anything.
+struct Slot {
+    body: Option<Body>,
+    polled: bool,
+}
+
 /// The body as the handler sees it: the request's own, lent through a slot the middleware
 /// keeps, so what the handler leaves unread is still there when it returns.
-struct Lent(Arc<Mutex<Option<Body>>>);
+struct Lent(Arc<Mutex<Slot>>);
 
 impl HttpBody for Lent {
     type Data = Bytes;
@@ -75,7 +97,8 @@ impl HttpBody for Lent {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        match slot.as_mut() {
+        slot.polled = true;
+        match slot.body.as_mut() {
             Some(body) => Pin::new(body).poll_frame(cx),
             None => Poll::Ready(None),
         }
@@ -83,12 +106,13 @@ impl HttpBody for Lent {
 
     fn is_end_stream(&self) -> bool {
         let slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        slot.as_ref().is_none_or(HttpBody::is_end_stream)
+        slot.body.as_ref().is_none_or(HttpBody::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
         let slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        slot.as_ref()
+        slot.body
+            .as_ref()
             .map_or_else(|| SizeHint::with_exact(0), HttpBody::size_hint)
     }
 }
@@ -131,13 +155,20 @@ mod tests {
 
     #[tokio::test]
     async fn what_the_handler_leaves_unread_stays_in_the_slot() {
-        let slot = Arc::new(Mutex::new(Some(chunks(&[5, 7]))));
+        let slot = Arc::new(Mutex::new(Slot {
+            body: Some(chunks(&[5, 7])),
+            polled: false,
+        }));
         let mut lent = Body::new(Lent(slot.clone()));
         let first = std::future::poll_fn(|cx| Pin::new(&mut lent).poll_frame(cx)).await;
         let first = first.and_then(Result::ok).and_then(|f| f.into_data().ok());
         assert_eq!(first.map(|data| data.len()), Some(5));
         drop(lent);
-        let rest = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let (polled, rest) = {
+            let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            (slot.polled, slot.body.take())
+        };
+        assert!(polled);
         assert_eq!(throw_away(rest.unwrap_or_default(), 1_000).await, 7);
     }
 }

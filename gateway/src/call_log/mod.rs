@@ -22,7 +22,7 @@ use std::sync::Arc;
 use ferry_peer::wire::{CallState, RequestId};
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use ferry_core::clock::Clock;
 
@@ -209,6 +209,11 @@ impl CallLog {
 
     /// Records the owner's answer to a settle query about a remembered call.
     pub async fn settled(&self, request_id: RequestId, state: CallState) {
+        // Only a state that can never change settles a call (the settler asks again otherwise).
+        if !state.is_final() {
+            debug!(%request_id, ?state, "not kept: the state is not final");
+            return;
+        }
         self.send(Op::Finish {
             request_id,
             end: End::Settled(state),

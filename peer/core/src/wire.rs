@@ -368,6 +368,17 @@ pub enum CallState {
 /// The first state number a build may not know; its fields travel as one byte string.
 pub const FIRST_OPEN_CALL_STATE: u32 = 4;
 
+impl CallState {
+    /// Whether the state can never change, so a caller may keep it as the call's settlement:
+    /// not `Running`, and not a state this build cannot read.
+    pub fn is_final(&self) -> bool {
+        match self {
+            Self::Answered(_) | Self::NotCarriedOut { .. } | Self::Forgotten { .. } => true,
+            Self::Running { .. } | Self::Unrecognized { .. } => false,
+        }
+    }
+}
+
 mod call_state_serde {
     //! [`CallState`]'s encoding by hand: the derive's for the known states, a skipped byte
     //! string for the others.
@@ -446,7 +457,13 @@ mod call_state_serde {
                     fields.end()
                 }
                 // Only tests send it (as a newer owner would send a state of its own): the
-                // number and an empty byte string.
+                // number and an empty byte string. Never under a known state's number, where
+                // the empty string would read as that state's fields (2 then 0 is a fence).
+                Self::Unrecognized { number } if *number < FIRST_OPEN_CALL_STATE => {
+                    Err(serde::ser::Error::custom(format!(
+                        "call state {number} is a known state's number"
+                    )))
+                }
                 Self::Unrecognized { number } => serializer.serialize_newtype_variant(
                     NAME,
                     *number,

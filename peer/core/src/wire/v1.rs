@@ -156,6 +156,13 @@ impl<'a> ResponseFrameRef<'a> {
                 })
             }
             Response::Ticket(answer) => ResponseRef::Ticket(answer),
+            // Protocol 1's decoder knows four states: a later one is withheld (the old caller
+            // hears no answer, which settles nothing), never sent as bytes it would misread.
+            Response::CallStatus(CallState::Unrecognized { .. }) => {
+                return Err(NotInVersion {
+                    what: "a settle state protocol 1 does not have",
+                })
+            }
             Response::CallStatus(state) => ResponseRef::CallStatus(state),
             Response::Heartbeat(beat) => ResponseRef::Heartbeat(beat),
             Response::Unknown { .. } => {
