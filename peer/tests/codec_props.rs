@@ -6,8 +6,10 @@
 
 use ferry_peer::codec::{self, DecodeError, MAX_FRAME_LEN};
 use ferry_peer::frames;
+use ferry_peer::outcome::NotCarriedOutReason;
 use ferry_peer::wire::{
-    Extension, Extensions, Priority, Request, RequestFrame, RequestId, WriteRequest, WriteVerb,
+    CallState, Extension, Extensions, Priority, Request, RequestFrame, RequestId, Response,
+    ResponseFrame, WriteAnswer, WriteRequest, WriteVerb, FIRST_OPEN_CALL_STATE,
     OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use ferry_peer::{NodeId, NodeKey};
@@ -57,7 +59,41 @@ fn write_frame(
     }
 }
 
+/// Any settle state: the four every release knows, with any fields, or a later one.
+fn call_state() -> impl Strategy<Value = CallState> {
+    let reason = prop_oneof![
+        Just(NotCarriedOutReason::NeverArrived),
+        Just(NotCarriedOutReason::Expired),
+        Just(NotCarriedOutReason::Interrupted),
+    ];
+    prop_oneof![
+        any::<u64>().prop_map(|revision| CallState::Answered(WriteAnswer::Done { revision })),
+        (any::<u64>(), any::<u64>()).prop_map(|(since_ms, heartbeat_age_ms)| CallState::Running {
+            since_ms,
+            heartbeat_age_ms
+        }),
+        reason.prop_map(|reason| CallState::NotCarriedOut { reason }),
+        any::<u64>().prop_map(|retention_ms| CallState::Forgotten { retention_ms }),
+        (FIRST_OPEN_CALL_STATE..).prop_map(|number| CallState::Unrecognized { number }),
+    ]
+}
+
 proptest! {
+    /// A settle answer reads back as sent in every version that may carry it; a later state
+    /// is never put on a protocol 1 connection.
+    #[test]
+    fn settle_answers_round_trip(state in call_state(),
+                                 version in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION) {
+        let frame = ResponseFrame { body: Response::CallStatus(state.clone()), ext: Extensions::default() };
+        match frames::encode_response(version, &frame) {
+            Ok(bytes) => prop_assert_eq!(frames::decode_response_frame(&bytes).unwrap(), (version, frame)),
+            Err(_) => {
+                let later = matches!(state, CallState::Unrecognized { .. });
+                prop_assert!(version == 1 && later, "refused: {:?} in protocol {}", state, version);
+            }
+        }
+    }
+
     #[test]
     fn frames_round_trip(key in ".{0,64}", value in proptest::collection::vec(any::<u8>(), 0..2048),
                          rev in proptest::option::of(any::<u64>()), deadline in any::<u32>(),
