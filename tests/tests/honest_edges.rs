@@ -331,6 +331,14 @@ fn early_refusals_arrive_whole_while_the_body_is_still_being_sent() {
             .unwrap_or_else(|err| panic!("round {round}, no token: {err}"));
         assert_eq!(response.status().as_u16(), 401, "round {round}, no token");
     }
+    // Declared past the drain's 16 MiB, but refused after its first 4 MiB were read: what is
+    // left is what counts, so this refusal arrives too.
+    let response = b
+        .request(reqwest::Method::PUT, "/v1/vaults/notes/records/big")
+        .body(vec![b'v'; 18 << 20])
+        .send()
+        .unwrap_or_else(|err| panic!("a value of 18 MiB: {err}"));
+    assert_eq!(response.status().as_u16(), 400, "a value of 18 MiB");
     assert_eq!(
         a.metric("ferry_peer_requests_served_total{kind=\"write\"}"),
         0,

@@ -31,10 +31,8 @@ pub const DRAIN_FOR: Duration = Duration::from_secs(5);
 
 /// The middleware: hands the handler a body it can read as usual, and reads the rest after.
 pub async fn unread_bodies(request: Request, next: Next) -> Response {
-    let body = request.body();
-    if body.is_end_stream() || body.size_hint().lower() > DRAIN_AT_MOST {
-        // Bodiless requests (GETs): nothing can be left unread. A body declared longer than
-        // the bound would be cut off anyway: no use reading 16 MiB of it first.
+    if request.body().is_end_stream() {
+        // Bodiless requests (GETs): nothing can be left unread.
         return next.run(request).await;
     }
     // A client that sent `Expect: 100-continue` holds its body back until the server asks
@@ -56,7 +54,11 @@ pub async fn unread_bodies(request: Request, next: Next) -> Response {
         (slot.body.take(), slot.polled)
     };
     if let Some(rest) = rest {
-        if !rest.is_end_stream() && (polled || !waits_to_send) {
+        // What is left, not what was declared: a value refused one byte past its limit has
+        // most of its body read already. Declared past the bound, it would be cut off anyway,
+        // so none of it is read.
+        let left = rest.size_hint().lower();
+        if !rest.is_end_stream() && left <= DRAIN_AT_MOST && (polled || !waits_to_send) {
             // Bounded either way; what happens past the bounds is hyper closing, as before.
             let _ = tokio::time::timeout(DRAIN_FOR, throw_away(rest, DRAIN_AT_MOST)).await;
         }

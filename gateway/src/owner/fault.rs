@@ -1,6 +1,7 @@
 //! Test-only fault points in the owner's write path. Compiled in only with the cargo feature
-//! `fault-injection` (the test package turns it on; `cargo build -p ferry-gateway` never does),
-//! and even then inert unless `FERRY_DANGEROUS_FAULT` names a point:
+//! `fault-injection` (the test package turns it on; `cargo build -p ferry-gateway` never does,
+//! a workspace-wide build does through feature unification), and even then inert unless
+//! `FERRY_DANGEROUS_FAULT` names a point:
 //!
 //! `FERRY_DANGEROUS_FAULT=before_commit=crash` (or `after_commit`; the action
 //! `crash` aborts the process like a power cut, `stall:MS` blocks the owner thread for MS ms).
