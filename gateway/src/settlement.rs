@@ -208,7 +208,7 @@ impl Settlement {
             if let CallState::Forgotten { retention_ms } = state {
                 return Err(forgotten(request_id, retention_ms));
             }
-            if !matches!(state, CallState::Running { .. }) {
+            if state.is_final() {
                 self.keep_settled(request_id, state.clone()).await;
                 return Ok((state, label));
             }
@@ -386,11 +386,11 @@ impl Settlement {
                     )
                     .await
                 {
-                    Ok(CallState::Running { .. }) | Err(_) => {}
-                    Ok(state) => {
+                    Ok(state) if state.is_final() => {
                         debug!(request_id = %call.request_id, ?state, "settled in the background");
                         self.keep_settled(call.request_id, state).await;
                     }
+                    Ok(_) | Err(_) => {}
                 }
             }
             tokio::select! {

@@ -398,8 +398,9 @@ mod call_state_serde {
         "Unrecognized",
     ];
 
-    /// The JSON form: exactly what `#[derive]` gave the enum, plus the unknown state's number.
-    #[derive(Serialize, Deserialize)]
+    /// The JSON form, read back: exactly what `#[derive]` gave the enum, plus the unknown
+    /// state's number. (Written by the `Serialize` below, whose calls are the derive's.)
+    #[derive(Deserialize)]
     #[serde(rename = "CallState")]
     enum Json {
         Answered(WriteAnswer),
@@ -427,9 +428,6 @@ mod call_state_serde {
 
     impl Serialize for CallState {
         fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            if serializer.is_human_readable() {
-                return Json::from(self.clone()).serialize(serializer);
-            }
             match self {
                 Self::Answered(answer) => {
                     serializer.serialize_newtype_variant(NAME, 0, VARIANTS[0], answer)
@@ -454,6 +452,13 @@ mod call_state_serde {
                     let mut fields =
                         serializer.serialize_struct_variant(NAME, 3, VARIANTS[3], 1)?;
                     fields.serialize_field("retention_ms", retention_ms)?;
+                    fields.end()
+                }
+                // In JSON (never stored, but printable): its number, as `Json` reads it.
+                Self::Unrecognized { number } if serializer.is_human_readable() => {
+                    let mut fields =
+                        serializer.serialize_struct_variant(NAME, 4, VARIANTS[4], 1)?;
+                    fields.serialize_field("number", number)?;
                     fields.end()
                 }
                 // Only tests send it (as a newer owner would send a state of its own): the
@@ -516,24 +521,6 @@ mod call_state_serde {
                     Ok(CallState::Unrecognized { number })
                 }
                 number => Err(A::Error::custom(format!("call state {number}"))),
-            }
-        }
-    }
-
-    impl From<CallState> for Json {
-        fn from(state: CallState) -> Self {
-            match state {
-                CallState::Answered(answer) => Self::Answered(answer),
-                CallState::Running {
-                    since_ms,
-                    heartbeat_age_ms,
-                } => Self::Running {
-                    since_ms,
-                    heartbeat_age_ms,
-                },
-                CallState::NotCarriedOut { reason } => Self::NotCarriedOut { reason },
-                CallState::Forgotten { retention_ms } => Self::Forgotten { retention_ms },
-                CallState::Unrecognized { number } => Self::Unrecognized { number },
             }
         }
     }
