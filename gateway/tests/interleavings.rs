@@ -22,7 +22,7 @@
 
 use std::time::{Duration, Instant};
 
-use ferry_gateway::owner::verbs::{self, Admission, Execution, WriteLimits};
+use ferry_gateway::owner::verbs::{self, Admission, BatchVaults, Execution, WriteLimits};
 use ferry_gateway::store::{self, journal, records, vaults};
 use ferry_peer::call::WriteCall;
 use ferry_peer::outcome::{NotSentReason, Refusal, RefusalCode, UnknownReason, WriteOutcome};
@@ -303,24 +303,18 @@ impl Owner {
         admission
     }
 
-    /// Transaction 2, as `executor::execute_all` runs it: each write in its own savepoint, kept
-    /// only when its answer was recorded.
+    /// Transaction 2, as `executor::execute_all` runs it: each write's answer recorded (and its
+    /// effect made) only if its id is still running, the vaults' revisions written back once.
     fn execute(&mut self, caller: NodeId, calls: &[WriteCall], now_ms: u64) -> Vec<Execution> {
-        let mut tx = self.conn.transaction().unwrap();
+        let tx = self.conn.transaction().unwrap();
+        let mut batch_vaults = BatchVaults::default();
         let mut executions = Vec::with_capacity(calls.len());
         for call in calls {
-            let mut savepoint = tx.savepoint().unwrap();
-            let execution = verbs::execute(&savepoint, caller, call, &LIMITS, now_ms).unwrap();
-            match &execution {
-                Execution::Recorded(_) => savepoint.commit().unwrap(),
-                // The id was settled while it waited: its effect must not survive.
-                Execution::Fenced(_) => {
-                    savepoint.rollback().unwrap();
-                    savepoint.commit().unwrap();
-                }
-            }
-            executions.push(execution);
+            executions.push(
+                verbs::execute(&tx, &mut batch_vaults, caller, call, &LIMITS, now_ms).unwrap(),
+            );
         }
+        batch_vaults.write_back(&tx).unwrap();
         tx.commit().unwrap();
         executions
     }

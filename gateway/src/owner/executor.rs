@@ -7,8 +7,9 @@
 //!    answered from it. The marker survives a crash of the process (WAL), so after a crash those
 //!    ids are `interrupted`, not forgotten. Nothing admit writes is ever answered by itself: a
 //!    `running` marker only says "ask again";
-//! 2. **execute** (`synchronous=FULL`): each write's checks, effect and first answer, each in a
-//!    savepoint (a failed or fenced write rolls back alone), and the tombstones of settle
+//! 2. **execute** (`synchronous=FULL`): each write's checks, first answer and effect (nothing
+//!    written for a write whose id was fenced meanwhile; a store error rolls the whole batch
+//!    back and fences it), the vaults' revisions written once, and the tombstones of settle
 //!    queries about ids never seen. One fsync makes both transactions durable (group commit);
 //!    answers are sent only after it. Every answer the owner gives about a journal entry it
 //!    wrote follows that durable commit: a tombstone answered `never_arrived` before its fsync
@@ -1087,7 +1088,8 @@ fn execute_all(
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<Vec<Pending>, StoreError> {
-    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut vaults = verbs::BatchVaults::default();
     for (job, slot) in batch.iter().zip(pending.iter_mut()) {
         let Job::Write {
             caller, request, ..
@@ -1098,27 +1100,15 @@ fn execute_all(
         if !matches!(slot, Pending::Run) {
             continue;
         }
-        let savepoint = tx.savepoint()?;
-        *slot = match verbs::execute(&savepoint, *caller, request, limits, now_ms) {
-            Ok(Execution::Recorded(answer)) => {
-                savepoint.commit()?;
-                Pending::Answered(answer)
-            }
-            // Dropping the savepoint rolls the effect back.
-            Ok(Execution::Fenced(answer)) => Pending::Answered(answer),
-            Err(err) => {
-                // The savepoint (dropped here) rolls this write's effect back. Fence the id in
-                // the same transaction, so a settle query learns the truth at once rather than
-                // `running` until a restart.
-                error!(%err, request_id = %request.request_id, "write failed in the store; fenced as interrupted");
-                drop(savepoint);
-                journal::fence_interrupted(&tx, *caller, request.request_id, now_ms)?;
-                Pending::Answered(WriteAnswer::NotCarriedOut {
-                    reason: NotCarriedOutReason::Interrupted,
-                })
-            }
+        // A store error fails the whole transaction: the batch is fenced and answered
+        // `interrupted` (`execute_step`). Errors here are the disk's (full, I/O), which no
+        // other write of the batch would escape either; a savepoint per write to keep its
+        // batch-mates alive cost two statements and a statement journal on every write.
+        *slot = match verbs::execute(&tx, &mut vaults, *caller, request, limits, now_ms)? {
+            Execution::Recorded(answer) | Execution::Fenced(answer) => Pending::Answered(answer),
         };
     }
+    vaults.write_back(&tx)?;
     for (job, slot) in batch.iter().zip(pending.iter_mut()) {
         if let (
             Job::Status {
@@ -1671,5 +1661,61 @@ mod tests {
         let load = executor.load(1);
         assert_eq!((load.interactive, load.background), (0, 0));
         assert_eq!(load.top_callers[0].in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn a_store_error_in_one_write_fences_its_whole_batch_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+        // The disk refusing one record, as a full or failing disk would.
+        store::open(&dir.path().join("ferry.db"))
+            .unwrap()
+            .execute_batch(
+                "CREATE TRIGGER boom BEFORE INSERT ON records WHEN NEW.key = 'boom'
+                 BEGIN SELECT RAISE(ABORT, 'the disk said no'); END;",
+            )
+            .unwrap();
+        let release = hold(&executor).await;
+        let far = Instant::now() + Duration::from_secs(60);
+        let calls: Vec<WriteCall> = ["a", "boom", "c"]
+            .iter()
+            .map(|key| put(RequestId::generate(), key))
+            .collect();
+        let writes: Vec<_> = calls
+            .iter()
+            .map(|call| spawn_put(&executor, me, call.clone(), far))
+            .collect();
+        until_queued(&executor, 3, 0).await;
+        drop(release);
+        let interrupted = NotCarriedOutReason::Interrupted;
+        for write in writes {
+            assert_eq!(
+                write.await.unwrap().unwrap(),
+                WriteAnswer::NotCarriedOut {
+                    reason: interrupted
+                },
+                "one batch: every write in it is told the truth, not carried out"
+            );
+        }
+        // The journal says the same to a settle query, and nothing changed.
+        for call in &calls {
+            assert_eq!(
+                executor.status(me, call.request_id, None).await.unwrap(),
+                CallState::NotCarriedOut {
+                    reason: interrupted
+                }
+            );
+        }
+        let revision_now = executor
+            .apply(|conn| Ok(vaults::get(conn, "v")?.map(|vault| vault.revision)))
+            .await
+            .unwrap();
+        assert_eq!(revision_now, Some(0), "no revision was spent");
+        let next = executor
+            .submit(me, put(RequestId::generate(), "d"), far)
+            .await
+            .unwrap();
+        assert_eq!(next, WriteAnswer::Done { revision: 1 });
+        assert!(executor.drain(Duration::from_secs(5)).await);
     }
 }

@@ -1,9 +1,17 @@
 //! One write against the store, in two steps the executor runs in two transactions:
 //! 1. [`admit`]: a known request id is answered from the journal; a stale one is refused; a new
 //!    one is marked `running`;
-//! 2. [`execute`]: the checks, the effect and the first answer, recorded only if the id is still
-//!    `running` (a request declared dead meanwhile stays dead).
+//! 2. [`execute`]: the checks, the first answer and the effect, the answer recorded first and
+//!    only if the id is still `running` (a request declared dead meanwhile stays dead), and the
+//!    effect made only if it was. Nothing is written before that record, so a fenced write needs
+//!    no savepoint to undo; a store error fails the whole transaction (the executor fences the
+//!    batch).
+//!
+//! The vaults a batch writes to are read once per batch ([`BatchVaults`]) and their revisions
+//! written back once, before its commit: a batch of 64 writes to one vault reads and updates the
+//! vault's row once, not 64 times.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use ferry_peer::call::WriteCall;
@@ -95,6 +103,14 @@ pub fn admit(
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<Admission, StoreError> {
+    let problem = limits.check_id(request.request_id, now_ms).err();
+    // The common case in one statement: a good id the journal does not hold is marked running.
+    if problem.is_none()
+        && journal::mark_running(conn, caller, request.request_id, &request.vault, now_ms)?
+    {
+        return Ok(Admission::Run);
+    }
+    // A known id is answered from the journal, whatever its date says now.
     if let Some(entry) = journal::lookup(conn, caller, request.request_id)? {
         // A `running` row here is the same id twice in one batch: the copy is told to ask
         // again, and gets the first's answer from the journal then.
@@ -104,20 +120,23 @@ pub fn admit(
     }
     // An id older than the journal keeps might have run and been forgotten: refuse it rather
     // than risk running it twice. Not journaled: this same check refuses it every time.
-    match limits.check_id(request.request_id, now_ms) {
-        Ok(()) => {}
-        Err(IdProblem::Stale) => {
-            return Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
-                RefusalCode::StaleRequestId,
-                format!(
-                    "request id {} is older than the owner's journal keeps ({} days); send the write under a new request id",
-                    request.request_id,
-                    limits.journal_retention.as_secs() / 86_400
-                ),
-            ))))
-        }
-        Err(IdProblem::FromTheFuture) => {
-            return Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
+    match problem {
+        None => Err(StoreError::Corrupt {
+            detail: format!(
+                "journal entry for {} neither inserted nor found",
+                request.request_id
+            ),
+        }),
+        Some(IdProblem::Stale) => Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
+            RefusalCode::StaleRequestId,
+            format!(
+                "request id {} is older than the owner's journal keeps ({} days); send the write under a new request id",
+                request.request_id,
+                limits.journal_retention.as_secs() / 86_400
+            ),
+        )))),
+        Some(IdProblem::FromTheFuture) => {
+            Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
                 RefusalCode::BadRequest,
                 format!(
                     "request id {} is dated more than {} minutes ahead of the owner's clock; check the clocks, and send the write under a new request id",
@@ -126,15 +145,13 @@ pub fn admit(
                 ),
             ))))
         }
-        Err(IdProblem::Malformed) => {
-            return Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
+        Some(IdProblem::Malformed) => {
+            Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
                 RefusalCode::BadRequest,
                 "the request id is not a UUIDv7 with the RFC 9562 variant",
             ))))
         }
     }
-    journal::mark_running(conn, caller, request.request_id, &request.vault, now_ms)?;
-    Ok(Admission::Run)
 }
 
 fn busy_duplicate() -> WriteAnswer {
@@ -153,24 +170,99 @@ pub enum Execution {
     Fenced(WriteAnswer),
 }
 
-/// Step 2: the checks, the effect, and the recorded first answer.
+/// The vaults one execute transaction writes to: read on first use, their revisions moved on
+/// in memory, and written back by [`BatchVaults::write_back`] before the commit. Valid for one
+/// transaction only (the executor is the store's one writer while it holds the write lock).
+#[derive(Debug, Default)]
+pub struct BatchVaults {
+    by_name: HashMap<String, BatchVault>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BatchVault {
+    owned: bool,
+    revision: u64,
+    moved: bool,
+}
+
+impl BatchVaults {
+    fn vault(&mut self, conn: &Connection, name: &str) -> Result<&mut BatchVault, StoreError> {
+        if !self.by_name.contains_key(name) {
+            let row = vaults::get(conn, name)?;
+            let vault = BatchVault {
+                owned: row.as_ref().is_some_and(|row| row.role == Role::Owner),
+                revision: row.map_or(0, |row| row.revision),
+                moved: false,
+            };
+            self.by_name.insert(name.to_owned(), vault);
+        }
+        self.by_name
+            .get_mut(name)
+            .ok_or_else(|| StoreError::Corrupt {
+                detail: format!("vault {name:?} vanished from the batch's cache"),
+            })
+    }
+
+    /// Writes each moved revision to its vault's row (in the batch's transaction).
+    pub fn write_back(&mut self, conn: &Connection) -> Result<(), StoreError> {
+        for (name, vault) in &mut self.by_name {
+            if vault.moved {
+                vaults::set_revision(conn, name, vault.revision)?;
+                vault.moved = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the checks decided, before anything is written.
+enum Decision<'a> {
+    Refuse(WriteAnswer),
+    Write {
+        key: &'a str,
+        revision: u64,
+        value: Option<&'a [u8]>,
+    },
+}
+
+/// Step 2: the checks, the recorded first answer, then the effect. Nothing is written unless
+/// the answer was recorded (the id still `running`); an error leaves the transaction to be
+/// rolled back whole.
 pub fn execute(
     conn: &Connection,
+    vaults: &mut BatchVaults,
     caller: NodeId,
     request: &WriteCall,
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<Execution, StoreError> {
-    let answer = decide(conn, request, limits)?;
-    if journal::record_answer(conn, caller, request.request_id, &answer, now_ms)? {
-        return Ok(Execution::Recorded(answer));
+    let decision = decide(conn, vaults, request, limits)?;
+    let answer = match &decision {
+        Decision::Refuse(answer) => answer.clone(),
+        Decision::Write { revision, .. } => WriteAnswer::Done {
+            revision: *revision,
+        },
+    };
+    if !journal::record_answer(conn, caller, request.request_id, &answer, now_ms)? {
+        let fence = journal::lookup(conn, caller, request.request_id)?
+            .and_then(|entry| entry.to_write_answer())
+            .unwrap_or(WriteAnswer::NotCarriedOut {
+                reason: NotCarriedOutReason::Interrupted,
+            });
+        return Ok(Execution::Fenced(fence));
     }
-    let fence = journal::lookup(conn, caller, request.request_id)?
-        .and_then(|entry| entry.to_write_answer())
-        .unwrap_or(WriteAnswer::NotCarriedOut {
-            reason: NotCarriedOutReason::Interrupted,
-        });
-    Ok(Execution::Fenced(fence))
+    if let Decision::Write {
+        key,
+        revision,
+        value,
+    } = decision
+    {
+        records::set(conn, &request.vault, key, revision, value)?;
+        let vault = vaults.vault(conn, &request.vault)?;
+        vault.revision = revision;
+        vault.moved = true;
+    }
+    Ok(Execution::Recorded(answer))
 }
 
 /// A settle query: the journal's answer, or a tombstone for an id never seen.
@@ -227,15 +319,21 @@ pub fn status(
     })
 }
 
-fn decide(
+fn decide<'a>(
     conn: &Connection,
-    request: &WriteCall,
+    vaults: &mut BatchVaults,
+    request: &'a WriteCall,
     limits: &WriteLimits,
-) -> Result<WriteAnswer, StoreError> {
-    let refuse = |code, detail: String| Ok(WriteAnswer::Refused(Refusal::new(code, detail)));
-    match vaults::get(conn, &request.vault)? {
-        Some(vault) if vault.role == Role::Owner => {}
-        _ => {
+) -> Result<Decision<'a>, StoreError> {
+    let refuse = |code, detail: String| {
+        Ok(Decision::Refuse(WriteAnswer::Refused(Refusal::new(
+            code, detail,
+        ))))
+    };
+    let vault = *vaults.vault(conn, &request.vault)?;
+    match vault.owned {
+        true => {}
+        false => {
             return refuse(
                 RefusalCode::UnknownVault,
                 format!(
@@ -255,7 +353,9 @@ fn decide(
     };
     if let Some(expected) = if_revision {
         if expected != current {
-            return Ok(WriteAnswer::Refused(Refusal::conflict(current)));
+            return Ok(Decision::Refuse(WriteAnswer::Refused(Refusal::conflict(
+                current,
+            ))));
         }
     }
     let value = match &request.verb {
@@ -282,9 +382,11 @@ fn decide(
             None
         }
     };
-    let revision = vaults::next_revision(conn, &request.vault)?;
-    records::set(conn, &request.vault, key, revision, value)?;
-    Ok(WriteAnswer::Done { revision })
+    Ok(Decision::Write {
+        key,
+        revision: vault.revision + 1,
+        value,
+    })
 }
 
 /// Both steps in one go, for tests and callers that need no crash marker in between.
@@ -297,9 +399,14 @@ pub fn apply(
 ) -> Result<WriteAnswer, StoreError> {
     match admit(conn, caller, request, limits, now_ms)? {
         Admission::Answer(answer) => Ok(answer),
-        Admission::Run => match execute(conn, caller, request, limits, now_ms)? {
-            Execution::Recorded(answer) | Execution::Fenced(answer) => Ok(answer),
-        },
+        Admission::Run => {
+            let mut vaults = BatchVaults::default();
+            let execution = execute(conn, &mut vaults, caller, request, limits, now_ms)?;
+            vaults.write_back(conn)?;
+            match execution {
+                Execution::Recorded(answer) | Execution::Fenced(answer) => Ok(answer),
+            }
+        }
     }
 }
 
@@ -351,6 +458,47 @@ mod tests {
             apply(&conn, other, &request, &LIMITS, now).unwrap(),
             WriteAnswer::Done { revision: 2 }
         );
+    }
+
+    #[test]
+    fn a_batch_reads_its_vault_once_and_writes_its_revision_back_once() {
+        let (_dir, conn, me, now) = setup();
+        let mut batch = BatchVaults::default();
+        let run = |batch: &mut BatchVaults, request: &WriteCall| {
+            assert_eq!(
+                admit(&conn, me, request, &LIMITS, now).unwrap(),
+                Admission::Run
+            );
+            execute(&conn, batch, me, request, &LIMITS, now).unwrap()
+        };
+        let first = put("a", b"1", None);
+        let fenced = put("b", b"2", None);
+        let third = put("a", b"3", Some(1));
+        assert_eq!(
+            run(&mut batch, &first),
+            Execution::Recorded(WriteAnswer::Done { revision: 1 })
+        );
+        // Settled while it waited (a crash, recovery): it writes nothing, spends no revision.
+        assert_eq!(
+            admit(&conn, me, &fenced, &LIMITS, now).unwrap(),
+            Admission::Run
+        );
+        journal::recover_interrupted(&conn, now).unwrap();
+        let execution = execute(&conn, &mut batch, me, &fenced, &LIMITS, now).unwrap();
+        assert!(matches!(execution, Execution::Fenced(_)), "{execution:?}");
+        assert_eq!(records::get(&conn, "v", "b").unwrap(), None);
+        // The next write of the batch sees the first's record and revision.
+        assert_eq!(
+            run(&mut batch, &third),
+            Execution::Recorded(WriteAnswer::Done { revision: 2 })
+        );
+        assert_eq!(
+            vaults::get(&conn, "v").unwrap().unwrap().revision,
+            0,
+            "not written back yet"
+        );
+        batch.write_back(&conn).unwrap();
+        assert_eq!(vaults::get(&conn, "v").unwrap().unwrap().revision, 2);
     }
 
     #[test]
@@ -462,7 +610,8 @@ mod tests {
         );
         // A crash and recovery between the two steps fences it.
         journal::recover_interrupted(&conn, now).unwrap();
-        let fenced = execute(&conn, me, &request, &LIMITS, now).unwrap();
+        let mut batch = BatchVaults::default();
+        let fenced = execute(&conn, &mut batch, me, &request, &LIMITS, now).unwrap();
         assert_eq!(
             fenced,
             Execution::Fenced(WriteAnswer::NotCarriedOut {

@@ -90,25 +90,28 @@ pub fn lookup(
     })
 }
 
-/// Marks a new request as running (before its verb runs).
+/// Marks a new request as running (before its verb runs). Returns false, and changes nothing,
+/// if the journal already holds the id.
 pub fn mark_running(
     conn: &Connection,
     caller: NodeId,
     request_id: RequestId,
     vault: &str,
     now_ms: u64,
-) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "INSERT INTO journal (caller, request_id, vault, state, created_ms, updated_ms)
-         VALUES (?1, ?2, ?3, 'running', ?4, ?4)",
-    )?
-    .execute(params![
-        caller.to_string(),
-        &request_id.0[..],
-        vault,
-        now_ms as i64
-    ])?;
-    Ok(())
+) -> Result<bool, StoreError> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO journal (caller, request_id, vault, state, created_ms, updated_ms)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?4)
+             ON CONFLICT (caller, request_id) DO NOTHING",
+        )?
+        .execute(params![
+            caller.to_string(),
+            &request_id.0[..],
+            vault,
+            now_ms as i64
+        ])?;
+    Ok(inserted == 1)
 }
 
 /// Records the first answer of a request that is running. Returns false, and records nothing,
@@ -261,7 +264,7 @@ mod tests {
             .unwrap();
         assert_eq!(vault, "v");
         // A late copy of the request cannot start, and cannot record an answer.
-        assert!(mark_running(&conn, caller, id, "v", 2).is_err());
+        assert!(!mark_running(&conn, caller, id, "v", 2).unwrap());
         assert!(!record_answer(&conn, caller, id, &WriteAnswer::Done { revision: 1 }, 3).unwrap());
         assert_eq!(
             lookup(&conn, caller, id).unwrap(),

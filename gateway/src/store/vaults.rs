@@ -158,6 +158,13 @@ pub fn list(conn: &Connection) -> Result<Vec<VaultRow>, StoreError> {
     rows.map(|raw| parse(raw?)).collect()
 }
 
+/// Sets the vault's revision (the owner's executor, once per batch, to where its writes moved it).
+pub fn set_revision(conn: &Connection, name: &str, revision: u64) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE vaults SET revision = ?2 WHERE name = ?1")?
+        .execute(params![name, revision as i64])?;
+    Ok(())
+}
+
 /// Moves the vault's revision on by one and returns the new revision.
 pub fn next_revision(conn: &Connection, name: &str) -> Result<u64, StoreError> {
     let revision: i64 = conn
