@@ -18,8 +18,8 @@ use crate::store::{self, records, vaults, StoreError};
 
 /// Pages are capped so one answer stays well inside a frame.
 pub const MAX_PAGE: u32 = 1000;
-/// Read connections per gateway: enough for the two cores' runtime threads and the blocking
-/// pool to read side by side.
+/// Read connections per gateway: enough for the runtime's thread(s) and the blocking pool to
+/// read side by side.
 const CONNECTIONS: usize = 4;
 
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 
 mod harness;
 
-use harness::{two_with_notes, Gateway, START_BOUND};
+use harness::{ferry_bin, pair_with_notes, two_with_notes, Gateway, START_BOUND};
 use serde_json::Value;
 
 #[test]
@@ -316,4 +316,59 @@ fn one_write_can_be_followed_across_both_logs_by_its_request_id() {
         START_BOUND,
     );
     eprintln!("caller: {caller}\nowner: {owner}");
+}
+
+#[test]
+fn a_gateway_runs_on_the_runtime_threads_it_is_given_and_carries_concurrent_writes() {
+    let (a, b) = pair_with_notes(
+        Gateway::start_with_env("a", &[("FERRY_RUNTIME_THREADS", "3")]),
+        Gateway::start("b"),
+    );
+    assert_eq!(
+        a.get_json("/v1/status")["runtime_threads"].as_u64(),
+        Some(3)
+    );
+    assert_eq!(
+        b.get_json("/v1/status")["runtime_threads"].as_u64(),
+        Some(1),
+        "one thread by default"
+    );
+    // Four writers at once (the owner's cap for one app) through b (one thread) to a
+    // (three), eight writes each: each carried out once.
+    let mut revisions: Vec<u64> = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..4)
+            .map(|writer| {
+                let b = &b;
+                scope.spawn(move || {
+                    (0..8)
+                        .map(|n| {
+                            let key = format!("k{writer}-{n}");
+                            let (status, body) = b.put("notes", &key, b"v", &[]);
+                            assert_eq!(status, 200, "{body}");
+                            body["revision"].as_u64().expect("a revision")
+                        })
+                        .collect::<Vec<u64>>()
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    revisions.sort_unstable();
+    assert_eq!(revisions, (1..=32).collect::<Vec<u64>>());
+    assert_eq!(a.vault_revision("notes"), 32);
+
+    // A thread count out of range is refused before anything starts.
+    let refused = std::process::Command::new(ferry_bin())
+        .args(["serve", "--runtime-threads", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--runtime-threads"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 }

@@ -37,6 +37,10 @@ pub struct Status {
     /// (then peers are found only at the addresses they were trusted with).
     #[serde(default)]
     pub discovery: String,
+    /// Threads of the gateway's async runtime (`ferry serve --runtime-threads`); 0 from a
+    /// gateway too old to say.
+    #[serde(default)]
+    pub runtime_threads: usize,
 }
 
 /// The owner's write queue now.

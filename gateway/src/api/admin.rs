@@ -66,6 +66,7 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Json<Status> {
         owner_queue: owner_queue(&gateway),
         version_mismatches: gateway.network().version_mismatches(),
         discovery: gateway.network().discovery_state().to_string(),
+        runtime_threads: tokio::runtime::Handle::current().metrics().num_workers(),
     })
 }
 

@@ -179,6 +179,12 @@ pub struct ServeArgs {
     /// A tailnet address of this gateway; repeatable.
     #[arg(long)]
     pub tailnet: Vec<SocketAddr>,
+    /// Threads of the gateway's async runtime (1-64). One by default: a call's work is small,
+    /// and a hop between threads costs more than it (docs/decisions.md); the owner's writes,
+    /// the call log and SQLite reads other than point reads have threads of their own.
+    #[arg(long, env = "FERRY_RUNTIME_THREADS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub runtime_threads: u16,
 }
 
 #[derive(Debug, Args)]
@@ -239,7 +245,13 @@ pub fn main() -> ExitCode {
         }
     };
     logging::init(matches!(cli.command, Command::Serve(_)));
+    // The other commands are one client's few calls: one thread is plenty.
+    let threads = match &cli.command {
+        Command::Serve(args) => usize::from(args.runtime_threads),
+        _ => 1,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
         .enable_all()
         .build()
     {

@@ -479,8 +479,13 @@ pub fn routes_up(hub: &Gateway, peers: &[Gateway]) -> Result<(), String> {
 
 /// How the gateways under test run, for the reports.
 pub fn layout(binary: &Path) -> String {
+    // The gateways inherit the benchmark's environment, so a thread count set for a run
+    // (`FERRY_RUNTIME_THREADS=2 ferry-bench ...`) is the one they use.
+    let threads = std::env::var("FERRY_RUNTIME_THREADS")
+        .map(|n| format!("{n} (FERRY_RUNTIME_THREADS)"))
+        .unwrap_or_else(|_| "1 (the default)".into());
     format!(
-        "2 processes, each one multi-threaded runtime (default workers) + owner thread; binary {}",
+        "2 processes, each one tokio runtime of {threads} thread(s) + owner thread; binary {}",
         binary.display()
     )
 }

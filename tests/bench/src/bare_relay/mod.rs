@@ -54,9 +54,10 @@ pub enum Layout {
     /// HTTP server, QUIC client and QUIC server each on its own single-threaded tokio runtime
     /// and OS thread (plus the writer thread): the fastest layout in the measured limits.
     Split,
-    /// Ferry's shape: two multi-threaded tokio runtimes with the default worker count, one
-    /// for the HTTP server and the QUIC client (the calling gateway), one for the QUIC server
-    /// (the owner), plus the writer thread.
+    /// Two processes' shape: two multi-threaded tokio runtimes with the default worker count,
+    /// one for the HTTP server and the QUIC client (the calling gateway), one for the QUIC
+    /// server (the owner), plus the writer thread. Ferry ran so until its runtime became one
+    /// thread by default (`ferry serve --runtime-threads`).
     PerProcess,
 }
 
@@ -76,8 +77,8 @@ impl Layout {
                  runtime and OS thread; one SQLite writer thread"
             }
             Layout::PerProcess => {
-                "like Ferry's two processes: one multi-threaded runtime (default workers) for the \
-                 HTTP server and QUIC client, another for the QUIC server; one SQLite writer thread"
+                "two processes' shape: one multi-threaded runtime (default workers) for the HTTP \
+                 server and QUIC client, another for the QUIC server; one SQLite writer thread"
             }
         }
     }
@@ -91,7 +92,7 @@ impl Layout {
                  runtime and OS thread"
             }
             Layout::PerProcess => {
-                "like Ferry's processes: relay: one multi-threaded runtime (default workers) for \
+                "two processes' shape: relay: one multi-threaded runtime (default workers) for \
                  the HTTP server and QUIC client, another for the QUIC server; from memory: the \
                  HTTP server on one multi-threaded runtime (default workers)"
             }
