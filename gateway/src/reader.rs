@@ -2,13 +2,15 @@
 //! one (WAL lets readers and the writer run together).
 //!
 //! A small pool of connections: a point read (one record) runs inline on the calling thread
-//! when a connection is free, which costs a few microseconds instead of a hop to the blocking
-//! pool and back; anything else, or a read that finds every connection busy, runs on tokio's
+//! when a connection is free, its value is small and no lock is in the way, which costs a few
+//! microseconds instead of a hop to the blocking pool and back; anything else runs on tokio's
 //! blocking pool.
 
+use std::ops::Deref;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ferry_peer::wire::{ReadAnswer, ReadVerb};
 use rusqlite::Connection;
@@ -21,6 +23,9 @@ pub const MAX_PAGE: u32 = 1000;
 /// Read connections per gateway: enough for the runtime's thread(s) and the blocking pool to
 /// read side by side.
 const CONNECTIONS: usize = 4;
+/// The largest value a point read reads on the runtime thread (64 KiB: a few dozen pages);
+/// a bigger one is read on the blocking pool.
+pub const INLINE_VALUE_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct Reader {
@@ -74,35 +79,60 @@ impl Reader {
     }
 
     /// Answers a read verb from this gateway's own copy of `vault` (`None`: no copy here). A
-    /// point read runs inline when a connection is free; pages of a list or of changes go to
-    /// the blocking pool.
+    /// point read runs inline when it can be quick (see [`Reader::point_read_inline`]); pages
+    /// of a list or of changes, and point reads that cannot, go to the blocking pool.
     pub async fn read_verb(
         &self,
         vault: String,
         verb: ReadVerb,
     ) -> Result<Option<ReadAnswer>, StoreError> {
-        let point = matches!(verb, ReadVerb::Get { .. });
-        let read = move |conn: &Connection| read_local(conn, &vault, &verb);
-        if point {
-            self.run_quick(read).await
-        } else {
-            self.run(read).await
-        }
-    }
-
-    /// Runs a short read (one record) inline if a connection is free at once, else as [`Reader::run`].
-    pub async fn run_quick<R, F>(&self, f: F) -> Result<R, StoreError>
-    where
-        R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
-    {
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        for i in 0..self.conns.len() {
-            if let Ok(conn) = self.conns[(start + i) % self.conns.len()].try_lock() {
-                return f(&conn);
+        if let ReadVerb::Get {
+            key,
+            known_revision,
+        } = &verb
+        {
+            if let Some(answered) = self.point_read_inline(&vault, key, *known_revision) {
+                return answered;
             }
         }
-        self.run(f).await
+        self.run(move |conn| read_local(conn, &vault, &verb)).await
+    }
+
+    /// A point read on the calling (runtime) thread, which costs a few microseconds instead of
+    /// a hop to the blocking pool and back; `None` when it cannot be quick: every connection
+    /// busy, the value over [`INLINE_VALUE_BYTES`], or a lock another connection holds (the
+    /// runtime thread never waits for one: with one runtime thread, a wait here would stall
+    /// every connection of the gateway, heartbeats included).
+    fn point_read_inline(
+        &self,
+        vault: &str,
+        key: &str,
+        known_revision: Option<u64>,
+    ) -> Option<Result<Option<ReadAnswer>, StoreError>> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let conn = (0..self.conns.len())
+            .find_map(|i| self.conns[(start + i) % self.conns.len()].try_lock().ok())?;
+        if let Err(err) = conn.busy_timeout(Duration::ZERO) {
+            return Some(Err(err.into()));
+        }
+        let read =
+            records::get_with_vault_revision_up_to(conn.deref(), vault, key, INLINE_VALUE_BYTES);
+        if let Err(err) = conn.busy_timeout(store::BUSY_TIMEOUT) {
+            return Some(Err(err.into()));
+        }
+        match read {
+            Ok(Ok(read)) => Some(Ok(answer_point_read(read, key, known_revision))),
+            Ok(Err(records::ValueOver)) => None,
+            Err(StoreError::Sqlite(err))
+                if matches!(
+                    err.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) =>
+            {
+                None
+            }
+            Err(err) => Some(Err(err)),
+        }
     }
 }
 
@@ -137,10 +167,21 @@ fn read_one(
     key: &str,
     known_revision: Option<u64>,
 ) -> Result<Option<ReadAnswer>, StoreError> {
-    let Some((vault_revision, record)) = records::get_with_vault_revision(conn, vault, key)? else {
-        return Ok(None);
-    };
-    Ok(Some(match record {
+    Ok(answer_point_read(
+        records::get_with_vault_revision(conn, vault, key)?,
+        key,
+        known_revision,
+    ))
+}
+
+/// The answer to a point read from what the store held (`None`: no copy of the vault here).
+fn answer_point_read(
+    read: records::PointRead,
+    key: &str,
+    known_revision: Option<u64>,
+) -> Option<ReadAnswer> {
+    let (vault_revision, record) = read?;
+    Some(match record {
         Some(records::RecordRow {
             revision,
             value: Some(value),
@@ -162,7 +203,7 @@ fn read_one(
             }
         }
         _ => ReadAnswer::NotFound { vault_revision },
-    }))
+    })
 }
 
 fn read_page(
@@ -198,4 +239,48 @@ fn read_changes(
         more,
         vault_revision,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_ticket::NodeKey;
+
+    fn vault_with(path: &Path, records: &[(&str, &[u8])]) {
+        let conn = store::open(path).unwrap();
+        let me = NodeKey::from_secret_bytes([1; 32]).node_id();
+        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        for (revision, (key, value)) in (1..).zip(records) {
+            records::set(&conn, "v", key, revision, Some(value)).unwrap();
+        }
+    }
+
+    fn value_of(answer: Option<ReadAnswer>) -> Vec<u8> {
+        match answer {
+            Some(ReadAnswer::Record { record, .. }) => record.value,
+            other => panic!("not a record: {other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_big_value_is_read_whole_off_the_runtime_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ferry.db");
+        let big = vec![7u8; INLINE_VALUE_BYTES + 1];
+        vault_with(&path, &[("small", b"x"), ("big", &big)]);
+        let reader = Reader::open(&path, Blocking::Threads).unwrap();
+        assert!(reader.point_read_inline("v", "small", None).is_some());
+        assert!(
+            reader.point_read_inline("v", "big", None).is_none(),
+            "over the inline bound: left to the blocking pool"
+        );
+        let get = |key: &str| ReadVerb::Get {
+            key: key.into(),
+            known_revision: None,
+        };
+        let read = reader.read_verb("v".into(), get("big")).await.unwrap();
+        assert_eq!(value_of(read), big);
+        let read = reader.read_verb("v".into(), get("small")).await.unwrap();
+        assert_eq!(value_of(read), b"x");
+    }
 }

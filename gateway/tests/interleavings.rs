@@ -294,8 +294,8 @@ impl Owner {
         }
     }
 
-    /// Transaction 1, as `executor::admit_all` runs it: the journal lookup and the `running`
-    /// marker.
+    /// Transaction 1, as `executor::admit_all` runs it: the `running` marker, or the journal's
+    /// answer for an id it holds.
     fn admit(&mut self, caller: NodeId, call: &WriteCall, now_ms: u64) -> Admission {
         let tx = self.conn.transaction().unwrap();
         let admission = verbs::admit(&tx, caller, call, &LIMITS, now_ms).unwrap();

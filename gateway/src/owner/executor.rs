@@ -8,9 +8,9 @@
 //!    ids are `interrupted`, not forgotten. Nothing admit writes is ever answered by itself: a
 //!    `running` marker only says "ask again";
 //! 2. **execute** (`synchronous=FULL`): each write's checks, first answer and effect (nothing
-//!    written for a write whose id was fenced meanwhile; a store error rolls the whole batch
-//!    back and fences it), the vaults' revisions written once, and the tombstones of settle
-//!    queries about ids never seen. One fsync makes both transactions durable (group commit);
+//!    written for a write whose id was fenced meanwhile; a store error in one write rolls the
+//!    transaction back, fences that write alone, and runs the rest again), the vaults'
+//!    revisions written once, and the tombstones of settle queries about ids never seen. One fsync makes both transactions durable (group commit);
 //!    answers are sent only after it. Every answer the owner gives about a journal entry it
 //!    wrote follows that durable commit: a tombstone answered `never_arrived` before its fsync
 //!    could be lost to a power cut, and the id could then run after all.
@@ -437,7 +437,12 @@ impl Executor {
         request: WriteCall,
         deadline: Instant,
     ) -> Result<WriteAnswer, SubmitError> {
-        let sender = self.sender()?;
+        let sender = match self.sender() {
+            Ok(sender) => sender,
+            Err(stopping) => {
+                return self.answer_while_stopping(caller, request.request_id, stopping)
+            }
+        };
         let now = self.clock.now();
         let caller_key = (caller, request.app.clone());
         let class = request.priority;
@@ -454,7 +459,7 @@ impl Executor {
                 {
                     self.queue_unanswered(caller, request.clone(), deadline, now);
                 }
-                return Ok(self.budget_refusal(caller, &caller_key, request_id, refusal));
+                return self.budget_refusal(caller, &caller_key, request_id, refusal);
             }
         }
         let claim = Arc::new(Claim::default());
@@ -486,9 +491,11 @@ impl Executor {
                         why: capacity::Refused::QueueFull,
                         retry_after: capacity::BUSY_RETRY,
                     };
-                    Ok(self.budget_refusal(caller, &caller_key, request_id, refusal))
+                    self.budget_refusal(caller, &caller_key, request_id, refusal)
                 }
-                mpsc::error::TrySendError::Closed(_) => Err(SubmitError::Stopping),
+                mpsc::error::TrySendError::Closed(_) => {
+                    self.answer_while_stopping(caller, request_id, SubmitError::Stopping)
+                }
             };
         }
         let mut answer = std::pin::pin!(answer);
@@ -515,7 +522,7 @@ impl Executor {
                 why: capacity::Refused::DeadlinePassed,
                 retry_after: capacity::LATE_RETRY,
             };
-            return Ok(self.budget_refusal(caller, &caller_key, request_id, refusal));
+            return self.budget_refusal(caller, &caller_key, request_id, refusal);
         }
         // It started: its answer follows its commit.
         answer.await.map_err(|_| SubmitError::Lost)
@@ -524,26 +531,58 @@ impl Executor {
     /// The answer to a write the budget refuses: a copy of a write the journal already answered
     /// gets that answer (SPEC 7 rule 2), not a refusal saying it was not carried out; any other
     /// is counted and refused (`busy` or `rate_limited`).
+    /// A journal that cannot be read cannot say the copy never ran: its answer is lost
+    /// (`SubmitError::Lost`, settled by id), never a refusal.
     fn budget_refusal(
         &self,
         caller: NodeId,
         caller_key: &CallerKey,
         request_id: RequestId,
         refusal: capacity::Refusal,
-    ) -> WriteAnswer {
-        if let Some(answer) = self.journal_answer(caller, request_id) {
-            return answer;
+    ) -> Result<WriteAnswer, SubmitError> {
+        if let Some(answer) = self.journal_answer(caller, request_id)? {
+            return Ok(answer);
         }
         self.budget
             .metrics
             .owner_refusal(refusal.why, &caller_key.1);
-        WriteAnswer::Refused(refusal.answer())
+        Ok(WriteAnswer::Refused(refusal.answer()))
     }
 
-    /// The journal's answer for a copy of `request_id` that the owner is about to refuse for
-    /// its budget: the first answer (or the fence) if the journal has one. Read on a
-    /// connection of its own (a point lookup, on the refusal path only).
-    fn journal_answer(&self, caller: NodeId, request_id: RequestId) -> Option<WriteAnswer> {
+    /// What a write arriving while the owner stops is told. "Stopping, not carried out" is
+    /// true only of an id the owner holds nothing of: a copy of a write that ran gets its first
+    /// answer (SPEC 7 rule 2), and a copy of one still queued or running, which may yet run,
+    /// gets no answer (settled by id).
+    fn answer_while_stopping(
+        &self,
+        caller: NodeId,
+        request_id: RequestId,
+        stopping: SubmitError,
+    ) -> Result<WriteAnswer, SubmitError> {
+        // In flight first: one that finishes after this look is in the journal by the next.
+        if self
+            .budget
+            .lock()
+            .admitted
+            .contains_key(&(caller, request_id))
+        {
+            return Err(SubmitError::Lost);
+        }
+        match self.journal_answer(caller, request_id)? {
+            Some(answer) => Ok(answer),
+            None => Err(stopping),
+        }
+    }
+
+    /// The journal's answer for a copy of `request_id` that the owner is about to refuse: the
+    /// first answer (or the fence) if the journal has one; `Lost` if the journal holds the id as
+    /// running or cannot be read. Read on a connection of its own (a point lookup, on the
+    /// refusal path only).
+    fn journal_answer(
+        &self,
+        caller: NodeId,
+        request_id: RequestId,
+    ) -> Result<Option<WriteAnswer>, SubmitError> {
         let conn = self
             .journal_reader
             .lock()
@@ -687,14 +726,19 @@ fn busy(detail: &str, retry_after: Duration) -> WriteAnswer {
     ))
 }
 
-/// The journal's first answer (or fence) for `request_id`, if it has one; `None` when it has
-/// none, it is running, or the lookup failed (the caller then gets the refusal it had).
-fn journal_answer(conn: &Connection, caller: NodeId, request_id: RequestId) -> Option<WriteAnswer> {
+/// The journal's first answer (or fence) for `request_id`: `None` when it holds none; `Lost`
+/// when it holds the id as running (it may yet run) or the lookup failed (it may have run).
+fn journal_answer(
+    conn: &Connection,
+    caller: NodeId,
+    request_id: RequestId,
+) -> Result<Option<WriteAnswer>, SubmitError> {
     match journal::lookup(conn, caller, request_id) {
-        Ok(entry) => entry.and_then(|entry| entry.to_write_answer()),
+        Ok(None) => Ok(None),
+        Ok(Some(entry)) => entry.to_write_answer().map(Some).ok_or(SubmitError::Lost),
         Err(err) => {
-            debug!(%err, %request_id, "journal lookup for a refused copy failed");
-            None
+            error!(%err, %request_id, "journal lookup for a refused copy failed; its answer is withheld");
+            Err(SubmitError::Lost)
         }
     }
 }
@@ -763,12 +807,19 @@ impl Work {
             if let Err(refusal) = late {
                 slot.refund();
                 self.metrics.owner_refusal(refusal.why, &request.app);
-                // A copy of a write the journal already answered gets that answer, not busy.
-                let answer = journal_answer(&self.conn, slot.caller.0, request.request_id)
-                    .unwrap_or_else(|| WriteAnswer::Refused(refusal.answer()));
+                // A copy of a write the journal already answered gets that answer, not busy;
+                // one the journal holds as running, or cannot say about, gets none (its caller
+                // settles it by id).
+                let answer = match journal_answer(&self.conn, slot.caller.0, request.request_id) {
+                    Ok(Some(answer)) => Some(answer),
+                    Ok(None) => Some(WriteAnswer::Refused(refusal.answer())),
+                    Err(_) => None,
+                };
                 if let Job::Write { reply, slot, .. } = job {
                     drop(slot);
-                    let _ = reply.send(answer);
+                    if let Some(answer) = answer {
+                        let _ = reply.send(answer);
+                    }
                 }
                 continue;
             }
@@ -959,17 +1010,41 @@ fn execute_step(
     now_ms: u64,
     revisions: &Revisions,
 ) {
-    // What transaction 1 decided is durable (answers from the journal, stale ids); kept in
-    // case transaction 2 fails.
-    let admitted = pending.clone();
-    let pending = match execute_all(conn, batch, pending, limits, now_ms) {
-        Ok(pending) => pending,
-        Err(err) => {
-            error!(%err, "write batch did not commit; none of its verbs happened");
-            // Its `running` markers did commit (transaction 1): fence them, so settle queries
-            // learn the truth now rather than after a restart.
-            let fenced = fence_batch(conn, batch, now_ms).is_ok();
-            return answer_after_failed_commit(batch, admitted, fenced);
+    // What is durable so far (transaction 1's answers from the journal and stale ids, and
+    // any write fenced below); kept in case transaction 2 fails.
+    let mut admitted = pending;
+    let pending = loop {
+        match execute_all(conn, batch, admitted.clone(), limits, now_ms) {
+            Ok(pending) => break pending,
+            // One write's error rolled the whole transaction back, so nothing of the batch
+            // ran. That write alone is fenced (its own durable transaction), and the rest run
+            // again: each round takes one write out, so this ends.
+            Err(ExecuteFailure::Write { index, err }) => {
+                let failed = match batch.get(index) {
+                    Some(Job::Write {
+                        caller, request, ..
+                    }) => Some((*caller, request.request_id)),
+                    _ => None,
+                };
+                error!(%err, ?failed, "a write failed in the store; fenced as interrupted, the rest of its batch runs again");
+                let fenced_alone = failed.is_some_and(|(caller, request_id)| {
+                    fence_one(conn, caller, request_id, now_ms).is_ok()
+                });
+                if !fenced_alone {
+                    let fenced = fence_batch(conn, batch, now_ms).is_ok();
+                    return answer_after_failed_commit(batch, admitted, fenced);
+                }
+                admitted[index] = Pending::Answered(WriteAnswer::NotCarriedOut {
+                    reason: NotCarriedOutReason::Interrupted,
+                });
+            }
+            Err(ExecuteFailure::Batch(err)) => {
+                error!(%err, "write batch did not commit; none of its verbs happened");
+                // Its `running` markers did commit (transaction 1): fence them, so settle
+                // queries learn the truth now rather than after a restart.
+                let fenced = fence_batch(conn, batch, now_ms).is_ok();
+                return answer_after_failed_commit(batch, admitted, fenced);
+            }
         }
     };
     if batch.iter().any(|job| matches!(job, Job::Write { .. })) {
@@ -1079,6 +1154,28 @@ fn admit_in_transaction(
 /// How long the injected bug `AnswerBeforeCommit` holds a batch's commit after its answers left.
 const BUGGY_COMMIT_DELAY: Duration = Duration::from_millis(200);
 
+/// Why transaction 2 did not commit (it was rolled back whole either way).
+#[derive(Debug)]
+enum ExecuteFailure {
+    /// The write at this index of the batch failed in the store.
+    Write { index: usize, err: StoreError },
+    /// Anything else: the transaction's start, the vaults' revisions, a settle query, the
+    /// commit.
+    Batch(StoreError),
+}
+
+impl From<StoreError> for ExecuteFailure {
+    fn from(err: StoreError) -> Self {
+        Self::Batch(err)
+    }
+}
+
+impl From<rusqlite::Error> for ExecuteFailure {
+    fn from(err: rusqlite::Error) -> Self {
+        Self::Batch(err.into())
+    }
+}
+
 /// Transaction 2: each admitted write's effect and answer, then the deferred settle queries;
 /// one durable commit.
 fn execute_all(
@@ -1087,10 +1184,10 @@ fn execute_all(
     mut pending: Vec<Pending>,
     limits: &WriteLimits,
     now_ms: u64,
-) -> Result<Vec<Pending>, StoreError> {
+) -> Result<Vec<Pending>, ExecuteFailure> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut vaults = verbs::BatchVaults::default();
-    for (job, slot) in batch.iter().zip(pending.iter_mut()) {
+    for (index, (job, slot)) in batch.iter().zip(pending.iter_mut()).enumerate() {
         let Job::Write {
             caller, request, ..
         } = job
@@ -1100,12 +1197,14 @@ fn execute_all(
         if !matches!(slot, Pending::Run) {
             continue;
         }
-        // A store error fails the whole transaction: the batch is fenced and answered
-        // `interrupted` (`execute_step`). Errors here are the disk's (full, I/O), which no
-        // other write of the batch would escape either; a savepoint per write to keep its
-        // batch-mates alive cost two statements and a statement journal on every write.
-        *slot = match verbs::execute(&tx, &mut vaults, *caller, request, limits, now_ms)? {
-            Execution::Recorded(answer) | Execution::Fenced(answer) => Pending::Answered(answer),
+        // A store error rolls the whole transaction back (`execute_step` fences this write
+        // and runs the others again): cheaper, on the path every write takes, than a
+        // savepoint per write (two statements and a statement journal each).
+        *slot = match verbs::execute(&tx, &mut vaults, *caller, request, limits, now_ms) {
+            Ok(Execution::Recorded(answer) | Execution::Fenced(answer)) => {
+                Pending::Answered(answer)
+            }
+            Err(err) => return Err(ExecuteFailure::Write { index, err }),
         };
     }
     vaults.write_back(&tx)?;
@@ -1144,6 +1243,19 @@ fn execute_all(
     Ok(pending)
 }
 
+/// Marks one write that is still `running` as interrupted, in a durable transaction of its own.
+fn fence_one(
+    conn: &mut Connection,
+    caller: NodeId,
+    request_id: RequestId,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    journal::fence_interrupted(&tx, caller, request_id, now_ms)?;
+    tx.commit()?;
+    Ok(())
+}
+
 /// Marks every write of a failed batch that is still `running` as interrupted.
 fn fence_batch(conn: &mut Connection, batch: &[Job], now_ms: u64) -> Result<(), StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -1166,10 +1278,14 @@ fn fence_batch(conn: &mut Connection, batch: &[Job], now_ms: u64) -> Result<(), 
 fn answer_after_failed_commit(batch: &mut Vec<Job>, admitted: Vec<Pending>, fenced: bool) {
     for (job, admitted) in batch.drain(..).zip(admitted) {
         match (job, admitted) {
-            (Job::Write { reply, .. }, Pending::Answered(answer)) => {
+            // The caller's place in the budget is given back before its answer leaves (as in
+            // `answer_batch`), so a copy sent at once is not refused by its own last one.
+            (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
+                drop(slot);
                 let _ = reply.send(answer);
             }
-            (Job::Write { reply, .. }, _) if fenced => {
+            (Job::Write { reply, slot, .. }, _) if fenced => {
+                drop(slot);
                 let _ = reply.send(WriteAnswer::NotCarriedOut {
                     reason: NotCarriedOutReason::Interrupted,
                 });
@@ -1206,7 +1322,7 @@ fn answer_all_failed(batch: &mut Vec<Job>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::vaults;
+    use crate::store::{records, vaults};
     use ferry_peer::outcome::RefusalCode;
     use ferry_peer::wire::{Priority, WriteVerb};
     use ferry_ticket::NodeKey;
@@ -1664,10 +1780,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_store_error_in_one_write_fences_its_whole_batch_and_changes_nothing() {
+    async fn a_store_error_in_one_write_fences_it_alone_and_the_rest_of_its_batch_runs() {
         let dir = tempfile::tempdir().unwrap();
         let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
-        // The disk refusing one record, as a full or failing disk would.
+        // The disk refusing one record, as a damaged page under one key would.
         store::open(&dir.path().join("ferry.db"))
             .unwrap()
             .execute_batch(
@@ -1685,37 +1801,105 @@ mod tests {
             .iter()
             .map(|call| spawn_put(&executor, me, call.clone(), far))
             .collect();
+        // One batch: all three wait behind the held executor.
         until_queued(&executor, 3, 0).await;
         drop(release);
-        let interrupted = NotCarriedOutReason::Interrupted;
+        let mut answers = Vec::new();
         for write in writes {
-            assert_eq!(
-                write.await.unwrap().unwrap(),
+            answers.push(write.await.unwrap().unwrap());
+        }
+        let interrupted = NotCarriedOutReason::Interrupted;
+        assert_eq!(
+            answers,
+            [
+                WriteAnswer::Done { revision: 1 },
                 WriteAnswer::NotCarriedOut {
                     reason: interrupted
                 },
-                "one batch: every write in it is told the truth, not carried out"
-            );
-        }
-        // The journal says the same to a settle query, and nothing changed.
-        for call in &calls {
+                WriteAnswer::Done { revision: 2 },
+            ],
+            "the failing write is told the truth, and its batch-mates still run, once"
+        );
+        // The journal says the same to a settle query, and the store holds exactly that.
+        let states = [
+            CallState::Answered(WriteAnswer::Done { revision: 1 }),
+            CallState::NotCarriedOut {
+                reason: interrupted,
+            },
+            CallState::Answered(WriteAnswer::Done { revision: 2 }),
+        ];
+        for (call, state) in calls.iter().zip(states) {
             assert_eq!(
                 executor.status(me, call.request_id, None).await.unwrap(),
-                CallState::NotCarriedOut {
-                    reason: interrupted
-                }
+                state
             );
         }
-        let revision_now = executor
-            .apply(|conn| Ok(vaults::get(conn, "v")?.map(|vault| vault.revision)))
+        let stored = executor
+            .apply(|conn| {
+                let vault = vaults::get(conn, "v")?.map(|vault| vault.revision);
+                let keys = ["a", "boom", "c"]
+                    .map(|key| records::get(conn, "v", key).map(|row| row.map(|row| row.revision)));
+                Ok((vault, keys))
+            })
             .await
             .unwrap();
-        assert_eq!(revision_now, Some(0), "no revision was spent");
-        let next = executor
-            .submit(me, put(RequestId::generate(), "d"), far)
-            .await
-            .unwrap();
-        assert_eq!(next, WriteAnswer::Done { revision: 1 });
+        assert_eq!(
+            stored.0,
+            Some(2),
+            "no revision was spent on the failed write"
+        );
+        assert_eq!(
+            stored.1.map(|row| row.ok().flatten()),
+            [Some(1), None, Some(2)]
+        );
         assert!(executor.drain(Duration::from_secs(5)).await);
+    }
+
+    #[tokio::test]
+    async fn a_copy_sent_while_the_owner_stops_hears_the_truth_about_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+        let far = Instant::now() + Duration::from_secs(60);
+        let ran = put(RequestId::generate(), "ran");
+        let done = executor.submit(me, ran.clone(), far).await.unwrap();
+        assert_eq!(done, WriteAnswer::Done { revision: 1 });
+        // A write still queued when the stop comes.
+        let release = hold(&executor).await;
+        let queued = put(RequestId::generate(), "queued");
+        let first = spawn_put(&executor, me, queued.clone(), far);
+        until_queued(&executor, 1, 0).await;
+        let stopping = {
+            let executor = executor.clone();
+            tokio::spawn(async move { executor.drain(Duration::from_secs(5)).await })
+        };
+        let stopped = async {
+            while executor.queue.lock().unwrap().is_some() {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), stopped)
+            .await
+            .expect("the stop never took the queue");
+        // A copy of a write that ran hears its first answer, not "stopping, not carried out".
+        assert_eq!(executor.submit(me, ran, far).await, Ok(done));
+        // A copy of one that may yet run hears nothing it could mistake for "not carried out".
+        assert_eq!(
+            executor.submit(me, queued, far).await,
+            Err(SubmitError::Lost)
+        );
+        // Only an id the owner holds nothing of is told it is stopping.
+        assert_eq!(
+            executor
+                .submit(me, put(RequestId::generate(), "new"), far)
+                .await,
+            Err(SubmitError::Stopping)
+        );
+        drop(release);
+        assert_eq!(
+            first.await.unwrap(),
+            Ok(WriteAnswer::Done { revision: 2 }),
+            "the queued write ran once, as the stop drains"
+        );
+        assert!(stopping.await.unwrap());
     }
 }

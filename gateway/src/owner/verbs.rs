@@ -95,7 +95,8 @@ pub enum Admission {
     Run,
 }
 
-/// Step 1: journal lookup, staleness, and the `running` marker.
+/// Step 1: the id's date, then the `running` marker unless the journal holds the id (then
+/// its answer from the journal).
 pub fn admit(
     conn: &Connection,
     caller: NodeId,
@@ -166,7 +167,7 @@ fn busy_duplicate() -> WriteAnswer {
 pub enum Execution {
     /// Carried out or refused; the answer is recorded. Commit.
     Recorded(WriteAnswer),
-    /// The id was settled while it waited; nothing may change. Roll back, answer this.
+    /// The id was settled while it waited: nothing was written. Answer this.
     Fenced(WriteAnswer),
 }
 
@@ -389,7 +390,9 @@ fn decide<'a>(
     })
 }
 
-/// Both steps in one go, for tests and callers that need no crash marker in between.
+/// Both steps in one transaction (the caller's, or one of its own), for tests and callers that
+/// need no crash marker in between. One transaction, because step 2 records the answer before
+/// the effect: only the commit makes the two one.
 pub fn apply(
     conn: &Connection,
     caller: NodeId,
@@ -397,17 +400,19 @@ pub fn apply(
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<WriteAnswer, StoreError> {
-    match admit(conn, caller, request, limits, now_ms)? {
-        Admission::Answer(answer) => Ok(answer),
-        Admission::Run => {
-            let mut vaults = BatchVaults::default();
-            let execution = execute(conn, &mut vaults, caller, request, limits, now_ms)?;
-            vaults.write_back(conn)?;
-            match execution {
-                Execution::Recorded(answer) | Execution::Fenced(answer) => Ok(answer),
+    crate::store::in_transaction(conn, |conn| {
+        match admit(conn, caller, request, limits, now_ms)? {
+            Admission::Answer(answer) => Ok(answer),
+            Admission::Run => {
+                let mut vaults = BatchVaults::default();
+                let execution = execute(conn, &mut vaults, caller, request, limits, now_ms)?;
+                vaults.write_back(conn)?;
+                match execution {
+                    Execution::Recorded(answer) | Execution::Fenced(answer) => Ok(answer),
+                }
             }
         }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -461,7 +466,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_reads_its_vault_once_and_writes_its_revision_back_once() {
+    fn a_batch_writes_its_vaults_revision_back_at_the_end_and_a_fenced_write_spends_none() {
         let (_dir, conn, me, now) = setup();
         let mut batch = BatchVaults::default();
         let run = |batch: &mut BatchVaults, request: &WriteCall| {

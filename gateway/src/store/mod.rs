@@ -249,6 +249,9 @@ pub fn checkpoint(path: &Path) -> Result<bool, StoreError> {
     Ok(busy == 0)
 }
 
+/// How long a statement waits for a lock another connection holds before it fails.
+pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -259,7 +262,7 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     // changes paid a parse and a plan: 7% of an owner's CPU with 20 followers, measured.
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     // The CLI may write the trust store while a gateway reads it: wait rather than fail.
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     Ok(())
 }
 

@@ -25,6 +25,10 @@ pub fn get(conn: &Connection, vault: &str, key: &str) -> Result<Option<RecordRow
         .optional()?)
 }
 
+/// A vault's revision and one of its records (`None`: the key was never written); `None` as a
+/// whole when the vault does not exist here.
+pub type PointRead = Option<(u64, Option<RecordRow>)>;
+
 /// One record and its vault's revision, read in one statement (so one snapshot and one
 /// read transaction): `None` if the vault does not exist here; the record is `None` if the key
 /// was never written.
@@ -32,27 +36,53 @@ pub fn get_with_vault_revision(
     conn: &Connection,
     vault: &str,
     key: &str,
-) -> Result<Option<(u64, Option<RecordRow>)>, StoreError> {
-    Ok(conn
+) -> Result<PointRead, StoreError> {
+    get_with_vault_revision_up_to(conn, vault, key, usize::MAX).map(|read| read.unwrap_or_default())
+}
+
+/// As [`get_with_vault_revision`], but a value over `max_value` bytes is left unread (SQLite
+/// knows a value's length without reading its overflow pages): `Err(ValueOver)`.
+pub fn get_with_vault_revision_up_to(
+    conn: &Connection,
+    vault: &str,
+    key: &str,
+    max_value: usize,
+) -> Result<Result<PointRead, ValueOver>, StoreError> {
+    let max_value = i64::try_from(max_value).unwrap_or(i64::MAX);
+    let row = conn
         .prepare_cached(
-            "SELECT v.revision, r.revision, r.value FROM vaults v \
+            "SELECT v.revision, r.revision, length(r.value), \
+             CASE WHEN length(r.value) <= ?3 THEN r.value END FROM vaults v \
              LEFT JOIN records r ON r.vault = v.name AND r.key = ?2 WHERE v.name = ?1",
         )?
-        .query_row(params![vault, key], |row| {
+        .query_row(params![vault, key, max_value], |row| {
             let vault_revision = row.get::<_, i64>(0)? as u64;
+            let length = row.get::<_, Option<i64>>(2)?;
+            if length.is_some_and(|length| length > max_value) {
+                return Ok(Err(ValueOver));
+            }
             let record = row
                 .get::<_, Option<i64>>(1)?
                 .map(|revision| -> rusqlite::Result<RecordRow> {
                     Ok(RecordRow {
                         revision: revision as u64,
-                        value: row.get(2)?,
+                        value: row.get(3)?,
                     })
                 })
                 .transpose()?;
-            Ok((vault_revision, record))
+            Ok(Ok((vault_revision, record)))
         })
-        .optional()?)
+        .optional()?;
+    Ok(match row {
+        None => Ok(None),
+        Some(Err(over)) => Err(over),
+        Some(Ok(read)) => Ok(Some(read)),
+    })
 }
+
+/// A point read left a value unread: it is longer than the read allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueOver;
 
 /// The revision a compare-and-swap compares against: 0 when the record does not exist
 /// (never written, or deleted).
