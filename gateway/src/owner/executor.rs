@@ -335,7 +335,12 @@ impl Executor {
             metrics,
         } = settings;
         let conn = store::open(db_path)?;
-        let journal_reader = Mutex::new(store::open(db_path)?);
+        // Read on the runtime thread (a refusal's journal lookup): never wait for a lock there.
+        // A busy database makes the lookup fail, and the copy's answer is withheld (settled by
+        // id), never turned into a refusal.
+        let journal_reader = store::open(db_path)?;
+        journal_reader.busy_timeout(Duration::ZERO)?;
+        let journal_reader = Mutex::new(journal_reader);
         limits.collected_before_ms = limits
             .collected_before_ms
             .max(store::meta::journal_collected_before(&conn)?);
@@ -486,14 +491,18 @@ impl Executor {
         if let Err(err) = sender.try_send(job) {
             self.budget.with_gate(|gate| gate.refund(&caller_key));
             return match err {
-                mpsc::error::TrySendError::Full(_) => {
+                mpsc::error::TrySendError::Full(job) => {
+                    drop(job);
                     let refusal = capacity::Refusal {
                         why: capacity::Refused::QueueFull,
                         retry_after: capacity::BUSY_RETRY,
                     };
                     self.budget_refusal(caller, &caller_key, request_id, refusal)
                 }
-                mpsc::error::TrySendError::Closed(_) => {
+                mpsc::error::TrySendError::Closed(job) => {
+                    // The job's own place in the budget goes first, or the copy would find
+                    // itself in flight.
+                    drop(job);
                     self.answer_while_stopping(caller, request_id, SubmitError::Stopping)
                 }
             };

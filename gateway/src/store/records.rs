@@ -295,6 +295,43 @@ mod tests {
     }
 
     #[test]
+    fn a_bounded_point_read_leaves_only_a_longer_value_unread() {
+        let (_dir, conn) = open_temp();
+        let owner = NodeKey::from_secret_bytes([1; 32]).node_id();
+        assert_eq!(
+            get_with_vault_revision_up_to(&conn, "v", "k", 4).unwrap(),
+            Ok(None),
+            "no vault"
+        );
+        vaults::create_owned(&conn, "v", owner, 0).unwrap();
+        set(&conn, "v", "four", 1, Some(b"1234")).unwrap();
+        set(&conn, "v", "five", 2, Some(b"12345")).unwrap();
+        set(&conn, "v", "gone", 3, None).unwrap();
+        let row = |revision, value: Option<&[u8]>| {
+            Ok(Some((
+                0,
+                Some(RecordRow {
+                    revision,
+                    value: value.map(<[u8]>::to_vec),
+                }),
+            )))
+        };
+        let read = |key| get_with_vault_revision_up_to(&conn, "v", key, 4).unwrap();
+        assert_eq!(read("four"), row(1, Some(b"1234")), "at the bound: read");
+        assert_eq!(read("five"), Err(ValueOver), "one byte over: left unread");
+        assert_eq!(
+            read("gone"),
+            row(3, None),
+            "a deletion is no value, not a long one"
+        );
+        assert_eq!(read("never"), Ok(Some((0, None))));
+        assert_eq!(
+            get_with_vault_revision_up_to(&conn, "v", "five", usize::MAX).unwrap(),
+            row(2, Some(b"12345"))
+        );
+    }
+
+    #[test]
     fn one_statement_reads_a_record_with_its_vaults_revision() {
         let (_dir, conn) = open_temp();
         let owner = NodeKey::from_secret_bytes([1; 32]).node_id();
