@@ -485,6 +485,20 @@ impl Executor {
             slot,
             reply,
         };
+        // A stop that began since `sender()` above: nothing is sent after it. A copy of this id
+        // that arrived after the stop found this one not yet admitted and was told "stopping";
+        // checked after the admission, so either that copy saw this one in flight or this one
+        // sees the stop.
+        if self
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+        {
+            self.budget.with_gate(|gate| gate.refund(&caller_key));
+            drop(job);
+            return self.answer_while_stopping(caller, request_id, SubmitError::Stopping);
+        }
         // The channel holds the budget's queue and more; settle queries and changes share it,
         // so a flood of those can fill it too. Either way the job (and its slot) is dropped
         // unsent, and its rate budget given back.
