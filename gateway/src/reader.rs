@@ -6,7 +6,6 @@
 //! microseconds instead of a hop to the blocking pool and back; anything else runs on tokio's
 //! blocking pool.
 
-use std::ops::Deref;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -115,8 +114,7 @@ impl Reader {
         if let Err(err) = conn.busy_timeout(Duration::ZERO) {
             return Some(Err(err.into()));
         }
-        let read =
-            records::get_with_vault_revision_up_to(conn.deref(), vault, key, INLINE_VALUE_BYTES);
+        let read = records::get_with_vault_revision_up_to(&conn, vault, key, INLINE_VALUE_BYTES);
         if let Err(err) = conn.busy_timeout(store::BUSY_TIMEOUT) {
             return Some(Err(err.into()));
         }

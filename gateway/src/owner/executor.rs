@@ -10,8 +10,8 @@
 //! 2. **execute** (`synchronous=FULL`): each write's checks, first answer and effect (nothing
 //!    written for a write whose id was fenced meanwhile; a store error in one write rolls the
 //!    transaction back, fences that write alone, and runs the rest again), the vaults'
-//!    revisions written once, and the tombstones of settle queries about ids never seen. One fsync makes both transactions durable (group commit);
-//!    answers are sent only after it. Every answer the owner gives about a journal entry it
+//!    revisions written once, and the tombstones of settle queries about ids never seen. One
+//!    fsync makes both transactions durable (group commit); answers are sent only after it. Every answer the owner gives about a journal entry it
 //!    wrote follows that durable commit: a tombstone answered `never_arrived` before its fsync
 //!    could be lost to a power cut, and the id could then run after all.
 //!
@@ -420,6 +420,14 @@ impl Executor {
         })
     }
 
+    /// Whether the stop has taken the queue (`drain`).
+    fn stopping(&self) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .is_none()
+    }
+
     fn sender(&self) -> Result<mpsc::Sender<Job>, SubmitError> {
         self.queue
             .lock()
@@ -485,24 +493,18 @@ impl Executor {
             slot,
             reply,
         };
-        // A stop that began since `sender()` above: nothing is sent after it. A copy of this id
-        // that arrived after the stop found this one not yet admitted and was told "stopping";
-        // checked after the admission, so either that copy saw this one in flight or this one
-        // sees the stop.
-        if self
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none()
-        {
-            self.budget.with_gate(|gate| gate.refund(&caller_key));
-            drop(job);
-            return self.answer_while_stopping(caller, request_id, SubmitError::Stopping);
-        }
+        // A stop that began since `sender()` above counts as a closed queue: nothing is sent
+        // after it. Checked after the admission, so a copy of this id that arrived after the
+        // stop either saw this one in flight or this one sees the stop.
+        let sent = if self.stopping() {
+            Err(mpsc::error::TrySendError::Closed(job))
+        } else {
+            sender.try_send(job)
+        };
         // The channel holds the budget's queue and more; settle queries and changes share it,
         // so a flood of those can fill it too. Either way the job (and its slot) is dropped
         // unsent, and its rate budget given back.
-        if let Err(err) = sender.try_send(job) {
+        if let Err(err) = sent {
             self.budget.with_gate(|gate| gate.refund(&caller_key));
             return match err {
                 mpsc::error::TrySendError::Full(job) => {
@@ -1896,7 +1898,7 @@ mod tests {
             tokio::spawn(async move { executor.drain(Duration::from_secs(5)).await })
         };
         let stopped = async {
-            while executor.queue.lock().unwrap().is_some() {
+            while !executor.stopping() {
                 tokio::task::yield_now().await;
             }
         };

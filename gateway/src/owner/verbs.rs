@@ -4,14 +4,13 @@
 //! 2. [`execute`]: the checks, the first answer and the effect, the answer recorded first and
 //!    only if the id is still `running` (a request declared dead meanwhile stays dead), and the
 //!    effect made only if it was. Nothing is written before that record, so a fenced write needs
-//!    no savepoint to undo; a store error fails the whole transaction (the executor fences the
-//!    batch).
+//!    no savepoint to undo; a store error fails the whole transaction (the executor fences that
+//!    write and runs the rest of its batch again).
 //!
 //! The vaults a batch writes to are read once per batch ([`BatchVaults`]) and their revisions
 //! written back once, before its commit: a batch of 64 writes to one vault reads and updates the
 //! vault's row once, not 64 times.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use ferry_peer::call::WriteCall;
@@ -174,9 +173,10 @@ pub enum Execution {
 /// The vaults one execute transaction writes to: read on first use, their revisions moved on
 /// in memory, and written back by [`BatchVaults::write_back`] before the commit. Valid for one
 /// transaction only (the executor is the store's one writer while it holds the write lock).
+/// A batch touches a vault or a few, so a list searched in order is all it needs.
 #[derive(Debug, Default)]
 pub struct BatchVaults {
-    by_name: HashMap<String, BatchVault>,
+    by_name: Vec<(String, BatchVault)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -188,20 +188,20 @@ struct BatchVault {
 
 impl BatchVaults {
     fn vault(&mut self, conn: &Connection, name: &str) -> Result<&mut BatchVault, StoreError> {
-        if !self.by_name.contains_key(name) {
-            let row = vaults::get(conn, name)?;
-            let vault = BatchVault {
-                owned: row.as_ref().is_some_and(|row| row.role == Role::Owner),
-                revision: row.map_or(0, |row| row.revision),
-                moved: false,
-            };
-            self.by_name.insert(name.to_owned(), vault);
-        }
-        self.by_name
-            .get_mut(name)
-            .ok_or_else(|| StoreError::Corrupt {
-                detail: format!("vault {name:?} vanished from the batch's cache"),
-            })
+        let index = match self.by_name.iter().position(|(known, _)| known == name) {
+            Some(index) => index,
+            None => {
+                let row = vaults::get(conn, name)?;
+                let vault = BatchVault {
+                    owned: row.as_ref().is_some_and(|row| row.role == Role::Owner),
+                    revision: row.map_or(0, |row| row.revision),
+                    moved: false,
+                };
+                self.by_name.push((name.to_owned(), vault));
+                self.by_name.len() - 1
+            }
+        };
+        Ok(&mut self.by_name[index].1)
     }
 
     /// Writes each moved revision to its vault's row (in the batch's transaction).
@@ -332,17 +332,14 @@ fn decide<'a>(
         ))))
     };
     let vault = *vaults.vault(conn, &request.vault)?;
-    match vault.owned {
-        true => {}
-        false => {
-            return refuse(
-                RefusalCode::UnknownVault,
-                format!(
-                    "this gateway does not own a vault named {:?}",
-                    request.vault
-                ),
-            )
-        }
+    if !vault.owned {
+        return refuse(
+            RefusalCode::UnknownVault,
+            format!(
+                "this gateway does not own a vault named {:?}",
+                request.vault
+            ),
+        );
     }
     let key = request.verb.key();
     if let Err(err) = names::check_key(key) {

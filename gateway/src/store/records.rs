@@ -37,7 +37,9 @@ pub fn get_with_vault_revision(
     vault: &str,
     key: &str,
 ) -> Result<PointRead, StoreError> {
-    get_with_vault_revision_up_to(conn, vault, key, usize::MAX).map(|read| read.unwrap_or_default())
+    // No value is longer than `i64::MAX` bytes (SQLite's own cap is 2 GiB): nothing is left
+    // unread, and the `ValueOver` arm cannot be taken.
+    get_with_vault_revision_up_to(conn, vault, key, usize::MAX).map(|read| read.unwrap_or(None))
 }
 
 /// As [`get_with_vault_revision`], but a value over `max_value` bytes is left unread (SQLite
