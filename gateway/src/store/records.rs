@@ -82,7 +82,7 @@ pub fn get_with_vault_revision_up_to(
     })
 }
 
-/// A point read left a value unread: it is longer than the read allowed.
+/// A bounded read left a value unread: it is longer than the read allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ValueOver;
 
@@ -166,7 +166,7 @@ pub const PAGE_HARD_BYTES: usize = ferry_peer::codec::MAX_FRAME_LEN - 64 * 1024;
 const CHANGE_OVERHEAD: usize = 32;
 
 const CHANGES_SQL: &str =
-    "SELECT key, revision, value FROM records WHERE vault = ?1 AND revision > ?2
+    "SELECT key, revision, length(value), value FROM records WHERE vault = ?1 AND revision > ?2
      ORDER BY revision LIMIT ?3";
 
 /// Every key changed after `since_revision`, oldest change first, with its latest state.
@@ -176,36 +176,55 @@ pub fn changes(
     since_revision: u64,
     limit: u32,
 ) -> Result<(Vec<WireChange>, bool), StoreError> {
+    // No page comes to more than `usize::MAX` bytes (its frame's cap stops it long before):
+    // nothing is left unread, and the `ValueOver` arm cannot be taken.
+    changes_up_to(conn, vault, since_revision, limit, usize::MAX)
+        .map(|page| page.unwrap_or_default())
+}
+
+/// As [`changes`], but a page whose changes come to more than `max_bytes` (keys, values and
+/// their framing) is left unread: `Err(ValueOver)`. SQLite knows a value's length without
+/// reading its overflow pages, so a long value is not read to learn that.
+pub fn changes_up_to(
+    conn: &Connection,
+    vault: &str,
+    since_revision: u64,
+    limit: u32,
+    max_bytes: usize,
+) -> Result<Result<(Vec<WireChange>, bool), ValueOver>, StoreError> {
     let mut stmt = conn.prepare_cached(CHANGES_SQL)?;
-    let rows = stmt.query_map(
-        params![vault, since_revision as i64, i64::from(limit) + 1],
-        |row| {
-            Ok(WireChange {
-                key: row.get(0)?,
-                revision: row.get::<_, i64>(1)? as u64,
-                value: row.get(2)?,
-            })
-        },
-    )?;
+    let mut rows = stmt.query(params![vault, since_revision as i64, i64::from(limit) + 1])?;
     let mut changes = Vec::new();
     let mut bytes = 0usize;
     let mut more = false;
-    for row in rows {
-        let row = row?;
-        let size = CHANGE_OVERHEAD + row.key.len() + row.value.as_ref().map_or(0, Vec::len);
+    while let Some(row) = rows.next()? {
+        let key: String = row.get(0)?;
+        let value_len = row
+            .get::<_, Option<i64>>(2)?
+            .map_or(0, |len| usize::try_from(len).unwrap_or(usize::MAX));
+        let size = CHANGE_OVERHEAD
+            .saturating_add(key.len())
+            .saturating_add(value_len);
+        let after = bytes.saturating_add(size);
         // Stop at the count limit, or before a change that would take the page past its
         // budget; but always take one change, so a page moves the cursor.
         if changes.len() == limit as usize
-            || (!changes.is_empty()
-                && (bytes + size > PAGE_SOFT_BYTES || bytes + size > PAGE_HARD_BYTES))
+            || (!changes.is_empty() && (after > PAGE_SOFT_BYTES || after > PAGE_HARD_BYTES))
         {
             more = true;
             break;
         }
-        bytes += size;
-        changes.push(row);
+        if after > max_bytes {
+            return Ok(Err(ValueOver));
+        }
+        bytes = after;
+        changes.push(WireChange {
+            key,
+            revision: row.get::<_, i64>(1)? as u64,
+            value: row.get(3)?,
+        });
     }
-    Ok((changes, more))
+    Ok(Ok((changes, more)))
 }
 
 #[cfg(test)]
@@ -293,6 +312,29 @@ mod tests {
         assert_eq!(
             changes.last().map(|c| (c.key.as_str(), c.value.is_none())),
             Some(("a/2", true))
+        );
+    }
+
+    #[test]
+    fn a_bounded_change_page_leaves_only_a_longer_page_unread() {
+        let (_dir, conn) = open_temp();
+        let me = NodeKey::from_secret_bytes([1; 32]).node_id();
+        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        set(&conn, "v", "ab", 1, Some(b"1234")).unwrap();
+        set(&conn, "v", "cd", 2, None).unwrap();
+        // What each change costs the page: its framing, key and value.
+        let first = CHANGE_OVERHEAD + 2 + 4;
+        let both = first + CHANGE_OVERHEAD + 2;
+        let page = |max| changes_up_to(&conn, "v", 0, 10, max).unwrap();
+        let whole = changes(&conn, "v", 0, 10).unwrap();
+        assert_eq!(whole.0.len(), 2);
+        assert_eq!(page(both), Ok(whole.clone()), "at the bound: read");
+        assert_eq!(page(both - 1), Err(ValueOver), "one byte over: left unread");
+        assert_eq!(page(first - 1), Err(ValueOver));
+        // The count limit comes first: a page that stops before the long part is read.
+        assert_eq!(
+            changes_up_to(&conn, "v", 0, 1, first).unwrap(),
+            Ok((whole.0[..1].to_vec(), true))
         );
     }
 
