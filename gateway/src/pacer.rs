@@ -3,8 +3,14 @@
 //! wake-up on the follower, whatever the page carries: changes coming one at a time to many
 //! followers would cost all that per change per follower (on a two-core box, twenty followers
 //! made the owner's writes eight times slower). So with more than two followers waiting on a
-//! vault, a follower's next answer with news leaves no sooner than the gather after its last
-//! one and carries everything committed meanwhile; a change after a quiet still goes at once.
+//! vault, a follower's next answer with news waits for a tick and carries everything committed
+//! meanwhile; a change after a quiet still goes at once.
+//!
+//! The ticks are one grid for every follower, so their answers leave together: one burst of
+//! work on the owner per tick, between which its writes run undisturbed, instead of answers
+//! strewn over every moment (each follower paced from its own last answer) where every write
+//! meets some. The grid's period is the gather rounded up to a power of two milliseconds, so
+//! the grids of different waiter counts share their ticks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,18 +20,28 @@ use ferry_ticket::NodeId;
 
 /// The gathering each waiting follower past the second adds.
 pub const GATHER_PER_WAITER: Duration = Duration::from_millis(3);
-/// The most news is held for gathering (issue 16 bounds the 20-follower p99 at 100 ms).
-pub const MAX_GATHER: Duration = Duration::from_millis(60);
+/// The most news is held for gathering, a power of two milliseconds (a tick period). 60 ms was
+/// tried (a 64 ms grid): fewer, larger pages, but twenty followers applying one together kept
+/// the box busy longer after each tick, and both the owner's writes and the followers' p99 were
+/// worse than with 32 (`docs/decisions.md`).
+pub const MAX_GATHER: Duration = Duration::from_millis(32);
 /// Followers' last answers kept before the stale ones are dropped.
 const PACER_ENTRIES: usize = 4096;
 
-/// The least time between two answers with news to one follower when `waiting` followers'
-/// long polls wait on the vault: nothing for one or two, then [`GATHER_PER_WAITER`] for each
-/// further one, at most [`MAX_GATHER`]. Bounds the answers to one per follower per gather
-/// however fast changes come.
+/// How long news is gathered when `waiting` followers' long polls wait on the vault: nothing
+/// for one or two, then [`GATHER_PER_WAITER`] for each further one, at most [`MAX_GATHER`].
 pub fn gather_for(waiting: usize) -> Duration {
     let beyond_two = waiting.saturating_sub(2) as u32;
     (GATHER_PER_WAITER * beyond_two).min(MAX_GATHER)
+}
+
+/// The period of the ticks news leaves on for a `gather`: rounded up to a power of two
+/// milliseconds (a 9 ms gather ticks every 16 ms), so that every period's ticks are ticks of
+/// the shorter periods too, and followers that counted a different number of waiters still
+/// answer together.
+pub fn tick_period(gather: Duration) -> Duration {
+    let ms = u64::try_from(gather.as_millis()).unwrap_or(u64::MAX).max(1);
+    Duration::from_millis(ms.checked_next_power_of_two().unwrap_or(ms))
 }
 
 /// A follower's last answers for one vault.
@@ -39,10 +55,22 @@ struct Answered {
 
 /// Each follower's last answers and each vault's waiting followers (apps' feeds on this
 /// gateway are not counted: they are never paced and cost no peer a commit).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PushPacer {
     answered: Mutex<HashMap<(NodeId, String), Answered>>,
     waiting: Mutex<HashMap<String, usize>>,
+    /// Where the ticks are counted from.
+    origin: Instant,
+}
+
+impl Default for PushPacer {
+    fn default() -> Self {
+        Self {
+            answered: Mutex::default(),
+            waiting: Mutex::default(),
+            origin: Instant::now(),
+        }
+    }
 }
 
 /// A follower's long poll, counted among its vault's waiting followers while this lives.
@@ -111,7 +139,7 @@ impl PushPacer {
                 pacer: self.clone(),
                 vault: vault.to_string(),
             },
-            not_before: not_before(previous, gather_for(waiting)),
+            not_before: not_before(previous, gather_for(waiting), self.origin),
             previous_answer: previous.map(|p| p.at),
         }
     }
@@ -137,12 +165,31 @@ impl PushPacer {
 /// An entry older than this paces nothing and dates nothing (longer than any long poll).
 pub const STALE_AFTER: Duration = Duration::from_secs(10);
 
-/// The earliest a follower last answered as `previous` may be sent news again.
-fn not_before(previous: Option<Answered>, gather: Duration) -> Option<Instant> {
+/// How far past a follower's last news its next tick must be, in periods: `1 / LEAD_DIVISOR`.
+/// A burst's answers leave at or just after their tick, so they keep the next one; a follower
+/// answered just before a tick (off the grid: new, or back from a quiet) skips that one.
+const LEAD_DIVISOR: u32 = 8;
+
+/// The earliest a follower last answered as `previous` may be sent news again: the first tick
+/// at least an eighth of a period after its last news. One answer with news per follower per
+/// period on the grid; a follower joining the grid may have two an eighth of a period apart.
+fn not_before(previous: Option<Answered>, gather: Duration, origin: Instant) -> Option<Instant> {
     if gather.is_zero() {
         return None;
     }
-    previous.and_then(|p| p.news_at).map(|at| at + gather)
+    let news_at = previous?.news_at?;
+    let period = tick_period(gather);
+    let earliest = news_at + period / LEAD_DIVISOR;
+    let period_ns = period.as_nanos();
+    let ticks = earliest
+        .saturating_duration_since(origin)
+        .as_nanos()
+        .div_ceil(period_ns);
+    let tick = u64::try_from(ticks * period_ns)
+        .ok()
+        .and_then(|ns| origin.checked_add(Duration::from_nanos(ns)));
+    // Past any clock's range (never): the half period alone.
+    Some(tick.unwrap_or(earliest))
 }
 
 #[cfg(test)]
@@ -158,8 +205,25 @@ mod tests {
         assert_eq!(gather_for(0), Duration::ZERO);
         assert_eq!(gather_for(2), Duration::ZERO);
         assert_eq!(gather_for(3), GATHER_PER_WAITER);
-        assert_eq!(gather_for(22), GATHER_PER_WAITER * 20);
+        assert_eq!(gather_for(12), GATHER_PER_WAITER * 10);
+        assert_eq!(gather_for(13), MAX_GATHER);
         assert_eq!(gather_for(10_000), MAX_GATHER);
+    }
+
+    #[test]
+    fn tick_periods_are_powers_of_two_milliseconds_and_nest() {
+        let ms = Duration::from_millis;
+        assert_eq!(tick_period(gather_for(3)), ms(4));
+        assert_eq!(tick_period(ms(16)), ms(16));
+        assert_eq!(tick_period(gather_for(22)), ms(32), "the most gathered");
+        assert_eq!(tick_period(Duration::from_micros(10)), ms(1));
+    }
+
+    /// Whether `at` is one of the pacer's ticks of `period`.
+    fn on_the_grid(pacer: &PushPacer, at: Instant, period: Duration) -> bool {
+        at.duration_since(pacer.origin)
+            .as_nanos()
+            .is_multiple_of(period.as_nanos())
     }
 
     #[test]
@@ -173,17 +237,57 @@ mod tests {
         let first = pacer.start(a, "v");
         assert_eq!(first.not_before, None);
         assert_eq!(first.previous_answer, Some(t0));
-        // A third: `a` waits one gather from its last news; `c`, never answered, does not.
+        // A third: `a` waits for a tick at least an eighth of a period from its last news; `c`, never
+        // answered, does not wait.
         let _c = pacer.start(c, "v");
         let paced = pacer.start(a, "v");
-        assert_eq!(paced.not_before, Some(t0 + gather_for(4)));
+        let period = tick_period(gather_for(4));
+        let at = paced.not_before.expect("paced");
+        assert!(
+            at >= t0 + period / LEAD_DIVISOR && at < t0 + period + period / LEAD_DIVISOR,
+            "{:?}",
+            at - t0
+        );
+        assert!(on_the_grid(&pacer, at, period));
         assert_eq!(pacer.start(c, "v").not_before, None);
         // An empty answer since does not move the pace; another vault is not paced.
         pacer.answered(a, "v", t0 + Duration::from_secs(1), false);
         let again = pacer.start(a, "v");
-        assert_eq!(again.not_before, Some(t0 + gather_for(5)));
+        let period = tick_period(gather_for(5));
+        let at = again.not_before.expect("paced");
+        assert!(
+            at >= t0 + period / LEAD_DIVISOR && at < t0 + period + period / LEAD_DIVISOR,
+            "{:?}",
+            at - t0
+        );
         assert_eq!(again.previous_answer, Some(t0 + Duration::from_secs(1)));
         assert_eq!(pacer.start(a, "w").not_before, None);
+    }
+
+    #[test]
+    fn followers_answered_apart_are_sent_their_next_news_on_one_tick() {
+        let pacer = Arc::new(PushPacer::default());
+        let waiting: Vec<_> = (10..32).map(|seed| pacer.start(node(seed), "v")).collect();
+        let period = tick_period(gather_for(waiting.len() + 1));
+        assert_eq!(period, MAX_GATHER);
+        // A tick, then a burst of answers over its first few milliseconds.
+        let tick = pacer.origin + period * 100;
+        let next: Vec<_> = (1..=5u8)
+            .map(|seed| {
+                let at = tick + Duration::from_millis(u64::from(seed));
+                pacer.answered(node(seed), "v", at, true);
+                pacer.start(node(seed), "v").not_before
+            })
+            .collect();
+        assert!(next.iter().all(|at| *at == Some(tick + period)), "{next:?}");
+        // Fewer waiters since: a shorter period, whose ticks include every longer one's.
+        drop(waiting);
+        let _few: Vec<_> = (40..44).map(|seed| pacer.start(node(seed), "v")).collect();
+        let shorter = tick_period(gather_for(5));
+        assert_eq!(shorter, Duration::from_millis(16));
+        let at = pacer.start(node(1), "v").not_before.expect("paced");
+        assert_eq!(at, tick + shorter);
+        assert!(on_the_grid(&pacer, at, shorter));
     }
 
     #[test]
