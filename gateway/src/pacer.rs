@@ -188,7 +188,7 @@ fn not_before(previous: Option<Answered>, gather: Duration, origin: Instant) -> 
     let tick = u64::try_from(ticks * period_ns)
         .ok()
         .and_then(|ns| origin.checked_add(Duration::from_nanos(ns)));
-    // Past any clock's range (never): the half period alone.
+    // Past any clock's range (never): the lead alone.
     Some(tick.unwrap_or(earliest))
 }
 
@@ -219,6 +219,16 @@ mod tests {
         assert_eq!(tick_period(Duration::from_micros(10)), ms(1));
     }
 
+    /// `at` is the first tick at least a lead past news sent at `news_at`: within one period.
+    fn assert_paced_from(news_at: Instant, at: Instant, period: Duration) {
+        let lead = period / LEAD_DIVISOR;
+        assert!(
+            at >= news_at + lead && at < news_at + period + lead,
+            "{:?} after the news",
+            at - news_at
+        );
+    }
+
     /// Whether `at` is one of the pacer's ticks of `period`.
     fn on_the_grid(pacer: &PushPacer, at: Instant, period: Duration) -> bool {
         at.duration_since(pacer.origin)
@@ -237,17 +247,13 @@ mod tests {
         let first = pacer.start(a, "v");
         assert_eq!(first.not_before, None);
         assert_eq!(first.previous_answer, Some(t0));
-        // A third: `a` waits for a tick at least an eighth of a period from its last news; `c`, never
-        // answered, does not wait.
+        // A third: `a` waits for a tick at least a lead from its last news; `c`, never answered,
+        // does not wait.
         let _c = pacer.start(c, "v");
         let paced = pacer.start(a, "v");
         let period = tick_period(gather_for(4));
         let at = paced.not_before.expect("paced");
-        assert!(
-            at >= t0 + period / LEAD_DIVISOR && at < t0 + period + period / LEAD_DIVISOR,
-            "{:?}",
-            at - t0
-        );
+        assert_paced_from(t0, at, period);
         assert!(on_the_grid(&pacer, at, period));
         assert_eq!(pacer.start(c, "v").not_before, None);
         // An empty answer since does not move the pace; another vault is not paced.
@@ -255,11 +261,7 @@ mod tests {
         let again = pacer.start(a, "v");
         let period = tick_period(gather_for(5));
         let at = again.not_before.expect("paced");
-        assert!(
-            at >= t0 + period / LEAD_DIVISOR && at < t0 + period + period / LEAD_DIVISOR,
-            "{:?}",
-            at - t0
-        );
+        assert_paced_from(t0, at, period);
         assert_eq!(again.previous_answer, Some(t0 + Duration::from_secs(1)));
         assert_eq!(pacer.start(a, "w").not_before, None);
     }

@@ -402,7 +402,9 @@ mod tests {
             Some(on_the_pool(past as u64, MAX_PAGE))
         );
         assert_eq!(
-            inline_of(&reader, "nope"),
+            reader
+                .changes_inline("nope", 0, MAX_PAGE)
+                .map(|read| read.unwrap()),
             Some(None),
             "no copy of that vault here"
         );
@@ -424,12 +426,6 @@ mod tests {
             }
             other => panic!("not a change page: {other:?}"),
         }
-    }
-
-    fn inline_of(reader: &Reader, vault: &str) -> Option<Option<ReadAnswer>> {
-        reader
-            .changes_inline(vault, 0, MAX_PAGE)
-            .map(|read| read.unwrap())
     }
 
     #[test]
