@@ -39,6 +39,7 @@ mod liveness;
 mod load;
 mod memory;
 mod overload;
+mod placement;
 mod propagation;
 mod reads;
 mod reads_report;

@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 
 use ferry_gateway::store::{self, records, vaults, StoreError};
 
-use super::report::{BigVault, Latencies, OnVault, SqliteFloor};
+use super::report::{BigVault, FloorOnVault, Latencies, OnVault, Placed, SqliteFloor};
 use super::{wait_for_revision, Plan, APP};
 use crate::ferry_procs::{Gateway, ProcError, PATH_OWNER_CONFIG};
 use crate::load::{self, Keys, Sample, Target, Verb, LIST_PAGE};
 use crate::memory::PeakWatch;
+use crate::placement::{self, Placements};
 
 /// Keys like a photo library's metadata: `photos/library/IMG_0001234567`.
 const KEY_PREFIX: &str = "photos/library/IMG_";
@@ -193,9 +194,10 @@ fn page_starts(plan: &Plan) -> Keys {
 
 /// Point reads, then writes over existing records, spread over all of `vault`'s `records`, on
 /// each of `plan.starts_per_vault` starts of the owner (it is running at the first; the later
-/// ones restart it). The figures pool every start's requests: on this VM one process's read
-/// p50 sits at about 0.03 or about 0.11 ms by start, whatever the vault, so one start per
-/// vault compared two draws of that as much as two vault sizes. Each start's p50 is kept too.
+/// ones restart it), in each placement of the benchmark's client against the owner
+/// ([`crate::placement`]): the placement, not the vault, decides whether a read's p50 is
+/// about 0.02 or about 0.09 ms on this VM, so the two vaults are compared placement by
+/// placement. Each placement pools its starts' requests; each start's p50 is kept too.
 fn on_vault(
     owner: &mut Gateway,
     watch: &PeakWatch,
@@ -205,7 +207,10 @@ fn on_vault(
 ) -> Result<OnVault, String> {
     let keys = Keys::spread(KEY_PREFIX, 0, records);
     let starts = plan.starts_per_vault.max(1);
-    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    let placements = Placements::here("big vault");
+    // Per placement, per start: reads, writes.
+    let mut samples: Vec<(Vec<Sample>, Vec<Sample>)> =
+        vec![Default::default(); placements.each.len()];
     for start in 0..starts {
         if start > 0 {
             watch.forget("owner");
@@ -217,26 +222,35 @@ fn on_vault(
                 .map_err(fail("restarting the owner between starts"))?;
             watch.watch("owner", owner.pid());
         }
-        crate::progress(&format!(
-            "big vault: reads and writes on {vault}, owner start {} of {starts}",
-            start + 1
-        ));
-        reads.push(run_sequential(
-            owner,
-            vault,
-            Verb::Read,
-            &keys,
-            WARMUP,
-            plan.reads,
-        )?);
-        writes.push(run_sequential(
-            owner,
-            vault,
-            Verb::Write,
-            &keys,
-            WARMUP,
-            plan.writes,
-        )?);
+        let pid = owner
+            .pid()
+            .ok_or_else(|| "the owner is not running".to_string())?;
+        for (placement, (reads, writes)) in placements.each.iter().zip(&mut samples) {
+            let name = placement::name(*placement);
+            crate::progress(&format!(
+                "big vault: reads and writes on {vault}, owner start {} of {starts}, {name}",
+                start + 1
+            ));
+            let _pinned = placements
+                .pin(*placement, &[pid])
+                .map_err(|why| format!("pinning {name}: {why}"))?;
+            reads.push(run_sequential(
+                owner,
+                vault,
+                Verb::Read,
+                &keys,
+                WARMUP,
+                plan.reads,
+            )?);
+            writes.push(run_sequential(
+                owner,
+                vault,
+                Verb::Write,
+                &keys,
+                WARMUP,
+                plan.writes,
+            )?);
+        }
     }
     let p50s = |samples: &[Sample]| -> Vec<f64> {
         samples
@@ -244,13 +258,19 @@ fn on_vault(
             .filter_map(|s| Latencies::of(s).p50_ms)
             .collect()
     };
-    let (read_p50_by_start_ms, write_p50_by_start_ms) = (p50s(&reads), p50s(&writes));
-    Ok(OnVault {
-        read: Latencies::of(&Sample::pooled(reads)),
-        write: Latencies::of(&Sample::pooled(writes)),
-        read_p50_by_start_ms,
-        write_p50_by_start_ms,
-    })
+    let placed: Vec<Placed> = placements
+        .each
+        .iter()
+        .zip(samples)
+        .map(|(placement, (reads, writes))| Placed {
+            placement: *placement,
+            read_p50_by_start_ms: p50s(&reads),
+            write_p50_by_start_ms: p50s(&writes),
+            read: Latencies::of(&Sample::pooled(reads)),
+            write: Latencies::of(&Sample::pooled(writes)),
+        })
+        .collect();
+    Ok(OnVault { placed })
 }
 
 /// One request at a time on the owner's API; every one must succeed.
@@ -292,7 +312,12 @@ fn target(gateway: &Gateway, vault: &str) -> Target {
 /// The same reads and writes on the stopped owner's database with nothing on top: point reads
 /// and writes (an upsert per durable commit, as SQLite alone would do it) at the same keys, one
 /// at a time on this thread.
-fn floor_on_vault(db: &Path, vault: &str, records: u64, plan: &Plan) -> Result<OnVault, String> {
+fn floor_on_vault(
+    db: &Path,
+    vault: &str,
+    records: u64,
+    plan: &Plan,
+) -> Result<FloorOnVault, String> {
     let text = |err: rusqlite::Error| err.to_string();
     let conn = crate::sqlite::open_durable(db).map_err(text)?;
     let mut read = conn
@@ -319,12 +344,7 @@ fn floor_on_vault(db: &Path, vault: &str, records: u64, plan: &Plan) -> Result<O
             .map(drop)
             .map_err(text)
     })?;
-    Ok(OnVault {
-        read,
-        write,
-        read_p50_by_start_ms: Vec::new(),
-        write_p50_by_start_ms: Vec::new(),
-    })
+    Ok(FloorOnVault { read, write })
 }
 
 /// The owner's page query on the stopped owner's database, at the places the API was asked.

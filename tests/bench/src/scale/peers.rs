@@ -7,12 +7,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::report::{AtSize, ManyPeers, UnderCalls};
+use super::report::{AtSize, Latencies, ManyPeers, PlacedWrites, UnderCalls};
 use super::{Plan, APP};
 use crate::cpu;
 use crate::ferry_procs::{self, Gateway, ProcError, PATH_OWNER_CONFIG};
 use crate::load::{self, request_once, Keys, Target, Verb};
 use crate::memory;
+use crate::placement::Placements;
 use ferry_peer::health::ACTIVE_FOR;
 
 const VAULT: &str = "shared";
@@ -144,28 +145,46 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
         vault: VAULT.into(),
     };
     let keys = Keys::new(format!("n{}/", peers.len()));
-    let (writes, write_cpu, _) = cpu::process_cpu_over(pid, || {
-        load::sequential(
-            &target,
-            Verb::Write,
-            &keys,
-            WARMUP,
-            plan.writes,
-            WRITE_BOUND,
-        )
+    let owner = peers[0]
+        .pid()
+        .ok_or_else(|| Failure::Setup("the vault's owner is not running".into()))?;
+    let placements = Placements::here("many peers");
+    let (placed, write_cpu, _) = cpu::process_cpu_over(pid, || {
+        placements
+            .each
+            .iter()
+            .map(|placement| {
+                let _pinned = placements
+                    .pin(*placement, &[pid, owner])
+                    .map_err(|why| Failure::Setup(format!("pinning: {why}")))?;
+                let writes = load::sequential(
+                    &target,
+                    Verb::Write,
+                    &keys,
+                    WARMUP,
+                    plan.writes,
+                    WRITE_BOUND,
+                )
+                .map_err(|err| Failure::Setup(err.to_string()))?;
+                if writes.failures() > 0 || writes.ok() < plan.writes {
+                    return Err(Failure::Writes {
+                        done: writes.ok(),
+                        asked: plan.writes,
+                        first: writes.first_failure,
+                    });
+                }
+                Ok(PlacedWrites {
+                    placement: *placement,
+                    write: Latencies::of(&writes),
+                })
+            })
+            .collect::<Result<Vec<_>, Failure>>()
     });
-    let writes = writes.map_err(|err| Failure::Setup(err.to_string()))?;
-    // The warm-up's writes are in the CPU too, and so are the hub's heartbeats meanwhile
+    let placed = placed?;
+    // The warm-ups' writes are in the CPU too, and so are the hub's heartbeats meanwhile
     // (with 100 peers, a few hundredths of its CPU per write).
-    let write_cpu_us =
-        write_cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / (WARMUP + writes.ok()).max(1) as f64);
-    if writes.failures() > 0 || writes.ok() < plan.writes {
-        return Err(Failure::Writes {
-            done: writes.ok(),
-            asked: plan.writes,
-            first: writes.first_failure,
-        });
-    }
+    let written = placed.len() * (WARMUP + plan.writes);
+    let write_cpu_us = write_cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / written.max(1) as f64);
     let (busy_resident, _) = memory::resident(pid).unzip();
     let called = under_calls(peers.len(), pid, &peers[..CALLERS.min(peers.len())], plan)?;
     let (_, peak_resident) = memory::resident(pid).unzip();
@@ -177,7 +196,7 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
         busy_resident,
         peak_resident,
         write_cpu_us,
-        write: super::report::Latencies::of(&writes),
+        write: placed,
     })
 }
 

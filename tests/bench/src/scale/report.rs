@@ -10,6 +10,7 @@ use super::Plan;
 use crate::load::Sample;
 use crate::memory::MIB;
 use crate::overload::report::Machine;
+use crate::placement::Placement;
 use crate::targets::{self, Bound, Judged, Unit};
 
 /// A gateway with nothing to do.
@@ -47,24 +48,64 @@ impl Latencies {
     }
 }
 
-/// Point reads and writes through the owner's API on one vault (over all the owner's starts,
-/// with each start's p50 beside; bare SQLite has no starts).
+/// Point reads and writes through the owner's API on one vault, by placement of the
+/// benchmark's client against the owner (one placement, unpinned, where the cores could not
+/// be set).
 #[derive(Debug, Clone, Serialize)]
 pub struct OnVault {
+    pub placed: Vec<Placed>,
+}
+
+/// The same point reads and writes on bare SQLite, one at a time on the benchmark's thread.
+#[derive(Debug, Clone, Serialize)]
+pub struct FloorOnVault {
     pub read: Latencies,
     pub write: Latencies,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+}
+
+/// The owner's figures in one placement of the benchmark's client against it (`None`:
+/// unpinned, where the cores could not be set), over its starts, each start's p50 beside.
+#[derive(Debug, Clone, Serialize)]
+pub struct Placed {
+    pub placement: Option<Placement>,
+    pub read: Latencies,
+    pub write: Latencies,
     pub read_p50_by_start_ms: Vec<f64>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub write_p50_by_start_ms: Vec<f64>,
+}
+
+impl Placed {
+    fn name(&self) -> &'static str {
+        crate::placement::name(self.placement)
+    }
+}
+
+/// The big vault's p50 over the small one's: the worse over the placements both were
+/// measured in (figures from different placements are never compared).
+fn size_ratio(big: &BigVault, pick: fn(&Placed) -> &Latencies) -> Option<f64> {
+    same_placement(big)
+        .filter_map(|(small, large)| ratio(pick(large).p50_ms, pick(small).p50_ms))
+        .reduce(f64::max)
+}
+
+/// Each placement's figures on the small vault and on the big one.
+fn same_placement(big: &BigVault) -> impl Iterator<Item = (&Placed, &Placed)> {
+    big.small.placed.iter().filter_map(|small| {
+        let large = big
+            .big
+            .placed
+            .iter()
+            .find(|l| l.placement == small.placement)?;
+        Some((small, large))
+    })
 }
 
 /// The same work on bare SQLite: the owner's database file after the run, one request at a
 /// time on the benchmark's thread.
 #[derive(Debug, Clone, Serialize)]
 pub struct SqliteFloor {
-    pub small: OnVault,
-    pub big: OnVault,
+    pub small: FloorOnVault,
+    pub big: FloorOnVault,
     pub page: Latencies,
 }
 
@@ -128,7 +169,15 @@ pub struct AtSize {
     /// The hub's CPU per write (all its threads, in microseconds; its heartbeats over the
     /// writes included).
     pub write_cpu_us: Option<f64>,
-    /// Writes through the hub to the first peer's vault, one at a time.
+    /// Writes through the hub to the first peer's vault, one at a time, by placement of the
+    /// benchmark's client against the hub and that peer.
+    pub write: Vec<PlacedWrites>,
+}
+
+/// Writes in one placement (`None`: unpinned, where the cores could not be set).
+#[derive(Debug, Clone, Serialize)]
+pub struct PlacedWrites {
+    pub placement: Option<Placement>,
     pub write: Latencies,
 }
 
@@ -202,10 +251,6 @@ impl ScaleReport {
 
 /// The issue's targets, in its order.
 fn judge(idle: Option<&Idle>, big: Option<&BigVault>, peers: Option<&ManyPeers>) -> Vec<Judged> {
-    let p50 = |l: &Latencies| l.p50_ms;
-    let big_ratio = |pick: fn(&OnVault) -> &Latencies| {
-        big.and_then(|b| ratio(p50(pick(&b.big)), p50(pick(&b.small))))
-    };
     let big_peak = big.and_then(|b| mib(b.owner_peak_resident.max(b.replica_peak_resident)));
     // The high-water mark, read last, is at or above every reading before it.
     let many_peak = peers.and_then(|p| mib(p.many.peak_resident));
@@ -214,13 +259,13 @@ fn judge(idle: Option<&Idle>, big: Option<&BigVault>, peers: Option<&ManyPeers>)
             "big_vault_read_p50_ratio",
             Unit::Ratio,
             Bound::AtMost(1.5),
-            big_ratio(|v| &v.read),
+            big.and_then(|b| size_ratio(b, |p| &p.read)),
         ),
         Judged::new(
             "big_vault_write_p50_ratio",
             Unit::Ratio,
             Bound::AtMost(1.5),
-            big_ratio(|v| &v.write),
+            big.and_then(|b| size_ratio(b, |p| &p.write)),
         ),
         Judged::new(
             "big_vault_page_max_ms",
@@ -262,7 +307,17 @@ fn judge(idle: Option<&Idle>, big: Option<&BigVault>, peers: Option<&ManyPeers>)
             "many_peers_write_p50_ratio",
             Unit::Ratio,
             Bound::AtMost(1.2),
-            peers.and_then(|p| ratio(p.many.write.p50_ms, p.few.write.p50_ms)),
+            peers.and_then(|p| {
+                // The worse placement; figures of different placements are never compared.
+                p.many
+                    .write
+                    .iter()
+                    .filter_map(|many| {
+                        let few = p.few.write.iter().find(|f| f.placement == many.placement)?;
+                        ratio(many.write.p50_ms, few.write.p50_ms)
+                    })
+                    .reduce(f64::max)
+            }),
         ),
         Judged::new(
             "idle_resident_mib",
@@ -328,24 +383,26 @@ fn render_big(out: &mut String, big: &Result<BigVault, String>) {
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|");
     let floor = &big.floor;
-    for (what, small, large) in [
-        ("point read, owner's API", &big.small.read, &big.big.read),
-        (
-            "point read, bare SQLite",
-            &floor.small.read,
-            &floor.big.read,
-        ),
-        (
-            "write over an existing record, owner's API",
-            &big.small.write,
-            &big.big.write,
-        ),
-        (
-            "write, bare SQLite (an upsert per FULL commit)",
-            &floor.small.write,
-            &floor.big.write,
-        ),
-    ] {
+    let owner_rows = |what: &'static str, pick: fn(&Placed) -> &Latencies| {
+        same_placement(big).map(move |(small, large)| {
+            let row = format!("{what}, owner's API, {}", small.name());
+            (row, pick(small), pick(large))
+        })
+    };
+    let mut rows: Vec<(String, &Latencies, &Latencies)> =
+        owner_rows("point read", |p| &p.read).collect();
+    rows.push((
+        "point read, bare SQLite".into(),
+        &floor.small.read,
+        &floor.big.read,
+    ));
+    rows.extend(owner_rows("write over an existing record", |p| &p.write));
+    rows.push((
+        "write, bare SQLite (an upsert per FULL commit)".into(),
+        &floor.small.write,
+        &floor.big.write,
+    ));
+    for (what, small, large) in rows {
         let _ = writeln!(
             out,
             "| {what} | {} | {} | {} | {} | {} |",
@@ -364,14 +421,26 @@ fn render_big(out: &mut String, big: &Result<BigVault, String>) {
     };
     let _ = writeln!(
         out,
-        "\nThe owner's API figures pool {} starts of the owner per vault; each start's p50, ms: \
-         reads {} (small) and {} (big), writes {} (small) and {} (big).",
-        big.small.read_p50_by_start_ms.len(),
-        by_start(&big.small.read_p50_by_start_ms),
-        by_start(&big.big.read_p50_by_start_ms),
-        by_start(&big.small.write_p50_by_start_ms),
-        by_start(&big.big.write_p50_by_start_ms)
+        "\nThe owner's API figures: the benchmark's client and the owner on one core \
+         (together) and on two (apart), every thread of each pinned, each placement over {} \
+         starts of the owner per vault, pooled; the targets take the worse placement. Each \
+         start's p50, ms:\n",
+        big.small
+            .placed
+            .first()
+            .map_or(0, |p| p.read_p50_by_start_ms.len()),
     );
+    for (small, large) in same_placement(big) {
+        let _ = writeln!(
+            out,
+            "- {}: reads {} (small) and {} (big), writes {} (small) and {} (big).",
+            small.name(),
+            by_start(&small.read_p50_by_start_ms),
+            by_start(&large.read_p50_by_start_ms),
+            by_start(&small.write_p50_by_start_ms),
+            by_start(&large.write_p50_by_start_ms)
+        );
+    }
     let _ = writeln!(
         out,
         "\nA page of 1,000 keys, {} places across the big vault: p50 {}, p99 {}, max {} through \
@@ -410,20 +479,32 @@ fn render_peers(out: &mut String, peers: &Result<ManyPeers, String>) {
     };
     let _ = writeln!(
         out,
-        "| trusted peers | hub CPU, idle | resident, idle | after writes | write p50 | p99 | hub CPU per write | called: calls/s | hub CPU | resident |"
+        "| trusted peers | hub CPU, idle | resident, idle | after writes | write p50 / p99 | hub CPU per write | called: calls/s | hub CPU | resident |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
     for size in [&peers.few, &peers.many] {
+        let writes = size
+            .write
+            .iter()
+            .map(|placed| {
+                format!(
+                    "{} / {} ({})",
+                    ms(placed.write.p50_ms),
+                    ms(placed.write.p99_ms),
+                    crate::placement::name(placed.placement)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} from {} peers | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} from {} peers | {} | {} |",
             size.peers,
             size.idle_core_share
                 .map_or_else(|| "-".into(), |s| format!("{:.2}% of a core", s * 100.0)),
             mib_shown(size.idle_resident),
             mib_shown(size.busy_resident),
-            ms(size.write.p50_ms),
-            ms(size.write.p99_ms),
+            writes,
             size.write_cpu_us
                 .map_or_else(|| "-".into(), |us| format!("{us:.0} us")),
             size.called.calls_per_s,
@@ -434,7 +515,13 @@ fn render_peers(out: &mut String, peers: &Result<ManyPeers, String>) {
             mib_shown(size.called.resident)
         );
     }
-    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "\nWrites one at a time from the benchmark's client through the hub to the first peer: \
+         together, the client, the hub and that peer on one core; apart, the client on one and \
+         the two gateways on the other (every thread pinned; the other peers are not). The \
+         write target takes the worse placement.\n"
+    );
 }
 
 /// A duration as seconds (a float), for the JSON.
