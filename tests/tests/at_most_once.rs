@@ -262,6 +262,62 @@ fn a_frozen_owner_gives_outcome_unknown_which_settles_on_its_own_to_the_truth() 
     );
 }
 
+/// A calling gateway that stalls for seconds (stopped here with SIGSTOP, as a loaded or
+/// suspended machine is) must not take its own stall for its owner's silence when it runs
+/// again: its route to the owner never fails and the next write goes through. The owner is
+/// stopped across the caller's stall and resumes a little after it, so nothing new from the
+/// owner reaches the caller before the prober's next looks. The route prober's own stall rule
+/// is held by `ferry_core::health`'s unit tests (before 2026-12-03 it counted the stall as
+/// silence a millisecond after noticing it); this test does not reliably catch that old
+/// fault, because the connection pool's sampler, looking at resumption, counts packets that
+/// arrived just before the stop as heard then.
+#[test]
+fn a_caller_stalled_for_seconds_does_not_take_its_owner_for_silent() {
+    let (a, b) = two_with_notes();
+    let (status, body) = b.put("notes", "warm", b"x", &[]);
+    assert_eq!(status, 200, "warm the route: {body}");
+    let route_to_a = || {
+        let (code, routes) = b.cli_json(&["routes"]);
+        assert_eq!(code, 0, "{routes}");
+        let route = routes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["peer"] == "a")
+            .cloned()
+            .unwrap_or_else(|| panic!("no route to a: {routes}"));
+        (
+            route["last_error"].clone(),
+            route["last_heard_ms_ago"].as_u64(),
+        )
+    };
+    assert_eq!(
+        route_to_a().0,
+        Value::Null,
+        "the route failed before the stall"
+    );
+
+    a.signal(SIGSTOP);
+    b.signal(SIGSTOP);
+    // The stall itself, not a wait for an event: neither can do anything meanwhile.
+    std::thread::sleep(Duration::from_secs(2));
+    b.signal(SIGCONT);
+    // Well inside the six 50 ms intervals b now allows from its resumption.
+    std::thread::sleep(Duration::from_millis(120));
+    a.signal(SIGCONT);
+
+    let (status, body) = b.put("notes", "after", b"y", &[]);
+    assert_eq!(status, 200, "the write after the stall: {body}");
+    // A heartbeat sent after both resumed has been answered: the prober has looked since.
+    let (error, _) = wait_for(
+        "a heartbeat after the stall",
+        Duration::from_secs(5),
+        || Some(route_to_a()).filter(|(_, heard)| heard.is_some_and(|ms| ms < 100)),
+    );
+    assert_eq!(error, Value::Null, "b took its own stall for a's silence");
+    assert_eq!(a.vault_revision("notes"), 2, "each write ran once");
+}
+
 /// Crashes the owner at `point` during B's write, restarts it, and returns the write's first
 /// answer and its settled state.
 fn crash_during_a_write(point: &str) -> (u16, Value, Value, Gateway, Gateway, String) {

@@ -59,10 +59,15 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 let now = network.clock.now();
                 // Woken far later than asked: this machine stalled, and the silence the table
-                // would see is ours. Heartbeats go out; verdicts wait for the next look.
+                // would see is ours. Heartbeats go out, and the silence rule counts afresh
+                // from now: the next look comes a grain later, too soon for any answer, and
+                // would otherwise take every route down for our own stall (it did: a calling
+                // gateway stalled for seconds under overload closed its owner's connection).
                 let stalled = now.saturating_duration_since(looked.max(wake)) > STALL;
                 looked = now;
-                if !stalled {
+                if stalled {
+                    network.routes.restart_silence(now);
+                } else {
                     for (node, route) in network.routes.check_silence(now) {
                         debug!(peer = %node.short(), %route, "route silent: down");
                     }

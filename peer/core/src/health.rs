@@ -126,6 +126,9 @@ pub struct RouteHealth {
     down_backoff: Duration,
     /// A heartbeat is out: no second one until it ends (a dead peer must not cause a storm).
     in_flight: bool,
+    /// Where the silence rule starts counting if this is later than `last_heard`: the end of
+    /// a stall of this machine, whose silence was ours ([`RouteHealth::restart_silence`]).
+    silence_from: Option<Instant>,
 }
 
 impl RouteHealth {
@@ -142,6 +145,7 @@ impl RouteHealth {
             next_probe: now,
             down_backoff: DOWN_BACKOFF_FIRST,
             in_flight: false,
+            silence_from: None,
         }
     }
 
@@ -318,7 +322,7 @@ impl RouteHealth {
     /// one is out) or the end of its silence allowance.
     pub fn next_wake(&self) -> Option<Instant> {
         let probe = (!self.in_flight).then_some(self.next_probe);
-        let silence = match (self.state, self.last_heard) {
+        let silence = match (self.state, self.silent_since()) {
             // The silence rule turns on strictly *more* than six intervals: waking exactly at
             // the limit would find nothing to do and ask to wake at the same instant again (a
             // spin, and a hang in simulated time), so the wake is one grain past it.
@@ -333,10 +337,25 @@ impl RouteHealth {
         }
     }
 
+    /// This machine stalled until `now` (its prober woke far later than it asked): whatever
+    /// silence the route shows so far is ours, not the peer's. The silence rule counts afresh
+    /// from `now`, so heartbeats sent at `now` have their six intervals to come back, as they
+    /// would after any look. What was last heard stays as it was: a write still asks for a
+    /// connection heard lately, and the stall was not that.
+    pub fn restart_silence(&mut self, now: Instant) {
+        self.silence_from = Some(self.silence_from.map_or(now, |from| from.max(now)));
+    }
+
+    /// Since when the silence rule counts: the last word heard, or the end of a later stall.
+    fn silent_since(&self) -> Option<Instant> {
+        let heard = self.last_heard?;
+        Some(self.silence_from.map_or(heard, |from| from.max(heard)))
+    }
+
     /// Applies the silence rule; returns true if this call turned the route `Down`.
     pub fn check_silence(&mut self, now: Instant) -> bool {
         let limit = self.published * SILENT_INTERVALS;
-        let silent = match self.last_heard {
+        let silent = match self.silent_since() {
             Some(heard) => now.saturating_duration_since(heard) > limit,
             None => false,
         };
@@ -386,6 +405,47 @@ mod tests {
         assert!(health.check_silence(t0 + limit + Duration::from_millis(1)));
         assert_eq!(health.state(), RouteState::Down);
         assert_eq!(health.last_error(), Some(&Failure::Silent));
+    }
+
+    #[test]
+    fn after_a_stall_of_this_machine_the_silence_rule_counts_afresh() {
+        let t0 = Instant::now();
+        let mut health = RouteHealth::new(t0);
+        health.used(t0);
+        assert_eq!(health.probe_due(t0), Some(ACTIVE_INTERVAL));
+        health.heard(t0, Some(Duration::from_millis(1)));
+        let limit = ACTIVE_INTERVAL * SILENT_INTERVALS;
+        // The prober woke 2 s late: the route was heard 2 s ago, but that silence is ours.
+        let woke = t0 + Duration::from_secs(2);
+        health.restart_silence(woke);
+        let grain = Duration::from_millis(1);
+        // The look one grain later (the prober's next) draws no verdict, nor any before a
+        // heartbeat sent at the stall's end has had its six intervals.
+        assert!(!health.check_silence(woke + grain));
+        assert_eq!(health.state(), RouteState::Up);
+        assert!(!health.check_silence(woke + limit));
+        // Still nothing heard by then: the peer is silent after all.
+        assert!(health.check_silence(woke + limit + grain));
+        assert_eq!(health.last_error(), Some(&Failure::Silent));
+    }
+
+    #[test]
+    fn a_stall_does_not_make_a_route_heard() {
+        let t0 = Instant::now();
+        let mut health = RouteHealth::new(t0);
+        health.used(t0);
+        assert_eq!(health.probe_due(t0), Some(ACTIVE_INTERVAL));
+        health.heard(t0, Some(Duration::from_millis(1)));
+        let woke = t0 + Duration::from_secs(2);
+        health.restart_silence(woke);
+        // A stall earlier than what was heard changes nothing; a word heard after the stall
+        // counts from itself.
+        health.restart_silence(t0);
+        let later = woke + Duration::from_millis(40);
+        health.heard(later, Some(Duration::from_millis(1)));
+        let limit = ACTIVE_INTERVAL * SILENT_INTERVALS;
+        assert!(!health.check_silence(later + limit));
+        assert!(health.check_silence(later + limit + Duration::from_millis(1)));
     }
 
     #[test]

@@ -310,6 +310,14 @@ impl RouteTable {
     }
 
     /// Applies the silence rule to every route; returns the routes it turned down.
+    /// This machine stalled until `now`: every route's silence rule counts afresh from it
+    /// ([`RouteHealth::restart_silence`]).
+    pub fn restart_silence(&self, now: Instant) {
+        for entry in self.lock().values_mut().flatten() {
+            entry.health.restart_silence(now);
+        }
+    }
+
     pub fn check_silence(&self, now: Instant) -> Vec<(NodeId, Route)> {
         let mut turned = Vec::new();
         for (node, entries) in self.lock().iter_mut() {
