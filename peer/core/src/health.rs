@@ -374,10 +374,7 @@ mod tests {
     #[test]
     fn waking_when_told_always_finds_the_verdict_due() {
         let t0 = Instant::now();
-        let mut health = RouteHealth::new(t0);
-        health.used(t0);
-        assert_eq!(health.probe_due(t0), Some(ACTIVE_INTERVAL));
-        health.heard(t0, Some(Duration::from_millis(1)));
+        let mut health = in_use_and_heard(t0);
         health.probe_finished();
         // A probe in flight: the only wake left is the silence verdict's.
         assert_eq!(
@@ -392,13 +389,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_silent_route_goes_down_after_six_of_its_published_intervals() {
-        let t0 = Instant::now();
+    /// A route in use (50 ms heartbeats), its heartbeat sent and answered at `t0`.
+    fn in_use_and_heard(t0: Instant) -> RouteHealth {
         let mut health = RouteHealth::new(t0);
         health.used(t0);
         assert_eq!(health.probe_due(t0), Some(ACTIVE_INTERVAL));
         health.heard(t0, Some(Duration::from_millis(1)));
+        health
+    }
+
+    #[test]
+    fn a_silent_route_goes_down_after_six_of_its_published_intervals() {
+        let t0 = Instant::now();
+        let mut health = in_use_and_heard(t0);
         assert_eq!(health.state(), RouteState::Up);
         let limit = ACTIVE_INTERVAL * SILENT_INTERVALS;
         assert!(!health.check_silence(t0 + limit));
@@ -410,10 +413,7 @@ mod tests {
     #[test]
     fn after_a_stall_of_this_machine_the_silence_rule_counts_afresh() {
         let t0 = Instant::now();
-        let mut health = RouteHealth::new(t0);
-        health.used(t0);
-        assert_eq!(health.probe_due(t0), Some(ACTIVE_INTERVAL));
-        health.heard(t0, Some(Duration::from_millis(1)));
+        let mut health = in_use_and_heard(t0);
         let limit = ACTIVE_INTERVAL * SILENT_INTERVALS;
         // The prober woke 2 s late: the route was heard 2 s ago, but that silence is ours.
         let woke = t0 + Duration::from_secs(2);
@@ -432,10 +432,7 @@ mod tests {
     #[test]
     fn a_stall_does_not_make_a_route_heard() {
         let t0 = Instant::now();
-        let mut health = RouteHealth::new(t0);
-        health.used(t0);
-        assert_eq!(health.probe_due(t0), Some(ACTIVE_INTERVAL));
-        health.heard(t0, Some(Duration::from_millis(1)));
+        let mut health = in_use_and_heard(t0);
         let woke = t0 + Duration::from_secs(2);
         health.restart_silence(woke);
         // A stall earlier than what was heard changes nothing; a word heard after the stall
