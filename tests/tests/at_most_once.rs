@@ -262,15 +262,14 @@ fn a_frozen_owner_gives_outcome_unknown_which_settles_on_its_own_to_the_truth() 
     );
 }
 
-/// A calling gateway that stalls for seconds (stopped here with SIGSTOP, as a loaded or
-/// suspended machine is) must not take its own stall for its owner's silence when it runs
-/// again: its route to the owner never fails and the next write goes through. The owner is
-/// stopped across the caller's stall and resumes a little after it, so nothing new from the
-/// owner reaches the caller before the prober's next looks. The route prober's own stall rule
-/// is held by `ferry_core::health`'s unit tests (before 2026-12-03 it counted the stall as
-/// silence a millisecond after noticing it); this test does not reliably catch that old
-/// fault, because the connection pool's sampler, looking at resumption, counts packets that
-/// arrived just before the stop as heard then.
+/// The whole path around a stall of the calling gateway (stopped here with SIGSTOP, as a
+/// loaded or suspended machine is): when it runs again, its route to the owner has not failed
+/// and the next write goes through. The owner is stopped across the caller's stall and
+/// resumes a little after it, so nothing new from the owner reaches the caller before the
+/// prober's next looks. The prober's stall rule itself is held by `ferry_core::health`'s unit
+/// tests (until 2026-12-03 it counted the stall as silence a millisecond after noticing it);
+/// this test does not reliably catch that old fault, because the connection pool's sampler,
+/// looking at resumption, counts packets that arrived just before the stop as heard then.
 #[test]
 fn a_caller_stalled_for_seconds_does_not_take_its_owner_for_silent() {
     let (a, b) = two_with_notes();
@@ -302,8 +301,9 @@ fn a_caller_stalled_for_seconds_does_not_take_its_owner_for_silent() {
     // The stall itself, not a wait for an event: neither can do anything meanwhile.
     std::thread::sleep(Duration::from_secs(2));
     b.signal(SIGCONT);
-    // Well inside the six 50 ms intervals b now allows from its resumption.
-    std::thread::sleep(Duration::from_millis(120));
+    // Well inside the six 50 ms intervals b now allows from its resumption, leaving most
+    // of them to answer b's heartbeat.
+    std::thread::sleep(Duration::from_millis(50));
     a.signal(SIGCONT);
 
     let (status, body) = b.put("notes", "after", b"y", &[]);

@@ -33,7 +33,8 @@ const HEARTBEAT_TIMEOUT_CAP: Duration = Duration::from_secs(1);
 pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
     let mut stopping = lifecycle.stopping();
     let mut beats = JoinSet::new();
-    let mut looked = network.clock.now();
+    // The instant the last pass asked to be woken at, whichever arm then woke it.
+    let mut asked: Option<std::time::Instant> = None;
     let bell = Arc::new(tokio::sync::Notify::new());
     network.routes.on_sooner({
         let bell = bell.clone();
@@ -41,6 +42,15 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
     });
     loop {
         let now = network.clock.now();
+        // Running far later than the instant asked for, whichever arm woke this pass (a
+        // finished heartbeat or the bell can come first after a stall): this machine stalled,
+        // and the silence the table would see is ours. Every route's silence count starts
+        // afresh from now, so the heartbeats sent now have their six intervals to come back;
+        // the look after this one comes a grain later, too soon for any answer, and would
+        // otherwise take routes down for our own stall.
+        if asked.is_some_and(|asked| now.saturating_duration_since(asked) > STALL) {
+            network.routes.restart_silence(now);
+        }
         // Never a wake at `now`: a deadline the table cannot act on yet (every heartbeat slot
         // taken, say) would have the prober spin at one instant, burning a core in real time
         // and stopping the clock in simulated time.
@@ -48,6 +58,7 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
             .routes
             .next_wake()
             .map_or(now + TICK, |due| due.clamp(now + VERDICT_GRAIN, now + TICK));
+        asked = Some(wake);
         tokio::select! {
             // Biased: a stop first, and a replayable order under simulation.
             biased;
@@ -58,16 +69,9 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
             () = bell.notified() => {}
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 let now = network.clock.now();
-                // Woken far later than asked: this machine stalled, and the silence the table
-                // would see is ours. Heartbeats go out, and the silence rule counts afresh
-                // from now: the next look comes a grain later, too soon for any answer, and
-                // would otherwise take every route down for our own stall (it did: a calling
-                // gateway stalled for seconds under overload closed its owner's connection).
-                let stalled = now.saturating_duration_since(looked.max(wake)) > STALL;
-                looked = now;
-                if stalled {
-                    network.routes.restart_silence(now);
-                } else {
+                // Woken far later than asked: no verdict from this look (the next pass
+                // restarts the silence count); heartbeats go out.
+                if now.saturating_duration_since(wake) <= STALL {
                     for (node, route) in network.routes.check_silence(now) {
                         debug!(peer = %node.short(), %route, "route silent: down");
                     }

@@ -51,6 +51,10 @@ pub const STEADY_FOR: Duration = Duration::from_millis(150);
 /// A prober or watcher that woke this much later than it asked to was stalled (a loaded or
 /// suspended machine): the silence it sees is its own, not the peer's, so no verdict is drawn.
 pub const STALL: Duration = Duration::from_millis(100);
+/// The most of a route's silence the stall rule excuses, counted from its last word: a prober
+/// late at every look (a saturated machine) still judges a peer gone this long plus six
+/// intervals after it was last heard.
+pub const STALL_EXCUSED_AT_MOST: Duration = Duration::from_secs(10);
 /// How far past a deadline the prober is woken for it: a verdict that turns strictly after an
 /// instant can be drawn one grain later.
 pub const VERDICT_GRAIN: Duration = Duration::from_millis(1);
@@ -346,10 +350,15 @@ impl RouteHealth {
         self.silence_from = Some(self.silence_from.map_or(now, |from| from.max(now)));
     }
 
-    /// Since when the silence rule counts: the last word heard, or the end of a later stall.
+    /// Since when the silence rule counts: the last word heard, or the end of a later stall
+    /// (at most [`STALL_EXCUSED_AT_MOST`] after that word).
     fn silent_since(&self) -> Option<Instant> {
         let heard = self.last_heard?;
-        Some(self.silence_from.map_or(heard, |from| from.max(heard)))
+        let excused = heard.checked_add(STALL_EXCUSED_AT_MOST).unwrap_or(heard);
+        Some(
+            self.silence_from
+                .map_or(heard, |from| from.clamp(heard, excused)),
+        )
     }
 
     /// Applies the silence rule; returns true if this call turned the route `Down`.
@@ -423,6 +432,8 @@ mod tests {
         // heartbeat sent at the stall's end has had its six intervals.
         assert!(!health.check_silence(woke + grain));
         assert_eq!(health.state(), RouteState::Up);
+        // The prober sleeps until then (the heartbeat is out: no probe wake before it).
+        assert_eq!(health.next_wake(), Some(woke + limit + grain));
         assert!(!health.check_silence(woke + limit));
         // Still nothing heard by then: the peer is silent after all.
         assert!(health.check_silence(woke + limit + grain));
@@ -435,14 +446,41 @@ mod tests {
         let mut health = in_use_and_heard(t0);
         let woke = t0 + Duration::from_secs(2);
         health.restart_silence(woke);
-        // A stall earlier than what was heard changes nothing; a word heard after the stall
-        // counts from itself.
+        assert_eq!(health.last_heard(), Some(t0), "a stall is not a word heard");
+        // An earlier stall reported late changes nothing; a word heard after the stall counts
+        // from itself.
         health.restart_silence(t0);
+        let limit = ACTIVE_INTERVAL * SILENT_INTERVALS;
+        assert!(!health.check_silence(woke + limit));
         let later = woke + Duration::from_millis(40);
         health.heard(later, Some(Duration::from_millis(1)));
-        let limit = ACTIVE_INTERVAL * SILENT_INTERVALS;
         assert!(!health.check_silence(later + limit));
         assert!(health.check_silence(later + limit + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_prober_late_at_every_look_still_judges_a_silent_route() {
+        let t0 = Instant::now();
+        let mut health = in_use_and_heard(t0);
+        let limit = ACTIVE_INTERVAL * SILENT_INTERVALS;
+        let grain = Duration::from_millis(1);
+        // Every look 200 ms late, and nothing heard after t0.
+        let every = Duration::from_millis(200);
+        let mut look = t0;
+        let turned = loop {
+            look += every;
+            health.restart_silence(look);
+            if health.check_silence(look + grain) {
+                break look;
+            }
+            assert!(look < t0 + Duration::from_secs(60), "never judged");
+        };
+        assert!(
+            turned >= t0 + STALL_EXCUSED_AT_MOST
+                && turned <= t0 + STALL_EXCUSED_AT_MOST + limit + every,
+            "judged at {:?} after the last word",
+            turned - t0
+        );
     }
 
     #[test]

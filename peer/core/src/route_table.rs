@@ -309,7 +309,6 @@ impl RouteTable {
         self.bell.ring();
     }
 
-    /// Applies the silence rule to every route; returns the routes it turned down.
     /// This machine stalled until `now`: every route's silence rule counts afresh from it
     /// ([`RouteHealth::restart_silence`]).
     pub fn restart_silence(&self, now: Instant) {
@@ -318,6 +317,7 @@ impl RouteTable {
         }
     }
 
+    /// Applies the silence rule to every route; returns the routes it turned down.
     pub fn check_silence(&self, now: Instant) -> Vec<(NodeId, Route)> {
         let mut turned = Vec::new();
         for (node, entries) in self.lock().iter_mut() {

@@ -47,11 +47,33 @@ impl Placements {
         let cores = Cores::allowed()
             .inspect_err(|why| crate::progress(&format!("{part}: not pinning ({why})")))
             .ok();
-        let each = match &cores {
+        let each: Vec<Option<Placement>> = match &cores {
             Some(cores) => cores.placements().into_iter().map(Some).collect(),
             None => vec![None],
         };
+        if each == [Some(Placement::Together)] {
+            crate::progress(&format!("{part}: one core: measuring together only"));
+        }
         Self { cores, each }
+    }
+
+    /// How the figures were taken, for a report: a sentence.
+    pub fn describe(each: &[Option<Placement>]) -> &'static str {
+        match each {
+            [Some(Placement::Together), Some(Placement::Apart)] => {
+                "the benchmark's client and the measured gateways on one core (together) and on \
+                 two (apart), every thread of each pinned; figures compared only within a \
+                 placement, each target judged on the worse"
+            }
+            [Some(Placement::Together)] => {
+                "the benchmark's client and the measured gateways on the one core this process \
+                 may use, every thread pinned"
+            }
+            _ => {
+                "unpinned: the cores could not be read or set (`taskset`), so each figure is \
+                  whichever placement the kernel chose"
+            }
+        }
     }
 
     /// Pins this process and `gateways` as `placement` says (nothing for the unpinned one)

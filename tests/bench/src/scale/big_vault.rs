@@ -225,7 +225,15 @@ fn on_vault(
         let pid = owner
             .pid()
             .ok_or_else(|| "the owner is not running".to_string())?;
-        for (placement, (reads, writes)) in placements.each.iter().zip(&mut samples) {
+        // Alternate starts take the placements in turn in the other order, so neither always
+        // meets a freshly started owner.
+        let mut order: Vec<usize> = (0..placements.each.len()).collect();
+        if start % 2 == 1 {
+            order.reverse();
+        }
+        for index in order {
+            let placement = &placements.each[index];
+            let (reads, writes) = &mut samples[index];
             let name = placement::name(*placement);
             crate::progress(&format!(
                 "big vault: reads and writes on {vault}, owner start {} of {starts}, {name}",

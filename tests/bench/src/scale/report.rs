@@ -10,7 +10,7 @@ use super::Plan;
 use crate::load::Sample;
 use crate::memory::MIB;
 use crate::overload::report::Machine;
-use crate::placement::Placement;
+use crate::placement::{Placement, Placements};
 use crate::targets::{self, Bound, Judged, Unit};
 
 /// A gateway with nothing to do.
@@ -86,6 +86,11 @@ fn size_ratio(big: &BigVault, pick: fn(&Placed) -> &Latencies) -> Option<f64> {
     same_placement(big)
         .filter_map(|(small, large)| ratio(pick(large).p50_ms, pick(small).p50_ms))
         .reduce(f64::max)
+}
+
+/// The placements some figures were taken in, in order.
+fn placements(placed: &[Placed]) -> Vec<Option<Placement>> {
+    placed.iter().map(|p| p.placement).collect()
 }
 
 /// Each placement's figures on the small vault and on the big one.
@@ -421,10 +426,9 @@ fn render_big(out: &mut String, big: &Result<BigVault, String>) {
     };
     let _ = writeln!(
         out,
-        "\nThe owner's API figures: the benchmark's client and the owner on one core \
-         (together) and on two (apart), every thread of each pinned, each placement over {} \
-         starts of the owner per vault, pooled; the targets take the worse placement. Each \
-         start's p50, ms:\n",
+        "\nThe owner's API figures: {}; each placement over {} starts of the owner per vault, \
+         pooled. Each start's p50, ms:\n",
+        Placements::describe(&placements(&big.small.placed)),
         big.small
             .placed
             .first()
@@ -517,10 +521,17 @@ fn render_peers(out: &mut String, peers: &Result<ManyPeers, String>) {
     }
     let _ = writeln!(
         out,
-        "\nWrites one at a time from the benchmark's client through the hub to the first peer: \
-         together, the client, the hub and that peer on one core; apart, the client on one and \
-         the two gateways on the other (every thread pinned; the other peers are not). The \
-         write target takes the worse placement.\n"
+        "\nWrites one at a time from the benchmark's client through the hub to the first peer \
+         (the measured gateways: the hub and that peer; the other peers are never pinned): \
+         {}.\n",
+        Placements::describe(
+            &peers
+                .few
+                .write
+                .iter()
+                .map(|w| w.placement)
+                .collect::<Vec<_>>()
+        )
     );
 }
 
