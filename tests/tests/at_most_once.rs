@@ -276,15 +276,8 @@ fn a_caller_stalled_for_seconds_does_not_take_its_owner_for_silent() {
     let (status, body) = b.put("notes", "warm", b"x", &[]);
     assert_eq!(status, 200, "warm the route: {body}");
     let route_to_a = || {
-        let (code, routes) = b.cli_json(&["routes"]);
-        assert_eq!(code, 0, "{routes}");
-        let route = routes
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["peer"] == "a")
-            .cloned()
-            .unwrap_or_else(|| panic!("no route to a: {routes}"));
+        let route = b.route_to("a");
+        assert!(!route.is_null(), "b has no route to a");
         (
             route["last_error"].clone(),
             route["last_heard_ms_ago"].as_u64(),

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_core::health::{STALL, VERDICT_GRAIN};
+use ferry_core::health::VERDICT_GRAIN;
 use ferry_core::liveness::SIDE_PROBE_WAIT;
 use ferry_peer::health::Failure;
 use ferry_peer::routes::Route;
@@ -42,14 +42,13 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
     });
     loop {
         let now = network.clock.now();
-        // Running far later than the instant asked for, whichever arm woke this pass (a
-        // finished heartbeat or the bell can come first after a stall): this machine stalled,
-        // and the silence the table would see is ours. Every route's silence count starts
-        // afresh from now, so the heartbeats sent now have their six intervals to come back;
-        // the look after this one comes a grain later, too soon for any answer, and would
-        // otherwise take routes down for our own stall.
-        if asked.is_some_and(|asked| now.saturating_duration_since(asked) > STALL) {
-            network.routes.restart_silence(now);
+        // Whichever arm woke this pass (a finished heartbeat or the bell can come first after
+        // a stall), a pass far later than asked restarts every route's silence count, so the
+        // heartbeats sent now have their six intervals to come back: the look after this one
+        // comes a grain later, too soon for any answer, and would otherwise take routes down
+        // for our own stall.
+        if let Some(asked) = asked.take() {
+            network.routes.excuse_stall(asked, now);
         }
         // Never a wake at `now`: a deadline the table cannot act on yet (every heartbeat slot
         // taken, say) would have the prober spin at one instant, burning a core in real time
@@ -69,9 +68,9 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
             () = bell.notified() => {}
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 let now = network.clock.now();
-                // Woken far later than asked: no verdict from this look (the next pass
-                // restarts the silence count); heartbeats go out.
-                if now.saturating_duration_since(wake) <= STALL {
+                // Woken far later than asked: no verdict from this look; heartbeats go out.
+                asked = None;
+                if !network.routes.excuse_stall(wake, now) {
                     for (node, route) in network.routes.check_silence(now) {
                         debug!(peer = %node.short(), %route, "route silent: down");
                     }

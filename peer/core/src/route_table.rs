@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use ferry_ticket::NodeId;
 use serde::{Deserialize, Serialize};
 
-use crate::health::{Failure, RouteHealth, QUIET_GRID};
+use crate::health::{Failure, RouteHealth, QUIET_GRID, STALL};
 use crate::routes::{rank_routes, Route, RouteState, Standing};
 
 /// Where a route came from.
@@ -309,12 +309,18 @@ impl RouteTable {
         self.bell.ring();
     }
 
-    /// This machine stalled until `now`: every route's silence rule counts afresh from it
-    /// ([`RouteHealth::restart_silence`]).
-    pub fn restart_silence(&self, now: Instant) {
-        for entry in self.lock().values_mut().flatten() {
-            entry.health.restart_silence(now);
+    /// A look at the table at `now` for a wake asked for at `asked`. Came more than [`STALL`]
+    /// late: this machine stalled, and the silence every route shows is ours, so each route's
+    /// silence counts afresh from `now` ([`RouteHealth::restart_silence`]) and this look draws
+    /// no verdict. Returns whether it stalled.
+    pub fn excuse_stall(&self, asked: Instant, now: Instant) -> bool {
+        let stalled = now.saturating_duration_since(asked) > STALL;
+        if stalled {
+            for entry in self.lock().values_mut().flatten() {
+                entry.health.restart_silence(now);
+            }
         }
+        stalled
     }
 
     /// Applies the silence rule to every route; returns the routes it turned down.
@@ -391,6 +397,26 @@ mod tests {
         assert_eq!(table.ranked(node, now).0, vec![lan, tailnet]);
         table.peer_failed(node, now, Failure::GoingAway);
         assert_eq!(table.ranked(node, now).0, Vec::<Route>::new());
+    }
+
+    #[test]
+    fn a_late_look_excuses_the_silence_of_the_stall_and_an_early_one_does_not() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let table = RouteTable::default();
+        let node = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let lan = Route::parse("10.77.0.1:7420").unwrap();
+        table.set_configured(node, &[lan], t0);
+        table.calling(node, t0);
+        table.due_probes(t0);
+        table.heard(node, lan.addr, t0, Some(ms(1)));
+        // On time: nothing excused, and silence over the allowance is judged.
+        assert!(!table.excuse_stall(t0 + ms(350), t0 + ms(350) + STALL));
+        // Asked for 50 ms after the last word, woken 2 s later: our stall, not the peer's.
+        let woke = t0 + ms(2_050);
+        assert!(table.excuse_stall(t0 + ms(50), woke));
+        assert_eq!(table.check_silence(woke + ms(1)), vec![]);
+        assert_eq!(table.check_silence(woke + ms(301)), vec![(node, lan)]);
     }
 
     #[test]
