@@ -14,6 +14,7 @@ use ferry_core::health::Failure;
 use ferry_core::route_table::RouteSource;
 use ferry_core::routes::RouteKind;
 use ferry_kit::admin::{DoctorFinding, DoctorReport};
+use ferry_peer::transport::ReceiveBuffer;
 use tokio::task::JoinSet;
 
 use crate::gateway::Gateway;
@@ -131,6 +132,8 @@ pub struct Gathered {
     pub interfaces: Vec<Interface>,
     pub discovery: DiscoveryState,
     pub quic: String,
+    /// The peer socket's receive buffer, when known.
+    pub receive_buffer: Option<ReceiveBuffer>,
     pub peers: Vec<PeerProbe>,
 }
 
@@ -141,6 +144,23 @@ fn finding(subject: &str, ok: bool, says: String, fix: Option<String>) -> Doctor
         says,
         fix,
     }
+}
+
+/// The peer socket's receive buffer. Held below what was asked it is no fault (a gateway
+/// used by one person never fills it), so the finding stays ok and says what to raise.
+fn receive_buffer_finding(buffer: ReceiveBuffer) -> DoctorFinding {
+    let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
+    let says = if buffer.capped() {
+        format!(
+            "receive buffer {:.1} MiB, below the {:.0} MiB asked: the kernel's net.core.rmem_max is lower. A gateway that falls behind under heavy load drops peers' datagrams, and may lose a connection with calls on it; `sysctl -w net.core.rmem_max={}` (and the same in /etc/sysctl.d) lifts it",
+            mib(buffer.granted),
+            mib(buffer.asked),
+            buffer.asked
+        )
+    } else {
+        format!("receive buffer {:.0} MiB", mib(buffer.granted))
+    };
+    finding("udp buffer", true, says, None)
 }
 
 /// What the gathered facts mean, one finding per subject, problems with a fix.
@@ -183,6 +203,9 @@ pub fn diagnose(gathered: &Gathered) -> DoctorReport {
         format!("listening for peers on UDP {}", gathered.quic),
         None,
     ));
+    if let Some(buffer) = gathered.receive_buffer {
+        findings.push(receive_buffer_finding(buffer));
+    }
     // Interfaces, not addresses: one Wi-Fi with an IPv4 and two IPv6 addresses is one.
     let mut lan_names: Vec<&str> = gathered
         .interfaces
@@ -493,6 +516,7 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
         interfaces: interfaces(),
         discovery: network.discovery_state(),
         quic: gateway.quic_addr().to_string(),
+        receive_buffer: gateway.receive_buffer(),
         peers: probed,
     }
 }
@@ -687,12 +711,37 @@ mod tests {
     }
 
     #[test]
+    fn a_receive_buffer_held_low_says_what_to_raise_and_is_no_problem() {
+        let mib = 1024 * 1024;
+        let full = receive_buffer_finding(ReceiveBuffer {
+            asked: 4 * mib,
+            granted: 8 * mib,
+        });
+        assert!(full.ok);
+        assert_eq!(full.says, "receive buffer 8 MiB");
+        // A stock Linux: net.core.rmem_max 212,992, doubled.
+        let held = receive_buffer_finding(ReceiveBuffer {
+            asked: 4 * mib,
+            granted: 425_984,
+        });
+        assert!(held.ok, "a small buffer is advice, not a fault");
+        assert!(
+            held.says
+                .starts_with("receive buffer 0.4 MiB, below the 4 MiB asked")
+                && held.says.contains("net.core.rmem_max=4194304"),
+            "{}",
+            held.says
+        );
+    }
+
+    #[test]
     fn the_report_is_ok_only_without_problems() {
         let gathered = Gathered {
             discovery_for: MDNS_SETTLE,
             interfaces: vec![],
             discovery: DiscoveryState::Running { heard_self: true },
             quic: "0.0.0.0:7420".into(),
+            receive_buffer: None,
             peers: vec![peer(
                 vec![route(
                     RouteKind::Lan,
@@ -739,6 +788,7 @@ mod tests {
             ],
             discovery: DiscoveryState::Running { heard_self: false },
             quic: "0.0.0.0:7420".into(),
+            receive_buffer: None,
             peers: vec![],
         };
         let (ok, says) = mdns(&early);

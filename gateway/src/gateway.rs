@@ -101,6 +101,8 @@ pub struct Gateway {
     quic_addr: SocketAddr,
     /// The protocol versions the peer endpoint speaks.
     protocols: ferry_peer::wire::ProtocolRange,
+    /// The peer socket's receive buffer, when the endpoint bound its own socket.
+    receive_buffer: Option<ferry_peer::transport::ReceiveBuffer>,
     api_addr: OnceLock<SocketAddr>,
     env: Env,
     lifecycle: Arc<Lifecycle>,
@@ -254,6 +256,7 @@ impl Gateway {
             started: clock.now(),
             quic_addr,
             protocols: parts.endpoint.protocols(),
+            receive_buffer: parts.endpoint.receive_buffer(),
             api_addr: OnceLock::new(),
             env,
             lifecycle,
@@ -447,6 +450,11 @@ impl Gateway {
 
     pub fn quic_addr(&self) -> SocketAddr {
         self.quic_addr
+    }
+
+    /// The peer socket's receive buffer (`None` on a simulated network).
+    pub fn receive_buffer(&self) -> Option<ferry_peer::transport::ReceiveBuffer> {
+        self.receive_buffer
     }
 
     /// The protocol versions this gateway speaks to peers.

@@ -16,8 +16,9 @@ use ferry_ticket::{NodeId, Ticket};
 use quinn::Connection;
 use tracing::{debug, Instrument};
 
-use ferry_core::health::STALL;
-use ferry_core::liveness::{self, PooledView, SIDE_PROBE_AFTER, SIDE_PROBE_WAIT, SILENCE_CHECK};
+use ferry_core::liveness::{
+    self, PooledView, SilenceWatch, SIDE_PROBE_AFTER, SIDE_PROBE_WAIT, SILENCE_CHECK,
+};
 use ferry_core::read::{attempts, route_hedge_delay, Attempt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
@@ -1077,26 +1078,18 @@ async fn exchange(
 /// (`ferry_core::liveness::gone_silent`). Heartbeats cross the route's pooled connection every
 /// interval while the peer is in use, whatever the owner is doing, so silence there means the
 /// path or the peer is gone, not that the owner is busy. A look that comes
-/// much later than asked (this machine stalled) restarts the count: that silence is ours.
+/// late (this machine behind its own work) restarts the count: that silence is ours
+/// ([`SilenceWatch`]).
 async fn gone_silent(conn: &Connection, silence: &(dyn Fn() -> Duration + Sync)) {
     // Nothing to check before the first interval: most exchanges end well within it, and a
     // stats snapshot takes the connection's lock.
     tokio::time::sleep(SILENCE_CHECK).await;
-    let mut last = conn.stats().udp_rx.datagrams;
-    let mut quiet_since = clock::now();
-    let mut looked = quiet_since;
+    let mut watch = SilenceWatch::new(conn.stats().udp_rx.datagrams, clock::now());
     let mut ticker = tokio::time::interval(SILENCE_CHECK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let now = clock::now();
-        let stalled = now.saturating_duration_since(looked) > SILENCE_CHECK + STALL;
-        looked = now;
-        let count = conn.stats().udp_rx.datagrams;
-        if count != last || stalled {
-            last = count;
-            quiet_since = now;
-        } else if liveness::gone_silent(quiet_since, now, silence()) {
+        if watch.look(conn.stats().udp_rx.datagrams, clock::now(), silence()) {
             return;
         }
     }

@@ -85,6 +85,63 @@ impl TransportTuning {
     }
 }
 
+/// The receive buffer asked of the kernel for the peer socket. The default (208 KiB on most
+/// Linux systems) holds a few milliseconds of a busy owner's answers: a gateway whose runtime
+/// falls behind for a moment drops the rest, and QUIC's loss recovery then backs off its sends
+/// until a waiting call hears nothing for three heartbeat intervals and gives a live connection
+/// up. Linux grants at most `net.core.rmem_max` and then doubles the grant for its own
+/// bookkeeping, so on a kernel that allows it this holds 8 MiB as Linux counts it.
+pub const RECEIVE_BUFFER: usize = 4 * 1024 * 1024;
+
+/// What the peer socket's receive buffer was asked for and given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiveBuffer {
+    pub asked: usize,
+    /// What the kernel reports it holds: on Linux, twice what it granted (it counts its own
+    /// bookkeeping), the grant being capped at `net.core.rmem_max`.
+    pub granted: usize,
+}
+
+impl ReceiveBuffer {
+    /// The kernel holds less than was asked (its `net.core.rmem_max` is lower). Linux's
+    /// doubling makes an uncapped grant read as twice the ask.
+    pub fn capped(&self) -> bool {
+        self.granted < self.asked
+    }
+}
+
+/// Asks for [`RECEIVE_BUFFER`] on `socket`. A kernel that grants less is not an error (the
+/// gateway works, and drops more datagrams when it falls behind): the log says so once, and
+/// `ferry doctor` shows it.
+fn grow_receive_buffer(socket: &std::net::UdpSocket) -> Option<ReceiveBuffer> {
+    use quinn::udp::{UdpSockRef, UdpSocketState};
+    let state = match UdpSocketState::new(UdpSockRef::from(socket)) {
+        Ok(state) => state,
+        Err(err) => {
+            tracing::warn!(%err, "could not look at the peer socket's receive buffer");
+            return None;
+        }
+    };
+    if let Err(err) = state.set_recv_buffer_size(UdpSockRef::from(socket), RECEIVE_BUFFER) {
+        tracing::warn!(%err, asked = RECEIVE_BUFFER, "could not grow the peer socket's receive buffer");
+    }
+    let granted = state.recv_buffer_size(UdpSockRef::from(socket)).ok()?;
+    let buffer = ReceiveBuffer {
+        asked: RECEIVE_BUFFER,
+        granted,
+    };
+    if buffer.capped() {
+        tracing::warn!(
+            asked = RECEIVE_BUFFER,
+            granted,
+            "the kernel holds the peer socket's receive buffer below what was asked; under load \
+             datagrams will be dropped: raise net.core.rmem_max (sysctl) to at least {}",
+            RECEIVE_BUFFER
+        );
+    }
+    Some(buffer)
+}
+
 /// Why the endpoint could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
@@ -182,6 +239,7 @@ pub struct PeerEndpoint {
     endpoint: quinn::Endpoint,
     key: NodeKey,
     tuning: TransportTuning,
+    receive_buffer: Option<ReceiveBuffer>,
 }
 
 impl PeerEndpoint {
@@ -194,6 +252,7 @@ impl PeerEndpoint {
     ) -> Result<Self, BindError> {
         let socket =
             std::net::UdpSocket::bind(addr).map_err(|source| BindError::Socket { addr, source })?;
+        let receive_buffer = grow_receive_buffer(&socket);
         let runtime = quinn::default_runtime().ok_or_else(|| BindError::Socket {
             addr,
             source: std::io::Error::other("no async runtime is running"),
@@ -201,7 +260,9 @@ impl PeerEndpoint {
         let socket = runtime
             .wrap_udp_socket(socket)
             .map_err(|source| BindError::Socket { addr, source })?;
-        Self::with_socket(socket, runtime, key, trusted, tuning)
+        let mut endpoint = Self::with_socket(socket, runtime, key, trusted, tuning)?;
+        endpoint.receive_buffer = receive_buffer;
+        Ok(endpoint)
     }
 
     /// An endpoint over a socket and runtime of the caller's (quinn's own seams): a simulated
@@ -229,7 +290,13 @@ impl PeerEndpoint {
             endpoint,
             key,
             tuning,
+            receive_buffer: None,
         })
+    }
+
+    /// The peer socket's receive buffer, when this endpoint bound its own socket.
+    pub fn receive_buffer(&self) -> Option<ReceiveBuffer> {
+        self.receive_buffer
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {

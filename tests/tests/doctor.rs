@@ -75,6 +75,25 @@ fn the_doctor_names_each_fault_of_a_peer_with_a_fix() {
     );
     let (ok, says, _) = ferry_tests::doctor_finding(&report, "quic");
     assert!(ok && says.contains(&a.quic), "{says}");
+    // The peer socket asks for a 4 MiB receive buffer; the kernel's limit decides what it got,
+    // and the finding says which, as advice either way.
+    let (ok, says, _) = ferry_tests::doctor_finding(&report, "udp buffer");
+    let rmem_max = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|text| text.trim().parse::<usize>().ok());
+    match rmem_max {
+        Some(max) if max >= 4 * 1024 * 1024 => {
+            assert!(
+                ok && says == "receive buffer 8 MiB",
+                "rmem_max {max}: {says}"
+            )
+        }
+        Some(max) => assert!(
+            ok && says.contains("below the 4 MiB asked"),
+            "rmem_max {max}: {says}"
+        ),
+        None => assert!(ok, "{says}"),
+    }
     assert!(report["findings"]
         .as_array()
         .unwrap()

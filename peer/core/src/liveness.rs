@@ -99,10 +99,63 @@ pub fn exchange_silence(published: Option<Duration>, heartbeats_here: bool) -> D
     }
 }
 
-/// Whether a connection quiet since `quiet_since` is dead to the call waiting on it, given
-/// the allowed `silence` ([`exchange_silence`]).
-pub fn gone_silent(quiet_since: Instant, now: Instant, silence: Duration) -> bool {
-    now.saturating_duration_since(quiet_since) >= silence
+/// A waiting call's look at its connection that comes more than this after it was due shows
+/// this machine behind its own work: the peer's packets may be waiting unread in the socket,
+/// so the silence seen so far is ours and is counted afresh.
+pub const LATE_LOOK: Duration = SILENCE_CHECK;
+
+/// Whether the connection a call waits on has gone silent, counted only in time this machine
+/// was keeping up (SPEC 6 rule 5). The receive counter it watches moves when the connection
+/// *processes* a datagram, not when one arrives: a gateway whose one runtime thread runs tens
+/// of milliseconds behind (an open-loop flood of its own apps' calls) would read its own
+/// backlog as the peer's silence and close a live connection with hundreds of writes on it.
+/// Its late looks give it away: any look more than [`LATE_LOOK`] late restarts the count, as
+/// the route prober's stall rule does, and as there for at most
+/// [`STALL_EXCUSED_AT_MOST`](crate::health::STALL_EXCUSED_AT_MOST) after the connection was
+/// last heard, so a machine late at every look still gives up a dead connection.
+#[derive(Debug, Clone)]
+pub struct SilenceWatch {
+    /// Datagrams the connection had processed at the last look.
+    received: u64,
+    /// When the counter last moved (or the watch began).
+    heard: Instant,
+    /// Since when the silence counts: `heard`, or the end of a later late look.
+    counting_from: Instant,
+    /// When the last look was made.
+    looked: Instant,
+}
+
+impl SilenceWatch {
+    /// Starts watching a connection that had processed `received` datagrams at `now`.
+    pub fn new(received: u64, now: Instant) -> Self {
+        Self {
+            received,
+            heard: now,
+            counting_from: now,
+            looked: now,
+        }
+    }
+
+    /// One look, due [`SILENCE_CHECK`] after the last: true once the connection has been
+    /// silent for `silence` ([`exchange_silence`]) of counted time.
+    pub fn look(&mut self, received: u64, now: Instant, silence: Duration) -> bool {
+        let late = now.saturating_duration_since(self.looked) > SILENCE_CHECK + LATE_LOOK;
+        self.looked = now;
+        if received != self.received {
+            self.received = received;
+            self.heard = now;
+            self.counting_from = now;
+            return false;
+        }
+        if late {
+            let excused = self
+                .heard
+                .checked_add(crate::health::STALL_EXCUSED_AT_MOST)
+                .unwrap_or(self.heard);
+            self.counting_from = now.min(excused).max(self.counting_from);
+        }
+        now.saturating_duration_since(self.counting_from) >= silence
+    }
 }
 
 /// How long a connect runs before a side probe of the port is sent: quinn ignores ICMP, so a
@@ -159,9 +212,68 @@ mod tests {
         assert_eq!(exchange_silence(Some(ms(3_000)), true), ms(9_000));
         assert_eq!(exchange_silence(Some(ms(60_000)), true), SILENT_AFTER);
         assert_eq!(exchange_silence(None, true), SILENT_AFTER);
+    }
+
+    /// Looks at `every` from `t0` with nothing received: the first instant the watch gives up.
+    fn gives_up_at(t0: Instant, every: Duration, limit: Duration) -> Option<Duration> {
+        let mut watch = SilenceWatch::new(7, t0);
+        let mut now = t0;
+        while now <= t0 + limit {
+            now += every;
+            if watch.look(7, now, Duration::from_millis(150)) {
+                return Some(now - t0);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_call_on_time_gives_up_after_its_silence_and_a_packet_restarts_the_count() {
+        let ms = Duration::from_millis;
         let t0 = Instant::now();
-        assert!(!gone_silent(t0, t0 + ms(149), ms(150)));
-        assert!(gone_silent(t0, t0 + ms(150), ms(150)));
+        assert_eq!(gives_up_at(t0, SILENCE_CHECK, ms(1_000)), Some(ms(150)));
+        // A look a little late is still on time: the count goes on.
+        assert_eq!(gives_up_at(t0, ms(50), ms(1_000)), Some(ms(150)));
+        // Looks every 25 ms; a datagram processed by the look at 100 ms.
+        let mut watch = SilenceWatch::new(7, t0);
+        let received = |at: u64| if at < 100 { 7 } else { 8 };
+        let gave_up = (1..=20)
+            .map(|look| look * 25)
+            .find(|&at| watch.look(received(at), t0 + ms(at), ms(150)));
+        assert_eq!(gave_up, Some(250));
+    }
+
+    #[test]
+    fn a_call_behind_its_own_work_does_not_read_its_backlog_as_the_peers_silence() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // The traced failure: a runtime thread 80 ms behind at every look. The old rule (a look
+        // more than 125 ms after the last) never fired, and the call gave up two looks in.
+        let behind = SILENCE_CHECK + ms(80);
+        assert_eq!(gives_up_at(t0, behind, ms(9_000)), None);
+        // One late look restarts the count: the silence is counted from it.
+        // Looks every 25 ms, but none between 100 and 200 ms (75 ms late).
+        let mut watch = SilenceWatch::new(7, t0);
+        let gave_up = (1..=20)
+            .map(|look| look * 25)
+            .filter(|&at| at <= 100 || at >= 200)
+            .find(|&at| watch.look(7, t0 + ms(at), ms(150)));
+        assert_eq!(gave_up, Some(350));
+    }
+
+    #[test]
+    fn a_call_late_at_every_look_still_gives_up_a_dead_connection() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let excused = crate::health::STALL_EXCUSED_AT_MOST;
+        for every in [ms(51), ms(105), ms(700), ms(3_000)] {
+            let gave_up = gives_up_at(t0, every, excused + ms(10_000))
+                .unwrap_or_else(|| panic!("looks every {every:?} never gave up"));
+            assert!(
+                gave_up >= excused + ms(150) && gave_up <= excused + ms(150) + every,
+                "looks every {every:?} gave up after {gave_up:?}"
+            );
+        }
     }
 
     #[test]

@@ -206,6 +206,29 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// UDP datagrams the kernel dropped because a socket's receive buffer was full, machine-wide
+/// since boot (`RcvbufErrors` in `/proc/net/snmp`); `None` where there is no such file.
+pub fn udp_receive_drops() -> Option<u64> {
+    parse_udp_receive_drops(&std::fs::read_to_string("/proc/net/snmp").ok()?)
+}
+
+/// The drops since a reading of [`udp_receive_drops`].
+pub fn udp_receive_drops_since(before: Option<u64>) -> Option<u64> {
+    Some(udp_receive_drops()?.saturating_sub(before?))
+}
+
+/// `RcvbufErrors` from the text of `/proc/net/snmp`: the `Udp:` header line names the
+/// columns, the next `Udp:` line holds the values.
+fn parse_udp_receive_drops(snmp: &str) -> Option<u64> {
+    let mut udp = snmp.lines().filter(|line| line.starts_with("Udp:"));
+    let names = udp.next()?;
+    let values = udp.next()?;
+    let column = names
+        .split_whitespace()
+        .position(|name| name == "RcvbufErrors")?;
+    values.split_whitespace().nth(column)?.parse().ok()
+}
+
 /// Busy time of all CPUs from the first line of `/proc/stat`: user, nice, system, irq,
 /// softirq and steal (idle and iowait are not busy; guest time is already in user).
 fn parse_machine_busy(stat: &str) -> Option<Duration> {
@@ -258,6 +281,18 @@ fn ticks(n: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn udp_receive_drops_are_read_by_column_name() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    Udp: 42944699 2099 867027 43814087 867026 0\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\n\
+                    UdpLite: 0 0 0 0 0\n";
+        assert_eq!(parse_udp_receive_drops(snmp), Some(867_026));
+        assert_eq!(parse_udp_receive_drops("Udp: InDatagrams\nUdp: 5\n"), None);
+        assert_eq!(parse_udp_receive_drops(""), None);
+    }
 
     #[test]
     fn stat_lines_give_name_and_user_plus_system_time() {

@@ -19,9 +19,10 @@ mod traffic;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::cpu::{self, Machine};
+use crate::cpu;
 use crate::ferry_procs::{self, Gateway, ProcError};
 use crate::load::LoadError;
+use crate::overload::report::MachineWatch;
 
 use mesh::{Mesh, MeshError, OwnerCounters, VAULT_CATCH_UP, VAULT_OFF, VAULT_ON};
 use report::{CatchUp, Figures, Level, OverloadReport, Pair, Peak, Phase, Rules, Setup};
@@ -184,10 +185,9 @@ fn progress(what: &str) {
 /// Runs everything and returns the report.
 pub fn run(options: &Options) -> Result<OverloadReport, OverloadError> {
     let plan = options.plan;
-    let load_before = cpu::load_average();
     let (binary, ready) = ferry_procs::prepare_binary(options.ferry_binary.clone(), options.build);
     ready.map_err(OverloadError::Binary)?;
-    let machine_before = Machine::now();
+    let watch = MachineWatch::start();
     progress("starting five ferry serve processes (a, a-off, b, c, d)");
     let mesh = Mesh::start(&binary)?;
     let bench = Bench {
@@ -214,15 +214,7 @@ pub fn run(options: &Options) -> Result<OverloadReport, OverloadError> {
         greedy,
         catch_up,
         notes,
-        report::Machine {
-            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            load_before,
-            load_after: cpu::load_average(),
-            others_cores: machine_before
-                .zip(Machine::now())
-                .map(|(before, after)| before.others_since(&after)),
-            binary: binary.display().to_string(),
-        },
+        watch.end(binary.display().to_string()),
     ))
 }
 

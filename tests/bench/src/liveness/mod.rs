@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::bare_relay::RelayError;
-use crate::cpu::{self, Machine, Side};
+use crate::cpu::{self, Side};
 use crate::ferry_procs::{self, Gateway, ProcError};
 use crate::load::request_once;
+use crate::overload::report::MachineWatch;
 use crate::Options;
 use floor::Floor;
 use report::{LivenessReport, Measured};
@@ -81,8 +82,7 @@ pub enum LivenessError {
 pub fn run(options: &Options<Plan>) -> Result<LivenessReport, LivenessError> {
     let plan = options.plan.clone();
     let (binary, ready) = ferry_procs::prepare_binary(options.ferry_binary.clone(), options.build);
-    let load_before = cpu::load_average();
-    let machine_before = Machine::now();
+    let watch = MachineWatch::start();
 
     crate::progress(&format!(
         "floor: {} bare quinn connections, {} of them busy",
@@ -94,18 +94,11 @@ pub fn run(options: &Options<Plan>) -> Result<LivenessReport, LivenessError> {
         Err(why) => Err(why),
     };
 
-    let others_cores = match (machine_before, Machine::now()) {
-        (Some(before), Some(after)) => Some(before.others_since(&after)),
-        _ => None,
-    };
     Ok(LivenessReport::new(
         plan,
         floor,
         ferry,
-        load_before,
-        cpu::load_average(),
-        others_cores,
-        ferry_procs::layout(&binary),
+        watch.end(ferry_procs::layout(&binary)),
     ))
 }
 

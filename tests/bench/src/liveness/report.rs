@@ -103,10 +103,7 @@ impl LivenessReport {
         plan: Plan,
         floor: (Measured, Measured),
         ferry: Result<(Measured, Measured), String>,
-        load_before: String,
-        load_after: String,
-        others_cores: Option<f64>,
-        binary: String,
+        machine: Machine,
     ) -> Self {
         let floor = Ok(PerPeer::of(&plan, floor.0, floor.1));
         let ferry = ferry.map(|(idle, busy)| PerPeer::of(&plan, idle, busy));
@@ -122,13 +119,7 @@ impl LivenessReport {
             plan,
             floor,
             ferry,
-            machine: Machine {
-                cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-                load_before,
-                load_after,
-                others_cores,
-                binary,
-            },
+            machine,
         }
     }
 

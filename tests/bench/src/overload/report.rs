@@ -162,7 +162,44 @@ pub struct Machine {
     pub load_after: String,
     /// Cores' worth of CPU other work used during the run; `null` where `/proc` could not tell.
     pub others_cores: Option<f64>,
+    /// UDP datagrams dropped for a full receive buffer over the run, machine-wide (the
+    /// gateways' and anything else's); `null` where `/proc/net/snmp` could not tell. Drops
+    /// put QUIC into loss recovery, whose backed-off resends can leave a connection silent
+    /// long enough for a waiting call to give it up.
+    pub udp_receive_drops: Option<u64>,
     pub binary: String,
+}
+
+/// What the machine was doing when a run began, to say at its end what else used it.
+pub struct MachineWatch {
+    load_before: String,
+    busy_before: Option<crate::cpu::Machine>,
+    drops_before: Option<u64>,
+}
+
+impl MachineWatch {
+    pub fn start() -> Self {
+        Self {
+            load_before: crate::cpu::load_average(),
+            busy_before: crate::cpu::Machine::now(),
+            drops_before: crate::cpu::udp_receive_drops(),
+        }
+    }
+
+    /// The machine over the run that measured `binary`.
+    pub fn end(self, binary: String) -> Machine {
+        Machine {
+            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            load_before: self.load_before,
+            load_after: crate::cpu::load_average(),
+            others_cores: self
+                .busy_before
+                .zip(crate::cpu::Machine::now())
+                .map(|(before, after)| before.others_since(&after)),
+            udp_receive_drops: crate::cpu::udp_receive_drops_since(self.drops_before),
+            binary,
+        }
+    }
 }
 
 impl Machine {
@@ -170,12 +207,14 @@ impl Machine {
     pub fn summary(&self) -> String {
         format!(
             "{} cores; load average before {}, after {}; other work used {} cores on average \
-             over the run. Binary: `{}`.",
+             over the run; UDP datagrams dropped for a full receive buffer: {}. Binary: `{}`.",
             self.cores,
             self.load_before,
             self.load_after,
             self.others_cores
                 .map_or_else(|| "an unknown number of".to_string(), |c| format!("{c:.2}")),
+            self.udp_receive_drops
+                .map_or_else(|| "unknown".to_string(), |n| n.to_string()),
             self.binary
         )
     }
@@ -828,6 +867,7 @@ mod tests {
                 load_before: "0".into(),
                 load_after: "0".into(),
                 others_cores: Some(0.0),
+                udp_receive_drops: Some(0),
                 binary: "ferry".into(),
             },
         )

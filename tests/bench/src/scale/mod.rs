@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::cpu;
 use crate::ferry_procs::{self, Discovery, Gateway, ProcError};
 use crate::memory;
+use crate::overload::report::MachineWatch;
 use crate::Options;
 use report::{Idle, ScaleReport};
 
@@ -109,30 +109,19 @@ pub fn run(options: &Options<Plan>) -> Result<ScaleReport, ScaleError> {
     let plan = options.plan.clone();
     let (binary, ready) = ferry_procs::prepare_binary(options.ferry_binary.clone(), options.build);
     ready.map_err(|why| ScaleError::NoBinary { why })?;
-    let load_before = cpu::load_average();
-    let machine_before = cpu::Machine::now();
+    let watch = MachineWatch::start();
 
     crate::progress("idle: one gateway with no vaults, mDNS on and off");
     let idle = measure_idle(&binary, &plan).map_err(|err| err.to_string());
     let big = big_vault::measure(&binary, &plan);
     let peers = peers::measure(&binary, &plan);
 
-    let others_cores = match (machine_before, cpu::Machine::now()) {
-        (Some(before), Some(after)) => Some(before.others_since(&after)),
-        _ => None,
-    };
     Ok(ScaleReport::new(
         plan,
         idle,
         big,
         peers,
-        crate::overload::report::Machine {
-            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            load_before,
-            load_after: cpu::load_average(),
-            others_cores,
-            binary: ferry_procs::layout(&binary),
-        },
+        watch.end(ferry_procs::layout(&binary)),
     ))
 }
 
