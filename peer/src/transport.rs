@@ -86,11 +86,12 @@ impl TransportTuning {
 }
 
 /// The receive buffer asked of the kernel for the peer socket. The default (208 KiB on most
-/// Linux systems) holds a few milliseconds of a busy owner's answers: a gateway whose runtime
-/// falls behind for a moment drops the rest, and QUIC's loss recovery then backs off its sends
-/// until a waiting call hears nothing for three heartbeat intervals and gives a live connection
-/// up. Linux grants at most `net.core.rmem_max` and then doubles the grant for its own
-/// bookkeeping, so on a kernel that allows it this holds 8 MiB as Linux counts it.
+/// Linux systems: 92 datagrams of 1,200 bytes) holds a few milliseconds of a busy owner's
+/// traffic: a gateway whose runtime falls behind for a moment drops the rest, and QUIC's
+/// loss recovery then backs off its sends until a waiting call hears nothing for three
+/// heartbeat intervals and gives a live connection up. Linux grants at most
+/// `net.core.rmem_max` and then doubles the grant for its own bookkeeping, so on a kernel that
+/// allows it this holds 8 MiB as Linux counts it (3,640 datagrams of 1,200 bytes).
 pub const RECEIVE_BUFFER: usize = 4 * 1024 * 1024;
 
 /// What the peer socket's receive buffer was asked for and given.

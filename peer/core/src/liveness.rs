@@ -247,8 +247,9 @@ mod tests {
     fn a_call_behind_its_own_work_does_not_read_its_backlog_as_the_peers_silence() {
         let ms = Duration::from_millis;
         let t0 = Instant::now();
-        // The traced failure: a runtime thread 80 ms behind at every look. The old rule (a look
-        // more than 125 ms after the last) never fired, and the call gave up two looks in.
+        // A runtime thread 80 ms behind at every look, as the overload benchmark's calling
+        // gateways ran: the old rule (a look more than 125 ms after the last) never fired, and
+        // the call gave up two looks in.
         let behind = SILENCE_CHECK + ms(80);
         assert_eq!(gives_up_at(t0, behind, ms(9_000)), None);
         // One late look restarts the count: the silence is counted from it.

@@ -196,6 +196,7 @@ pub fn run(options: &Options) -> Result<OverloadReport, OverloadError> {
         keys: std::cell::Cell::new(0),
     };
     let measured = bench.everything();
+    let udp_drops = mesh.udp_drops();
     progress("stopping the gateways");
     let notes = mesh.stop();
     progress("done");
@@ -214,7 +215,10 @@ pub fn run(options: &Options) -> Result<OverloadReport, OverloadError> {
         greedy,
         catch_up,
         notes,
-        watch.end(binary.display().to_string()),
+        report::Machine {
+            udp_drops_by_gateway: udp_drops,
+            ..watch.end(binary.display().to_string())
+        },
     ))
 }
 

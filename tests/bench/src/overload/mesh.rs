@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::ferry_procs::{Gateway, ProcError};
 use crate::load::{self, LoadError};
+use crate::overload::report::SocketDrops;
 use crate::overload::traffic::{self, Endpoint};
 
 /// The vault `a` owns (rules on), the one `a-off` owns (rules off), and the one `a` owns for
@@ -161,6 +162,22 @@ impl Mesh {
             }
             std::thread::sleep(READY_POLL);
         }
+    }
+
+    /// Datagrams each gateway's peer socket has dropped for a full receive buffer (while they
+    /// run: a closed socket's count is gone); empty where `/proc/net/udp` is not there.
+    pub fn udp_drops(&self) -> Vec<SocketDrops> {
+        let by_port = crate::cpu::udp_drops_by_port();
+        [&self.a, &self.a_off, &self.b, &self.c, &self.d]
+            .into_iter()
+            .filter_map(|gateway| {
+                let port: u16 = gateway.quic.rsplit(':').next()?.parse().ok()?;
+                Some(SocketDrops {
+                    gateway: gateway.label.clone(),
+                    drops: *by_port.get(&port)?,
+                })
+            })
+            .collect()
     }
 
     /// Stops every gateway (callers first); each is stopped or killed whatever happens.

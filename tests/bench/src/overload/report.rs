@@ -167,7 +167,17 @@ pub struct Machine {
     /// put QUIC into loss recovery, whose backed-off resends can leave a connection silent
     /// long enough for a waiting call to give it up.
     pub udp_receive_drops: Option<u64>,
+    /// The same, counted by each measured gateway's peer socket over its life, where the
+    /// benchmark looked (`/proc/net/udp`); empty where it did not.
+    pub udp_drops_by_gateway: Vec<SocketDrops>,
     pub binary: String,
+}
+
+/// Datagrams one gateway's peer socket dropped for a full receive buffer.
+#[derive(Debug, Clone, Serialize)]
+pub struct SocketDrops {
+    pub gateway: String,
+    pub drops: u64,
 }
 
 /// What the machine was doing when a run began, to say at its end what else used it.
@@ -197,6 +207,7 @@ impl MachineWatch {
                 .zip(crate::cpu::Machine::now())
                 .map(|(before, after)| before.others_since(&after)),
             udp_receive_drops: crate::cpu::udp_receive_drops_since(self.drops_before),
+            udp_drops_by_gateway: Vec::new(),
             binary,
         }
     }
@@ -207,7 +218,7 @@ impl Machine {
     pub fn summary(&self) -> String {
         format!(
             "{} cores; load average before {}, after {}; other work used {} cores on average \
-             over the run; UDP datagrams dropped for a full receive buffer: {}. Binary: `{}`.",
+             over the run; UDP datagrams dropped for a full receive buffer: {}{}. Binary: `{}`.",
             self.cores,
             self.load_before,
             self.load_after,
@@ -215,6 +226,16 @@ impl Machine {
                 .map_or_else(|| "an unknown number of".to_string(), |c| format!("{c:.2}")),
             self.udp_receive_drops
                 .map_or_else(|| "unknown".to_string(), |n| n.to_string()),
+            if self.udp_drops_by_gateway.is_empty() {
+                String::new()
+            } else {
+                let each: Vec<String> = self
+                    .udp_drops_by_gateway
+                    .iter()
+                    .map(|socket| format!("{} {}", socket.gateway, socket.drops))
+                    .collect();
+                format!(" (by gateway: {})", each.join(", "))
+            },
             self.binary
         )
     }
@@ -868,6 +889,7 @@ mod tests {
                 load_after: "0".into(),
                 others_cores: Some(0.0),
                 udp_receive_drops: Some(0),
+                udp_drops_by_gateway: Vec::new(),
                 binary: "ferry".into(),
             },
         )
