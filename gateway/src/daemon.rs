@@ -64,6 +64,15 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         tuning.protocols = protocols;
     }
     let endpoint = PeerEndpoint::bind(config.listen, key.clone(), book.clone(), tuning)?;
+    if let Some(buffer) = endpoint.receive_buffer().filter(|buffer| buffer.capped()) {
+        tracing::warn!(
+            asked = buffer.asked,
+            granted = buffer.granted,
+            "the system holds the peer socket's receive buffer below what was asked: under \
+             load this gateway drops peers' datagrams when it falls behind (`ferry doctor`, \
+             `udp buffer`, says what to raise)"
+        );
+    }
     let listener = TcpListener::bind(config.api)
         .await
         .map_err(|source| StartError::Api {

@@ -151,11 +151,19 @@ fn finding(subject: &str, ok: bool, says: String, fix: Option<String>) -> Doctor
 fn receive_buffer_finding(buffer: ReceiveBuffer) -> DoctorFinding {
     let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
     let says = if buffer.capped() {
+        let raise = if cfg!(target_os = "linux") {
+            format!(
+                "`sysctl -w net.core.rmem_max={}` (and the same in /etc/sysctl.d) lifts it",
+                buffer.asked
+            )
+        } else {
+            "raise the system's limit on socket buffers (kern.ipc.maxsockbuf on macOS and the BSDs)"
+                .to_string()
+        };
         format!(
-            "receive buffer {:.1} MiB, below the {:.0} MiB asked: the kernel's net.core.rmem_max is lower. A gateway that falls behind under heavy load drops peers' datagrams, and may lose a connection with calls on it; `sysctl -w net.core.rmem_max={}` (and the same in /etc/sysctl.d) lifts it",
+            "receive buffer {:.1} MiB, below the {:.0} MiB asked for: the system's limit is lower. A gateway that falls behind under heavy load drops peers' datagrams, and may lose a connection with calls on it; {raise}, and a restart of the gateway takes it up",
             mib(buffer.granted),
-            mib(buffer.asked),
-            buffer.asked
+            mib(buffer.full()),
         )
     } else {
         format!("receive buffer {:.0} MiB", mib(buffer.granted))
@@ -727,11 +735,20 @@ mod tests {
         assert!(held.ok, "a small buffer is advice, not a fault");
         assert!(
             held.says
-                .starts_with("receive buffer 0.4 MiB, below the 4 MiB asked")
+                .starts_with("receive buffer 0.4 MiB, below the 8 MiB asked for")
                 && held.says.contains("net.core.rmem_max=4194304"),
             "{}",
             held.says
         );
+        // rmem_max of 3 MiB: Linux reports 6 MiB, more than the 4 MiB asked, yet capped.
+        let three = ReceiveBuffer {
+            asked: 4 * mib,
+            granted: 6 * mib,
+        };
+        assert!(three.capped());
+        assert!(receive_buffer_finding(three)
+            .says
+            .starts_with("receive buffer 6.0 MiB, below the 8 MiB asked for"));
     }
 
     #[test]

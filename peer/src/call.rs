@@ -1075,7 +1075,7 @@ async fn exchange(
 }
 
 /// Resolves once the connection has been silent long enough to be dead to a call
-/// (`ferry_core::liveness::gone_silent`). Heartbeats cross the route's pooled connection every
+/// (`ferry_core::liveness::SilenceWatch`). Heartbeats cross the route's pooled connection every
 /// interval while the peer is in use, whatever the owner is doing, so silence there means the
 /// path or the peer is gone, not that the owner is busy. A look that comes
 /// late (this machine behind its own work) restarts the count: that silence is ours

@@ -104,43 +104,48 @@ pub struct ReceiveBuffer {
 }
 
 impl ReceiveBuffer {
-    /// The kernel holds less than was asked (its `net.core.rmem_max` is lower). Linux's
-    /// doubling makes an uncapped grant read as twice the ask.
+    /// What the kernel reports when it grants the whole ask: Linux doubles it.
+    pub fn full(&self) -> usize {
+        if cfg!(target_os = "linux") {
+            self.asked.saturating_mul(2)
+        } else {
+            self.asked
+        }
+    }
+
+    /// The kernel holds less than was asked (on Linux, its `net.core.rmem_max` is lower).
     pub fn capped(&self) -> bool {
-        self.granted < self.asked
+        self.granted < self.full()
     }
 }
 
-/// Asks for [`RECEIVE_BUFFER`] on `socket`. A kernel that grants less is not an error (the
-/// gateway works, and drops more datagrams when it falls behind): the log says so once, and
-/// `ferry doctor` shows it.
+/// Asks for [`RECEIVE_BUFFER`] on `socket` and says what the kernel gave. A kernel that grants
+/// less is not an error (the gateway works, and drops more datagrams when it falls behind):
+/// the daemon warns once, and `ferry doctor` shows it.
 fn grow_receive_buffer(socket: &std::net::UdpSocket) -> Option<ReceiveBuffer> {
     use quinn::udp::{UdpSockRef, UdpSocketState};
     let state = match UdpSocketState::new(UdpSockRef::from(socket)) {
         Ok(state) => state,
         Err(err) => {
-            tracing::warn!(%err, "could not look at the peer socket's receive buffer");
+            tracing::debug!(%err, "could not look at the peer socket's receive buffer");
             return None;
         }
     };
+    // A kernel that allows less refuses (the BSDs) or caps (Linux): either way what it holds
+    // is read back below.
     if let Err(err) = state.set_recv_buffer_size(UdpSockRef::from(socket), RECEIVE_BUFFER) {
-        tracing::warn!(%err, asked = RECEIVE_BUFFER, "could not grow the peer socket's receive buffer");
+        tracing::debug!(%err, asked = RECEIVE_BUFFER, "could not grow the peer socket's receive buffer");
     }
     let granted = state.recv_buffer_size(UdpSockRef::from(socket)).ok()?;
-    let buffer = ReceiveBuffer {
+    tracing::debug!(
+        asked = RECEIVE_BUFFER,
+        granted,
+        "peer socket receive buffer"
+    );
+    Some(ReceiveBuffer {
         asked: RECEIVE_BUFFER,
         granted,
-    };
-    if buffer.capped() {
-        tracing::warn!(
-            asked = RECEIVE_BUFFER,
-            granted,
-            "the kernel holds the peer socket's receive buffer below what was asked; under load \
-             datagrams will be dropped: raise net.core.rmem_max (sysctl) to at least {}",
-            RECEIVE_BUFFER
-        );
-    }
-    Some(buffer)
+    })
 }
 
 /// Why the endpoint could not start.

@@ -89,7 +89,7 @@ fn the_doctor_names_each_fault_of_a_peer_with_a_fix() {
             )
         }
         Some(max) => assert!(
-            ok && says.contains("below the 4 MiB asked"),
+            ok && says.contains("below the 8 MiB asked for"),
             "rmem_max {max}: {says}"
         ),
         None => assert!(ok, "{says}"),

@@ -123,6 +123,8 @@ pub struct SilenceWatch {
     counting_from: Instant,
     /// When the last look was made.
     looked: Instant,
+    /// The allowance the last look was judged by.
+    allowed: Option<Duration>,
 }
 
 impl SilenceWatch {
@@ -133,19 +135,27 @@ impl SilenceWatch {
             heard: now,
             counting_from: now,
             looked: now,
+            allowed: None,
         }
     }
 
     /// One look, due [`SILENCE_CHECK`] after the last: true once the connection has been
-    /// silent for `silence` ([`exchange_silence`]) of counted time.
+    /// silent for `silence` ([`exchange_silence`]) of counted time. An allowance that shrank
+    /// since the last look (the route's heartbeats just turned fast) counts from now: the
+    /// first fast heartbeat has only just gone out, and the silence before it was allowed.
     pub fn look(&mut self, received: u64, now: Instant, silence: Duration) -> bool {
         let late = now.saturating_duration_since(self.looked) > SILENCE_CHECK + LATE_LOOK;
+        let shrank = self.allowed.is_some_and(|allowed| silence < allowed);
         self.looked = now;
+        self.allowed = Some(silence);
         if received != self.received {
             self.received = received;
             self.heard = now;
             self.counting_from = now;
             return false;
+        }
+        if shrank {
+            self.counting_from = self.counting_from.max(now);
         }
         if late {
             let excused = self
@@ -260,6 +270,19 @@ mod tests {
             .filter(|&at| at <= 100 || at >= 200)
             .find(|&at| watch.look(7, t0 + ms(at), ms(150)));
         assert_eq!(gave_up, Some(350));
+    }
+
+    #[test]
+    fn a_call_whose_route_turns_fast_counts_the_short_silence_from_then() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut watch = SilenceWatch::new(7, t0);
+        // Two seconds of quiet on an idle route (45 s allowed), then its heartbeats turn fast.
+        let allowed = |at: u64| if at < 2_000 { SILENT_AFTER } else { ms(150) };
+        let gave_up = (1..=200)
+            .map(|look| look * 25)
+            .find(|&at| watch.look(7, t0 + ms(at), allowed(at)));
+        assert_eq!(gave_up, Some(2_150));
     }
 
     #[test]

@@ -47,6 +47,7 @@ mod report;
 mod scale;
 mod sqlite;
 mod targets;
+mod udp_drops;
 mod writes;
 
 use std::path::PathBuf;

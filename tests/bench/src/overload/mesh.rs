@@ -167,7 +167,7 @@ impl Mesh {
     /// Datagrams each gateway's peer socket has dropped for a full receive buffer (while they
     /// run: a closed socket's count is gone); empty where `/proc/net/udp` is not there.
     pub fn udp_drops(&self) -> Vec<SocketDrops> {
-        let by_port = crate::cpu::udp_drops_by_port();
+        let by_port = crate::udp_drops::udp_drops_by_port();
         [&self.a, &self.a_off, &self.b, &self.c, &self.d]
             .into_iter()
             .filter_map(|gateway| {

@@ -162,13 +162,14 @@ pub struct Machine {
     pub load_after: String,
     /// Cores' worth of CPU other work used during the run; `null` where `/proc` could not tell.
     pub others_cores: Option<f64>,
-    /// UDP datagrams dropped for a full receive buffer over the run, machine-wide (the
-    /// gateways' and anything else's); `null` where `/proc/net/snmp` could not tell. Drops
+    /// UDP datagrams dropped for a full receive buffer over the run, in the whole network
+    /// namespace (the gateways' and anything else's); `null` where `/proc/net/snmp` could not tell. Drops
     /// put QUIC into loss recovery, whose backed-off resends can leave a connection silent
     /// long enough for a waiting call to give it up.
     pub udp_receive_drops: Option<u64>,
-    /// The same, counted by each measured gateway's peer socket over its life, where the
-    /// benchmark looked (`/proc/net/udp`); empty where it did not.
+    /// Datagrams each measured gateway's peer socket dropped over its life (a full receive
+    /// buffer, almost always), where the benchmark looked (`/proc/net/udp`); empty where it
+    /// did not.
     pub udp_drops_by_gateway: Vec<SocketDrops>,
     pub binary: String,
 }
@@ -192,7 +193,7 @@ impl MachineWatch {
         Self {
             load_before: crate::cpu::load_average(),
             busy_before: crate::cpu::Machine::now(),
-            drops_before: crate::cpu::udp_receive_drops(),
+            drops_before: crate::udp_drops::udp_receive_drops(),
         }
     }
 
@@ -206,7 +207,7 @@ impl MachineWatch {
                 .busy_before
                 .zip(crate::cpu::Machine::now())
                 .map(|(before, after)| before.others_since(&after)),
-            udp_receive_drops: crate::cpu::udp_receive_drops_since(self.drops_before),
+            udp_receive_drops: crate::udp_drops::udp_receive_drops_since(self.drops_before),
             udp_drops_by_gateway: Vec::new(),
             binary,
         }
