@@ -107,7 +107,7 @@ pub const LATE_LOOK: Duration = SILENCE_CHECK;
 /// Whether the connection a call waits on has gone silent, counted only in time this machine
 /// was keeping up (SPEC 6 rule 5). The receive counter it watches moves when the connection
 /// *processes* a datagram, not when one arrives: a gateway whose one runtime thread runs tens
-/// of milliseconds behind (an open-loop flood of its own apps' calls) would read its own
+/// of milliseconds behind (an open-loop flood of its own apps' calls) could read its own
 /// backlog as the peer's silence and close a live connection with hundreds of writes on it.
 /// Its late looks give it away: any look more than [`LATE_LOOK`] late restarts the count, as
 /// the route prober's stall rule does, and as there for at most
@@ -119,7 +119,8 @@ pub struct SilenceWatch {
     received: u64,
     /// When the counter last moved (or the watch began).
     heard: Instant,
-    /// Since when the silence counts: `heard`, or the end of a later late look.
+    /// Since when the silence counts: `heard`, or a later look that came late or found the
+    /// allowance shrunk.
     counting_from: Instant,
     /// When the last look was made.
     looked: Instant,

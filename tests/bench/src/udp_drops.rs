@@ -3,7 +3,8 @@
 //! recovery then slows the connection, so a benchmark says how many it saw.
 
 /// UDP datagrams the kernel dropped because a socket's receive buffer was full, in this
-/// network namespace since boot (`RcvbufErrors` in `/proc/net/snmp`); `None` where there is no such file.
+/// network namespace since boot (`RcvbufErrors` in `/proc/net/snmp`); `None` where there is
+/// no such file.
 pub fn udp_receive_drops() -> Option<u64> {
     parse_udp_receive_drops(&std::fs::read_to_string("/proc/net/snmp").ok()?)
 }

@@ -164,8 +164,9 @@ impl Mesh {
         }
     }
 
-    /// Datagrams each gateway's peer socket has dropped for a full receive buffer (while they
-    /// run: a closed socket's count is gone); empty where `/proc/net/udp` is not there.
+    /// Datagrams each gateway's peer socket has dropped (a full receive buffer, almost always),
+    /// read while they run: a closed socket's count is gone. A gateway whose port is not found
+    /// is left out; empty where `/proc/net/udp` is not there.
     pub fn udp_drops(&self) -> Vec<SocketDrops> {
         let by_port = crate::udp_drops::udp_drops_by_port();
         [&self.a, &self.a_off, &self.b, &self.c, &self.d]

@@ -163,9 +163,9 @@ pub struct Machine {
     /// Cores' worth of CPU other work used during the run; `null` where `/proc` could not tell.
     pub others_cores: Option<f64>,
     /// UDP datagrams dropped for a full receive buffer over the run, in the whole network
-    /// namespace (the gateways' and anything else's); `null` where `/proc/net/snmp` could not tell. Drops
-    /// put QUIC into loss recovery, whose backed-off resends can leave a connection silent
-    /// long enough for a waiting call to give it up.
+    /// namespace (the gateways' and anything else's); `null` where `/proc/net/snmp` could not
+    /// tell. Drops put QUIC into loss recovery, whose backed-off resends can leave a connection
+    /// silent long enough for a waiting call to give it up.
     pub udp_receive_drops: Option<u64>,
     /// Datagrams each measured gateway's peer socket dropped over its life (a full receive
     /// buffer, almost always), where the benchmark looked (`/proc/net/udp`); empty where it
@@ -174,7 +174,7 @@ pub struct Machine {
     pub binary: String,
 }
 
-/// Datagrams one gateway's peer socket dropped for a full receive buffer.
+/// Datagrams one gateway's peer socket dropped (a full receive buffer, almost always).
 #[derive(Debug, Clone, Serialize)]
 pub struct SocketDrops {
     pub gateway: String,
