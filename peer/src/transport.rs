@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_ticket::{NodeId, NodeKey};
+use futures_util::FutureExt;
 use quinn::{ConnectionError, RecvStream, SendStream};
 
 use crate::codec::{self, DecodeError};
@@ -533,22 +534,54 @@ async fn read_raw(recv: &mut RecvStream, agreed: u16) -> Result<Vec<u8>, ReadFra
     Ok(rest)
 }
 
+/// What a reader does with its stream once the frame is read: a frame is the whole stream, and
+/// its writer finishes the stream with the frame's last bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// Read the stream's end if it has already arrived (almost always), without waiting for
+    /// it. A stream dropped before its end was read sends the writer a STOP_SENDING (quinn
+    /// cannot tell an end that arrived from one still awaited): a frame to send, process and
+    /// acknowledge, often a packet of its own, on every call. Bytes after the frame are left
+    /// unread.
+    Take,
+    /// Stop the stream: tells the writer at once that its frame arrived. For a write's answer,
+    /// which the door holds until the caller has it; the acknowledgement alone says so too,
+    /// but later (QUIC may delay it), keeping the door's stream open the while.
+    Stop,
+}
+
+impl StreamEnd {
+    fn apply(self, recv: &mut RecvStream) {
+        match self {
+            StreamEnd::Take => {
+                let _ = recv.read_chunk(1, true).now_or_never();
+            }
+            StreamEnd::Stop => {
+                let _ = recv.stop(quinn::VarInt::from_u32(0));
+            }
+        }
+    }
+}
+
 /// Reads one request frame in protocol `agreed`.
 pub async fn read_request(
     recv: &mut RecvStream,
     agreed: u16,
 ) -> Result<RequestFrame, ReadFrameError> {
     let raw = read_raw(recv, agreed).await?;
+    StreamEnd::Take.apply(recv);
     let (version, body) = codec::split_version(&raw)?;
     Ok(frames::decode_request(version, body)?)
 }
 
-/// Reads one answer frame in protocol `agreed`.
+/// Reads one answer frame in protocol `agreed`, then does `end` with the stream.
 pub async fn read_response(
     recv: &mut RecvStream,
     agreed: u16,
+    end: StreamEnd,
 ) -> Result<ResponseFrame, ReadFrameError> {
     let raw = read_raw(recv, agreed).await?;
+    end.apply(recv);
     let (version, body) = codec::split_version(&raw)?;
     Ok(frames::decode_response(version, body)?)
 }

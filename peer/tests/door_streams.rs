@@ -1,5 +1,8 @@
 //! The door on real QUIC: a connection's streams share one task, so a stream whose handler
-//! panics must not take the others down with it.
+//! panics must not take the others down with it; and a frame is the whole stream, so reading
+//! one leaves the stream read to its end when the end has arrived (a stream dropped before its
+//! end was read sends the peer a STOP_SENDING: quinn cannot tell an end that came from one
+//! still awaited).
 
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,12 +15,12 @@ mod common;
 use common::{ask, Anyone, WAIT};
 use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::tls::peer_node_id;
-use ferry_peer::transport::{PeerEndpoint, TransportTuning};
+use ferry_peer::transport::{self, PeerEndpoint, StreamEnd, TransportTuning};
 use ferry_peer::wire::{
-    CallState, CallStatusRequest, Hello, ReadRequest, ReadVerb, Request, Response, TicketAnswer,
-    TicketRequest, WriteAnswer, WriteRequest,
+    CallState, CallStatusRequest, Extensions, Hello, ReadRequest, ReadVerb, Request, RequestFrame,
+    Response, TicketAnswer, TicketRequest, WriteAnswer, WriteRequest,
 };
-use ferry_peer::{NodeId, NodeKey};
+use ferry_peer::{frames, NodeId, NodeKey};
 
 /// Answers hellos; panics on every read, as a handler with a bug would.
 struct PanicsOnRead;
@@ -108,5 +111,73 @@ async fn a_stream_whose_handler_panics_leaves_the_connections_other_streams_serv
     assert!(
         !serving.is_finished(),
         "the connection is still being served"
+    );
+}
+
+#[tokio::test]
+async fn calls_whose_frames_end_their_streams_send_no_stop_sending_either_way() {
+    let (server_key, client_key) = (NodeKey::generate().unwrap(), NodeKey::generate().unwrap());
+    let server = endpoint(&server_key);
+    let addr = server.local_addr().unwrap();
+    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let conn = server.accept().await.expect("a connection").await.unwrap();
+        let peer = peer_node_id(&conn).unwrap();
+        let in_flight = Arc::new(InFlight::default());
+        door::serve_connection(Arc::new(PanicsOnRead), conn, peer, stopping, in_flight).await;
+    });
+    let client = endpoint(&client_key);
+    let conn = client
+        .dial(addr, server_key.node_id(), WAIT)
+        .await
+        .expect("connects");
+    let before = conn.stats();
+
+    const CALLS: u64 = 20;
+    for call in 0..CALLS {
+        match ask(&conn, hello()).await {
+            Ok(Response::Hello(_)) => {}
+            other => panic!("call {call}: {other:?}"),
+        }
+    }
+
+    // Calls run one after another, and a stream's STOP_SENDING is queued as its call ends, so
+    // every call's but the last has crossed by now, both ways: with the next request (ours) or
+    // before the next answer (the door's).
+    let after = conn.stats();
+    let sent = after.frame_tx.stop_sending - before.frame_tx.stop_sending;
+    let heard = after.frame_rx.stop_sending - before.frame_rx.stop_sending;
+    assert_eq!(
+        (sent, heard),
+        (0, 0),
+        "STOP_SENDING frames over {CALLS} calls (sent by the caller for answers, heard from the door for requests): each is a packet for nothing"
+    );
+
+    // A write's answer is stopped on purpose: it tells the door at once that the answer
+    // arrived. The next call carries it.
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let version = transport::protocol_of(&conn).unwrap();
+    let frame = frames::encode_request(
+        version,
+        &RequestFrame {
+            body: hello(),
+            ext: Extensions::default(),
+        },
+    )
+    .unwrap();
+    transport::write_frame(&mut send, &frame).await.unwrap();
+    let answer = tokio::time::timeout(
+        WAIT,
+        transport::read_response(&mut recv, version, StreamEnd::Stop),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("a valid answer");
+    assert!(matches!(answer.body, Response::Hello(_)), "{answer:?}");
+    assert!(matches!(ask(&conn, hello()).await, Ok(Response::Hello(_))));
+    let stopped = conn.stats().frame_tx.stop_sending - after.frame_tx.stop_sending;
+    assert_eq!(
+        stopped, 1,
+        "the answer read with StreamEnd::Stop is stopped, once"
     );
 }
