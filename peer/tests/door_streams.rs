@@ -63,21 +63,17 @@ fn endpoint(key: &NodeKey) -> PeerEndpoint {
     .expect("bind loopback")
 }
 
-fn hello() -> Request {
-    Request::Hello(Hello {
-        label_hint: "client".into(),
-        owned_vaults: Vec::new(),
-        replicated_vaults: Vec::new(),
-        release: None,
-    })
-}
-
-#[tokio::test]
-async fn a_stream_whose_handler_panics_leaves_the_connections_other_streams_served() {
+/// A client connection to a door serving [`PanicsOnRead`] on loopback; the task serving it, and
+/// the sender whose drop would stop it.
+async fn connected_to_door() -> (
+    quinn::Connection,
+    tokio::task::JoinHandle<()>,
+    tokio::sync::watch::Sender<bool>,
+) {
     let (server_key, client_key) = (NodeKey::generate().unwrap(), NodeKey::generate().unwrap());
     let server = endpoint(&server_key);
     let addr = server.local_addr().unwrap();
-    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     let serving = tokio::spawn(async move {
         let conn = server.accept().await.expect("a connection").await.unwrap();
         let peer = peer_node_id(&conn).unwrap();
@@ -89,6 +85,21 @@ async fn a_stream_whose_handler_panics_leaves_the_connections_other_streams_serv
         .dial(addr, server_key.node_id(), WAIT)
         .await
         .expect("connects");
+    (conn, serving, stop)
+}
+
+fn hello() -> Request {
+    Request::Hello(Hello {
+        label_hint: "client".into(),
+        owned_vaults: Vec::new(),
+        replicated_vaults: Vec::new(),
+        release: None,
+    })
+}
+
+#[tokio::test]
+async fn a_stream_whose_handler_panics_leaves_the_connections_other_streams_served() {
+    let (conn, serving, _stop) = connected_to_door().await;
 
     let read = Request::Read(ReadRequest {
         app: "app".into(),
@@ -116,21 +127,7 @@ async fn a_stream_whose_handler_panics_leaves_the_connections_other_streams_serv
 
 #[tokio::test]
 async fn calls_whose_frames_end_their_streams_send_no_stop_sending_either_way() {
-    let (server_key, client_key) = (NodeKey::generate().unwrap(), NodeKey::generate().unwrap());
-    let server = endpoint(&server_key);
-    let addr = server.local_addr().unwrap();
-    let (_stop, stopping) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let conn = server.accept().await.expect("a connection").await.unwrap();
-        let peer = peer_node_id(&conn).unwrap();
-        let in_flight = Arc::new(InFlight::default());
-        door::serve_connection(Arc::new(PanicsOnRead), conn, peer, stopping, in_flight).await;
-    });
-    let client = endpoint(&client_key);
-    let conn = client
-        .dial(addr, server_key.node_id(), WAIT)
-        .await
-        .expect("connects");
+    let (conn, _serving, _stop) = connected_to_door().await;
     let before = conn.stats();
 
     const CALLS: u64 = 20;
