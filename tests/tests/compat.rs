@@ -8,7 +8,7 @@
 //! What protocol 2 adds degrades as documented: this build shows an old peer as `protocol: 1`
 //! with no release, a peer of this build as `protocol: 2` with its release.
 //!
-//! And the database: this build migrates a home the previous release wrote (schema 2 to 3) in
+//! And the database: this build migrates a home the previous release wrote (schema 2 to 4) in
 //! place, keeping its vault, records and peers; the previous release refuses a home this build
 //! wrote ("newer Ferry") and leaves its database byte for byte as it was.
 //!
@@ -606,7 +606,7 @@ fn a_home_the_previous_release_wrote_is_migrated_in_place_and_keeps_its_vault_re
     assert!(!columns(&a, "peers").contains(&"protocol".to_string()));
 
     a.restart_on(Build::This.bin(), &[]);
-    assert_eq!(schema_version(&a), 3, "migrated to schema 3");
+    assert_eq!(schema_version(&a), 4, "migrated to schema 4");
     let peer_columns = columns(&a, "peers");
     assert!(
         ["protocol", "release"]
@@ -836,7 +836,7 @@ fn a_home_this_build_wrote_is_refused_by_the_previous_release_which_changes_noth
     // Schema 3's new columns hold something too.
     wait_for_peer_version(&a, "b", THIS_PROTOCOL, Some(THIS_RELEASE));
     assert_eq!(a.stop(), Some(0), "{}", a.log());
-    assert_eq!(schema_version(&a), 3);
+    assert_eq!(schema_version(&a), 4);
     let content = database_content(&a.home);
     let before = DatabaseBytes::of(&a.home);
     let bare_open = after_a_bare_open(&a.home);
@@ -844,7 +844,7 @@ fn a_home_this_build_wrote_is_refused_by_the_previous_release_which_changes_noth
     let (code, said) = serve_refused(previous_build(), &a.home);
     assert!(
         code.is_some_and(|code| code != 0),
-        "the previous release on a schema 3 home exited {code:?}:\n{said}"
+        "the previous release on a schema 4 home exited {code:?}:\n{said}"
     );
     assert!(said.contains("newer Ferry"), "it said:\n{said}");
     assert!(

@@ -519,7 +519,7 @@ fn upgrade(
     let gateway = &gateways[i];
     assert_eq!(
         schema_version(gateway),
-        "3",
+        "4",
         "h{host} migrated its database in place"
     );
     let (code, status) = gateway.cli_json(&["status"]);

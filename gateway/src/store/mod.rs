@@ -77,10 +77,11 @@ pub enum StoreError {
 /// (`schema_version`; a database without it is version 1); an older one is migrated in place in
 /// one transaction when opened, a newer one is refused with [`StoreError::TooNew`] and left as it
 /// is.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
-/// The tables of schema 1 but `calls`: a new database runs this, then [`CALLS_V2`] and
-/// [`MIGRATE_2_TO_3`], so every database reaches [`SCHEMA_VERSION`] by the same statements.
+/// The tables of schema 1 but `calls`: a new database runs this, then [`CALLS_V2`],
+/// [`MIGRATE_2_TO_3`] and [`MIGRATE_3_TO_4`], so every database reaches [`SCHEMA_VERSION`] by
+/// the same statements.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -180,6 +181,31 @@ ALTER TABLE peers ADD COLUMN protocol INTEGER;
 ALTER TABLE peers ADD COLUMN release TEXT;
 ";
 
+/// Version 3 to 4: the journal's check on `state` is three comparisons instead of an `IN` list.
+/// SQLite checks an `IN` list of three or more values by building a temporary index, every time
+/// a statement checks it: the owner's two journal statements per write paid about 2 us each
+/// for it (`performance.md`, "A temporary index per journal statement"). The same rows and the
+/// same rule; SQLite cannot change a constraint in place, so the table is rebuilt (its only
+/// index is its primary key's, rebuilt with it).
+const MIGRATE_3_TO_4: &str = "
+CREATE TABLE journal_v4 (
+    caller     TEXT NOT NULL,
+    request_id BLOB NOT NULL,
+    vault      TEXT NOT NULL,
+    state      TEXT NOT NULL
+               CHECK (state = 'running' OR state = 'answered' OR state = 'not_carried_out'),
+    answer     TEXT,
+    reason     TEXT,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (caller, request_id)
+);
+INSERT INTO journal_v4 (caller, request_id, vault, state, answer, reason, created_ms, updated_ms)
+    SELECT caller, request_id, vault, state, answer, reason, created_ms, updated_ms FROM journal;
+DROP TABLE journal;
+ALTER TABLE journal_v4 RENAME TO journal;
+";
+
 /// Opens (and creates or migrates) the database at `path` with Ferry's settings.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
@@ -204,6 +230,7 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
             conn.execute_batch(SCHEMA)?;
             conn.execute_batch(CALLS_V2)?;
             conn.execute_batch(MIGRATE_2_TO_3)?;
+            conn.execute_batch(MIGRATE_3_TO_4)?;
             return meta::set_schema_version(conn, SCHEMA_VERSION);
         }
         let found = meta::schema_version(conn)?;
@@ -220,6 +247,9 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
         }
         if found < 3 {
             conn.execute_batch(MIGRATE_2_TO_3)?;
+        }
+        if found < 4 {
+            conn.execute_batch(MIGRATE_3_TO_4)?;
         }
         if found < SCHEMA_VERSION {
             meta::set_schema_version(conn, SCHEMA_VERSION)?;
@@ -361,7 +391,7 @@ VALUES ('0190a000-0000-7000-8000-000000000001', 'o', 'a', 'v', 'app', 'unknown',
             .unwrap();
         }
         let conn = open(&path).unwrap();
-        assert_eq!(meta::schema_version(&conn).unwrap(), 3);
+        assert_eq!(meta::schema_version(&conn).unwrap(), SCHEMA_VERSION);
         let node = ferry_ticket::NodeKey::from_secret_bytes([3; 32]).node_id();
         assert_eq!(super::trust::list(&conn).unwrap().len(), 1);
         assert!(super::trust::versions(&conn).unwrap().is_empty());
@@ -371,6 +401,87 @@ VALUES ('0190a000-0000-7000-8000-000000000001', 'o', 'a', 'v', 'app', 'unknown',
         };
         super::trust::record_version(&conn, node, &said).unwrap();
         assert_eq!(super::trust::versions(&conn).unwrap(), vec![(node, said)]);
+    }
+
+    /// The journal's rows as (caller, state, answer, reason), in key order.
+    fn journal_rows(conn: &Connection) -> Vec<(String, String, Option<String>, Option<String>)> {
+        conn.prepare(
+            "SELECT caller, state, answer, reason FROM journal ORDER BY caller, request_id",
+        )
+        .unwrap()
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    }
+
+    /// Whether SQLite's plan for `sql` opens a temporary index (`OpenEphemeral`).
+    fn builds_a_temporary_index(conn: &Connection, sql: &str) -> bool {
+        conn.prepare(&format!("EXPLAIN {sql}"))
+            .unwrap()
+            .query_map([], |row| row.get::<_, String>(1))
+            .unwrap()
+            .any(|opcode| opcode.unwrap() == "OpenEphemeral")
+    }
+
+    #[test]
+    fn a_version_3_database_keeps_its_journal_and_checks_states_without_a_temporary_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ferry.db");
+        let update = "UPDATE journal SET state = 'answered', answer = 'a', updated_ms = 2
+                      WHERE caller = 'c1' AND request_id = x'01' AND state = 'running'";
+        let rows = {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute_batch(CALLS_V2).unwrap();
+            conn.execute_batch(MIGRATE_2_TO_3).unwrap();
+            meta::set_schema_version(&conn, 3).unwrap();
+            conn.execute_batch(
+                "INSERT INTO journal VALUES ('c1', x'01', 'v', 'running', NULL, NULL, 1, 1);
+                 INSERT INTO journal VALUES ('c2', x'02', 'v', 'answered', '{}', NULL, 1, 1);
+                 INSERT INTO journal VALUES ('c3', x'03', '', 'not_carried_out', NULL, 'busy', 1, 1);",
+            )
+            .unwrap();
+            // What the migration is for: schema 3 checks the state with a temporary index.
+            assert!(builds_a_temporary_index(&conn, update));
+            journal_rows(&conn)
+        };
+        let conn = open(&path).unwrap();
+        assert_eq!(meta::schema_version(&conn).unwrap(), SCHEMA_VERSION);
+        assert_eq!(
+            journal_rows(&conn),
+            rows,
+            "every journal row kept as it was"
+        );
+        assert!(!builds_a_temporary_index(&conn, update));
+        assert!(!builds_a_temporary_index(
+            &conn,
+            "INSERT INTO journal (caller, request_id, vault, state, created_ms, updated_ms)
+             VALUES ('c4', x'04', 'v', 'running', 1, 1) ON CONFLICT (caller, request_id) DO NOTHING"
+        ));
+        // The rule itself is unchanged: a state outside the three is refused, and a second row
+        // for one (caller, request id) too.
+        let refused = |sql: &str| conn.execute_batch(sql).is_err();
+        assert!(refused(
+            "UPDATE journal SET state = 'done' WHERE caller = 'c1'"
+        ));
+        assert!(refused(
+            "INSERT INTO journal VALUES ('c2', x'02', 'v', 'running', NULL, NULL, 1, 1)"
+        ));
+        conn.execute_batch(update).unwrap();
+        assert_eq!(journal_rows(&conn)[0].1, "answered");
+    }
+
+    #[test]
+    fn a_new_database_checks_journal_states_without_a_temporary_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(&dir.path().join("ferry.db")).unwrap();
+        assert!(!builds_a_temporary_index(
+            &conn,
+            "UPDATE journal SET state = 'answered' WHERE caller = 'c' AND request_id = x'01'"
+        ));
     }
 
     #[test]
