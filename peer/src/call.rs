@@ -30,7 +30,7 @@ use crate::pool::Pool;
 use crate::probe::{PortProbe, UdpProbe};
 use crate::route_table::RouteTable;
 use crate::routes::Route;
-use crate::transport::{self, DialError, PeerEndpoint, ReadFrameError, StreamEnd};
+use crate::transport::{self, DialError, PeerEndpoint, ReadFrameError};
 use crate::wire::{
     CallState, CallStatusRequest, Extensions, Heartbeat, Hello, Priority, ProtocolFailure,
     ReadAnswer, ReadRequest, Request, RequestFrame, RequestId, Response, TicketAnswer,
@@ -990,7 +990,6 @@ async fn exchange(
             detail: "the connection agreed on no protocol version".into(),
         };
     };
-    let is_write = matches!(frame.body, Request::Write(_));
     let frame = match frames::encode_request(version, frame) {
         Ok(frame) => frame,
         Err(err) => {
@@ -1033,17 +1032,11 @@ async fn exchange(
         bytes = first,
         "request handed to QUIC: it may reach the peer from now on"
     );
-    // The door holds a write's answer until it knows the caller has it.
-    let end = if is_write {
-        StreamEnd::Stop
-    } else {
-        StreamEnd::Take
-    };
     let sent_and_answered = async {
         transport::write_frame(&mut send, &frame[first..])
             .await
             .map_err(|err| err.to_string())?;
-        transport::read_response(&mut recv, version, end)
+        transport::read_response(&mut recv, version)
             .await
             .map_err(|err| match err {
                 ReadFrameError::Broken { source } => source.to_string(),

@@ -273,12 +273,7 @@ async fn serve_stream<S: Service>(
             }
         },
     };
-    // A write's answer, and "going away" (a stopping gateway's answer to anything, writes
-    // among them), are the answers a caller cannot do without.
-    let hold_until_acknowledged = matches!(
-        response,
-        Response::Write(_) | Response::Failed(ProtocolFailure::GoingAway)
-    );
+    let hold_until_acknowledged = transport::held_until_acknowledged(&response);
     // Only a heartbeat's answer carries the clock, so only it reads one.
     let ext = match (&response, news_age) {
         (Response::Heartbeat(_), _) => service

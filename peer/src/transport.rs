@@ -18,8 +18,8 @@ use crate::codec::{self, DecodeError};
 use crate::frames;
 use crate::tls::{self, TlsConfigError, TrustedKeys};
 use crate::wire::{
-    version_of_alpn, ProtocolRange, RequestFrame, ResponseFrame, ALPN_VERSIONS,
-    CLOSE_NO_COMMON_VERSION,
+    version_of_alpn, ProtocolFailure, ProtocolRange, RequestFrame, Response, ResponseFrame,
+    ALPN_VERSIONS, CLOSE_NO_COMMON_VERSION,
 };
 
 /// Application close code: the peer is stopping on purpose ("going away"); mark its routes down
@@ -544,10 +544,22 @@ pub enum StreamEnd {
     /// acknowledge, often a packet of its own, on every call. Bytes after the frame are left
     /// unread.
     Take,
-    /// Stop the stream: tells the writer at once that its frame arrived. For a write's answer,
-    /// which the door holds until the caller has it; the acknowledgement alone says so too,
-    /// but later (QUIC may delay it), keeping the door's stream open the while.
+    /// Stop the stream: tells the writer at once that its frame arrived. For the answers the
+    /// door holds until the caller has them ([`held_until_acknowledged`]); the acknowledgement
+    /// alone says so too, but later (QUIC may delay it), keeping the door's stream open the
+    /// while.
     Stop,
+}
+
+/// The answers a caller cannot do without: a write's, and "going away" (a stopping gateway's
+/// answer to anything, writes among them). The door holds their streams until the caller has
+/// them, since a stopping gateway closes its connections once no stream is being served and a
+/// close drops stream data not yet sent; the caller stops them as soon as it has them.
+pub fn held_until_acknowledged(response: &Response) -> bool {
+    matches!(
+        response,
+        Response::Write(_) | Response::Failed(ProtocolFailure::GoingAway)
+    )
 }
 
 impl StreamEnd {
@@ -574,16 +586,24 @@ pub async fn read_request(
     Ok(frames::decode_request(version, body)?)
 }
 
-/// Reads one answer frame in protocol `agreed`, then does `end` with the stream.
+/// Reads one answer frame in protocol `agreed`; an answer the door holds until the caller has
+/// it ([`held_until_acknowledged`]) is stopped, any other's stream end taken.
 pub async fn read_response(
     recv: &mut RecvStream,
     agreed: u16,
-    end: StreamEnd,
 ) -> Result<ResponseFrame, ReadFrameError> {
     let raw = read_raw(recv, agreed).await?;
-    end.apply(recv);
     let (version, body) = codec::split_version(&raw)?;
-    Ok(frames::decode_response(version, body)?)
+    let decoded = frames::decode_response(version, body);
+    let held = decoded
+        .as_ref()
+        .is_ok_and(|frame| held_until_acknowledged(&frame.body));
+    if held {
+        StreamEnd::Stop.apply(recv);
+    } else {
+        StreamEnd::Take.apply(recv);
+    }
+    Ok(decoded?)
 }
 
 /// Writes a whole frame and finishes the stream.

@@ -12,6 +12,7 @@
 //! gateway should spend more on. (It runs before the token check, so a caller without the
 //! token can make the gateway read up to that much; the API is on loopback only.)
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -19,7 +20,6 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
 
@@ -29,11 +29,15 @@ pub const DRAIN_AT_MOST: u64 = 16 * 1024 * 1024;
 /// The longest the answer waits for the unread body.
 pub const DRAIN_FOR: Duration = Duration::from_secs(5);
 
-/// The middleware: hands the handler a body it can read as usual, and reads the rest after.
-pub async fn unread_bodies(request: Request, next: Next) -> Response {
+/// Runs `answer` on `request` with a body it can read as usual, and reads the rest after.
+pub async fn unread_bodies<F, Fut>(request: Request, answer: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     if request.body().is_end_stream() {
         // Bodiless requests (GETs): nothing can be left unread.
-        return next.run(request).await;
+        return answer(request).await;
     }
     // A client that sent `Expect: 100-continue` holds its body back until the server asks
     // for it, which reading it does: an answer given before the handler read anything must
@@ -48,7 +52,7 @@ pub async fn unread_bodies(request: Request, next: Next) -> Response {
         polled: false,
     }));
     let request = Request::from_parts(parts, Body::new(Lent(slot.clone())));
-    let response = next.run(request).await;
+    let response = answer(request).await;
     let (rest, polled) = {
         let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
         (slot.body.take(), slot.polled)

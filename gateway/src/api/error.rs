@@ -2,9 +2,7 @@
 //! sentence, "request_id": ..., ...}`. Every `4xx` and `5xx` the local API gives has this
 //! shape, the router's own (unknown route, bad path or query) included: see [`json_errors`].
 
-use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ferry_kit::contract::{ErrorBody, ErrorCode};
 use ferry_peer::outcome::RefusalCode;
@@ -135,8 +133,7 @@ const QUOTE_LIMIT: usize = 4096;
 /// Turns every error answer that is not Ferry's JSON (axum's rejections of a path that is not
 /// UTF-8, of a query string that does not parse, of a method a route does not take) into the
 /// documented JSON error, quoting what the router said. Ferry's own errors pass untouched.
-pub async fn json_errors(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+pub async fn json_errors(response: Response) -> Response {
     let status = response.status();
     let is_json = response
         .headers()

@@ -472,6 +472,23 @@ VALUES ('0190a000-0000-7000-8000-000000000001', 'o', 'a', 'v', 'app', 'unknown',
         ));
         conn.execute_batch(update).unwrap();
         assert_eq!(journal_rows(&conn)[0].1, "answered");
+
+        let fresh = open(&dir.path().join("fresh.db")).unwrap();
+        assert_eq!(
+            schema_of(&conn),
+            schema_of(&fresh),
+            "a migrated database has the schema a new one has"
+        );
+    }
+
+    /// Every table's and index's definition, by name.
+    fn schema_of(conn: &Connection) -> Vec<(String, String, Option<String>)> {
+        conn.prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
     }
 
     #[test]

@@ -44,12 +44,7 @@ pub async fn ask_raw(conn: &quinn::Connection, frame: &[u8]) -> Result<Response,
     transport::write_frame(&mut send, frame)
         .await
         .map_err(|e| e.to_string())?;
-    match tokio::time::timeout(
-        WAIT,
-        transport::read_response(&mut recv, version, transport::StreamEnd::Take),
-    )
-    .await
-    {
+    match tokio::time::timeout(WAIT, transport::read_response(&mut recv, version)).await {
         Err(_) => Err(format!("no answer within {WAIT:?}")),
         Ok(read) => read.map(|frame| frame.body).map_err(|e| e.to_string()),
     }
