@@ -102,8 +102,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
 /// left unread is read before the answer goes ([`drain`]), errors that are not Ferry's JSON
 /// become it ([`error::json_errors`]), and the [`refusal`]s; a request let through carries the
 /// status page's sessions to its route. One layer, not one per step: each layer boxes and
-/// clones the service under it on every request, about 1 us of the calling gateway's CPU
-/// per call for the three layers and the extension this replaced (`performance.md`).
+/// clones the service under it on every request: the three layers and the extension this
+/// replaced cost about 3 us of CPU per cache hit (`performance.md`, "Reads").
 async fn edge(
     State((gateway, sessions)): State<(Arc<Gateway>, ui::SharedUiSessions)>,
     request: Request,
