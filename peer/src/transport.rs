@@ -537,7 +537,7 @@ async fn read_raw(recv: &mut RecvStream, agreed: u16) -> Result<Vec<u8>, ReadFra
 /// What a reader does with its stream once the frame is read: a frame is the whole stream, and
 /// its writer finishes the stream with the frame's last bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamEnd {
+enum StreamEnd {
     /// Read the stream's end if it has already arrived (almost always), without waiting for
     /// it. A stream dropped before its end was read sends the writer a STOP_SENDING (quinn
     /// cannot tell an end that arrived from one still awaited): a frame to send, process and
@@ -549,17 +549,6 @@ pub enum StreamEnd {
     /// alone says so too, but later (QUIC may delay it), keeping the door's stream open the
     /// while.
     Stop,
-}
-
-/// The answers a caller cannot do without: a write's, and "going away" (a stopping gateway's
-/// answer to anything, writes among them). The door holds their streams until the caller has
-/// them, since a stopping gateway closes its connections once no stream is being served and a
-/// close drops stream data not yet sent; the caller stops them as soon as it has them.
-pub fn held_until_acknowledged(response: &Response) -> bool {
-    matches!(
-        response,
-        Response::Write(_) | Response::Failed(ProtocolFailure::GoingAway)
-    )
 }
 
 impl StreamEnd {
@@ -575,6 +564,17 @@ impl StreamEnd {
     }
 }
 
+/// The answers a caller cannot do without: a write's, and "going away" (a stopping gateway's
+/// answer to anything, writes among them). The door holds their streams until the caller has
+/// them, since a stopping gateway closes its connections once no stream is being served and a
+/// close drops stream data not yet sent; the caller stops them as soon as it has them.
+pub(crate) fn held_until_acknowledged(response: &Response) -> bool {
+    matches!(
+        response,
+        Response::Write(_) | Response::Failed(ProtocolFailure::GoingAway)
+    )
+}
+
 /// Reads one request frame in protocol `agreed`.
 pub async fn read_request(
     recv: &mut RecvStream,
@@ -587,7 +587,7 @@ pub async fn read_request(
 }
 
 /// Reads one answer frame in protocol `agreed`; an answer the door holds until the caller has
-/// it ([`held_until_acknowledged`]) is stopped, any other's stream end taken.
+/// it (a write's, or "going away") is stopped, any other's stream end taken.
 pub async fn read_response(
     recv: &mut RecvStream,
     agreed: u16,
