@@ -103,6 +103,8 @@ pub struct Gateway {
     protocols: ferry_peer::wire::ProtocolRange,
     /// The peer socket's receive buffer, when the endpoint bound its own socket.
     receive_buffer: Option<ferry_peer::transport::ReceiveBuffer>,
+    /// The peer socket's catcher, when the endpoint bound its own socket.
+    catcher: Option<ferry_peer::udp_catcher::CatcherWatch>,
     api_addr: OnceLock<SocketAddr>,
     env: Env,
     lifecycle: Arc<Lifecycle>,
@@ -257,6 +259,7 @@ impl Gateway {
             quic_addr,
             protocols: parts.endpoint.protocols(),
             receive_buffer: parts.endpoint.receive_buffer(),
+            catcher: parts.endpoint.catcher(),
             api_addr: OnceLock::new(),
             env,
             lifecycle,
@@ -455,6 +458,13 @@ impl Gateway {
     /// The peer socket's receive buffer (`None` on a simulated network).
     pub fn receive_buffer(&self) -> Option<ferry_peer::transport::ReceiveBuffer> {
         self.receive_buffer
+    }
+
+    /// What the peer socket's catcher has done (`None` on a simulated network).
+    pub fn catcher_counts(&self) -> Option<ferry_peer::udp_catcher::CatcherCounts> {
+        self.catcher
+            .as_ref()
+            .map(ferry_peer::udp_catcher::CatcherWatch::counts)
     }
 
     /// The protocol versions this gateway speaks to peers.

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use ferry_core::capacity::Refused;
+use ferry_peer::udp_catcher::CatcherCounts;
 use ferry_peer::wire::Priority;
 
 /// Upper bounds of the latency buckets, in seconds.
@@ -376,6 +377,38 @@ impl Metrics {
     }
 }
 
+/// The peer socket's catcher (`ferry_peer::udp_catcher`): datagrams it took in while this
+/// gateway was behind, which the kernel would otherwise have dropped once its buffer filled.
+pub fn render_catcher(out: &mut String, counts: CatcherCounts) {
+    for (name, help, value) in [
+        (
+            "ferry_peer_datagrams_caught_total",
+            "Peer datagrams the socket's catcher read while this gateway was behind reading them.",
+            counts.caught,
+        ),
+        (
+            "ferry_peer_socket_catches_total",
+            "Times the socket's catcher found this gateway behind with datagrams waiting.",
+            counts.catches,
+        ),
+        (
+            "ferry_peer_datagrams_caught_oversized_total",
+            "Datagrams the socket's catcher read that were larger than the endpoint takes, dropped.",
+            counts.dropped,
+        ),
+        (
+            "ferry_peer_calls_held_total",
+            "Calls to peers that waited to send while this gateway was behind reading its socket.",
+            counts.held,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
+    }
+}
+
 /// A Prometheus label value: backslash, quote and newline escaped (app names come from apps).
 fn escape_label(value: &str) -> String {
     value
@@ -401,6 +434,29 @@ mod tests {
         assert!(text.contains("ferry_writes_total{outcome=\"outcome_unknown\"} 1"));
         assert!(text.contains("ferry_call_latency_seconds_bucket{call=\"write\",le=\"0.001\"} 1"));
         assert!(text.contains("ferry_call_latency_seconds_count{call=\"write\"} 2"));
+    }
+
+    #[test]
+    fn the_catchers_counts_render_as_counters() {
+        let mut text = String::new();
+        render_catcher(
+            &mut text,
+            CatcherCounts {
+                caught: 9_808,
+                catches: 12,
+                dropped: 0,
+                held: 40,
+            },
+        );
+        assert!(
+            text.contains("# TYPE ferry_peer_datagrams_caught_total counter\nferry_peer_datagrams_caught_total 9808\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ferry_peer_socket_catches_total 12\n"),
+            "{text}"
+        );
+        assert!(text.contains("ferry_peer_calls_held_total 40\n"), "{text}");
     }
 
     #[test]

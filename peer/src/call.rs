@@ -240,7 +240,7 @@ impl Caller {
         };
         let exchanged = tokio::select! {
             biased;
-            exchanged = exchange(&conn, &frame, deadline, &|| liveness::SILENT_AFTER) => exchanged,
+            exchanged = exchange(&conn, &frame, deadline, &|| liveness::SILENT_AFTER, &self.endpoint) => exchanged,
             () = port_closed => return Err(Some(Failure::PortClosed)),
         };
         if let Exchange::Answered(_, _) = exchanged {
@@ -291,8 +291,26 @@ impl Caller {
         }
     }
 
+    /// Whether this gateway is behind reading its peer socket ([`PeerEndpoint::behind`]).
+    pub fn endpoint_behind(&self) -> bool {
+        self.endpoint.behind()
+    }
+
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
+    }
+
+    /// Waits, at most until `deadline`, for this gateway to keep up with its peer socket
+    /// ([`PeerEndpoint::keeping_up`]) before a call sends anything; false if the deadline came
+    /// first. An app flooding its gateway with calls otherwise has it send faster than it reads
+    /// the answers, until the answers of calls already out come later than their deadlines.
+    async fn keeping_up(&self, deadline: Instant) -> bool {
+        tokio::time::timeout_at(
+            tokio::time::Instant::from_std(deadline),
+            self.endpoint.keeping_up(),
+        )
+        .await
+        .is_ok()
     }
 
     /// Carries out a write to its owner, at most once (SPEC 6 rules 3-8): the decisions are
@@ -325,6 +343,16 @@ impl Caller {
         tickets: &T,
         deadline: Instant,
     ) -> WriteOutcome {
+        if !self.keeping_up(deadline).await {
+            return WriteOutcome::not_sent(
+                NotSentReason::DeadlineSpent,
+                format!(
+                    "this gateway was behind reading its peers' answers until the deadline, so \
+                     the write to {} was not sent",
+                    target.label
+                ),
+            );
+        }
         self.routes.calling(target.node, clock::now());
         let kinds: Vec<_> = target.routes.iter().map(|r| r.kind).collect();
         let (mut machine, mut step) = WriteMachine::start(deadline, clock::now(), &kinds);
@@ -428,7 +456,7 @@ impl Caller {
         };
         let route = &route;
         let silence = self.silence_of(target.node, route.addr, &conn);
-        let exchanged = exchange(&conn, &frame, deadline, &silence)
+        let exchanged = exchange(&conn, &frame, deadline, &silence, &self.endpoint)
             .instrument(tracing::debug_span!("send", route = %route))
             .await;
         if let Exchange::Answered(_, _) = exchanged {
@@ -612,6 +640,16 @@ impl Caller {
         request: ReadRequest,
         deadline: Instant,
     ) -> Result<ReadAnswer, ReadError> {
+        // Held back like a write, and past the deadline not sent at all: a gateway this far
+        // behind would only add to what it has not read.
+        if !self.keeping_up(deadline).await {
+            return Err(ReadError::Unavailable {
+                label: target.label.clone(),
+                detail: "this gateway was behind reading its peers' answers until the deadline, \
+                         so the read was not sent"
+                    .into(),
+            });
+        }
         match self
             .idempotent(target, Request::Read(request), deadline, false)
             .await?
@@ -885,7 +923,7 @@ impl Caller {
                 },
             };
             let silence = self.silence_of(target.node, route.addr, &conn);
-            match exchange(&conn, frame, attempt_deadline, &silence).await {
+            match exchange(&conn, frame, attempt_deadline, &silence, &self.endpoint).await {
                 Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway), _) => {
                     self.routes
                         .failed(target.node, route.addr, clock::now(), Failure::GoingAway);
@@ -984,6 +1022,7 @@ async fn exchange(
     frame: &RequestFrame,
     deadline: Instant,
     silence: &(dyn Fn() -> Duration + Sync),
+    endpoint: &PeerEndpoint,
 ) -> Exchange {
     let Some(version) = transport::protocol_of(conn) else {
         return Exchange::NotSent {
@@ -1047,7 +1086,7 @@ async fn exchange(
         // Biased: an answer that arrived wins over silence noticed in the same poll.
         biased;
         answered = tokio::time::timeout_at(deadline, sent_and_answered) => answered,
-        () = gone_silent(conn, silence) => {
+        () = gone_silent(conn, silence, endpoint) => {
             // Nothing heard for three heartbeats (or QUIC's idle timeout): the path is dead,
             // whatever the owner is doing. Close it so nobody reuses it, and let the caller
             // settle elsewhere.
@@ -1077,10 +1116,14 @@ async fn exchange(
 /// Resolves once the connection has been silent long enough to be dead to a call
 /// (`ferry_core::liveness::SilenceWatch`). Heartbeats cross the route's pooled connection every
 /// interval while the peer is in use, whatever the owner is doing, so silence there means the
-/// path or the peer is gone, not that the owner is busy. A look that comes
-/// late (this machine behind its own work) restarts the count: that silence is ours
-/// ([`SilenceWatch`]).
-async fn gone_silent(conn: &Connection, silence: &(dyn Fn() -> Duration + Sync)) {
+/// path or the peer is gone, not that the owner is busy. A look that comes late, or finds this
+/// gateway behind reading its own socket ([`PeerEndpoint::behind`]), restarts the count: that
+/// silence is ours ([`SilenceWatch`]).
+async fn gone_silent(
+    conn: &Connection,
+    silence: &(dyn Fn() -> Duration + Sync),
+    endpoint: &PeerEndpoint,
+) {
     // Nothing to check before the first interval: most exchanges end well within it, and a
     // stats snapshot takes the connection's lock.
     tokio::time::sleep(SILENCE_CHECK).await;
@@ -1089,7 +1132,8 @@ async fn gone_silent(conn: &Connection, silence: &(dyn Fn() -> Duration + Sync))
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        if watch.look(conn.stats().udp_rx.datagrams, clock::now(), silence()) {
+        let received = conn.stats().udp_rx.datagrams;
+        if watch.look(received, clock::now(), silence(), endpoint.behind()) {
             return;
         }
     }

@@ -6,6 +6,8 @@
 //! - [`frames`]: request and answer frames in each protocol version this build speaks.
 //! - [`tls`]: mutual TLS 1.3 with raw ed25519 public keys, pinned on both sides.
 //! - [`transport`]: the QUIC endpoint, dialing under a connect timeout, frame IO on streams.
+//! - [`udp_catcher`]: the peer socket, with a thread that reads it while the gateway is behind,
+//!   and the hold that keeps new calls from sending until it has caught up.
 //! - [`outcome`]: what became of a call, as types (answered, not carried out, not sent, unknown).
 //! - [`routes`]: route kinds, parsing, and the preference order.
 //! - [`health`]: one route's health as a state machine over time (heartbeats, silence, backoff).
@@ -30,6 +32,7 @@ pub mod pool;
 pub mod probe;
 pub mod tls;
 pub mod transport;
+pub mod udp_catcher;
 
 // The decisions and the types they speak live in `ferry-core` (no IO); they are re-exported
 // here under their old names so the drivers read as before.

@@ -17,6 +17,7 @@ use quinn::{ConnectionError, RecvStream, SendStream};
 use crate::codec::{self, DecodeError};
 use crate::frames;
 use crate::tls::{self, TlsConfigError, TrustedKeys};
+use crate::udp_catcher::{CatcherWatch, CatchingUdpSocket};
 use crate::wire::{
     version_of_alpn, ProtocolFailure, ProtocolRange, RequestFrame, Response, ResponseFrame,
     ALPN_VERSIONS, CLOSE_NO_COMMON_VERSION,
@@ -247,10 +248,12 @@ pub struct PeerEndpoint {
     key: NodeKey,
     tuning: TransportTuning,
     receive_buffer: Option<ReceiveBuffer>,
+    catcher: Option<CatcherWatch>,
 }
 
 impl PeerEndpoint {
-    /// Binds the UDP socket and starts accepting connections from trusted keys.
+    /// Binds the UDP socket and starts accepting connections from trusted keys. The socket has a
+    /// catcher that reads it while this gateway is behind ([`crate::udp_catcher`]).
     pub fn bind(
         addr: SocketAddr,
         key: NodeKey,
@@ -264,11 +267,11 @@ impl PeerEndpoint {
             addr,
             source: std::io::Error::other("no async runtime is running"),
         })?;
-        let socket = runtime
-            .wrap_udp_socket(socket)
-            .map_err(|source| BindError::Socket { addr, source })?;
+        let (socket, catcher) =
+            CatchingUdpSocket::new(socket).map_err(|source| BindError::Socket { addr, source })?;
         let mut endpoint = Self::with_socket(socket, runtime, key, trusted, tuning)?;
         endpoint.receive_buffer = receive_buffer;
+        endpoint.catcher = Some(catcher);
         Ok(endpoint)
     }
 
@@ -298,12 +301,32 @@ impl PeerEndpoint {
             key,
             tuning,
             receive_buffer: None,
+            catcher: None,
         })
     }
 
     /// The peer socket's receive buffer, when this endpoint bound its own socket.
     pub fn receive_buffer(&self) -> Option<ReceiveBuffer> {
         self.receive_buffer
+    }
+
+    /// Resolves once this endpoint is keeping up with its socket
+    /// ([`CatcherWatch::keeping_up`]); at once on a simulated socket.
+    pub async fn keeping_up(&self) {
+        if let Some(catcher) = &self.catcher {
+            catcher.keeping_up().await;
+        }
+    }
+
+    /// Whether this endpoint is behind its socket now ([`CatcherWatch::behind`]); never on a
+    /// simulated socket.
+    pub fn behind(&self) -> bool {
+        self.catcher.as_ref().is_some_and(CatcherWatch::behind)
+    }
+
+    /// The socket's catcher, when this endpoint bound its own socket.
+    pub fn catcher(&self) -> Option<CatcherWatch> {
+        self.catcher.clone()
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {

@@ -196,6 +196,15 @@ fn a_frozen_owner_gives_outcome_unknown_which_settles_on_its_own_to_the_truth() 
         "answered after {took:?}"
     );
     assert!(b.metric("ferry_writes_total{outcome=\"outcome_unknown\"}") >= 1);
+    // The peer socket's catcher reports, whether or not it had anything to do (`metric` fails
+    // on a missing series).
+    for series in [
+        "ferry_peer_datagrams_caught_total",
+        "ferry_peer_socket_catches_total",
+        "ferry_peer_calls_held_total",
+    ] {
+        b.metric(series);
+    }
 
     // Remembered, then settled in the background with no action from the app.
     let settled = wait_for(

@@ -303,7 +303,11 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Vec<Vaul
 }
 
 pub async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
-    let mut response = gateway.metrics().render().into_response();
+    let mut text = gateway.metrics().render();
+    if let Some(counts) = gateway.catcher_counts() {
+        crate::metrics::render_catcher(&mut text, counts);
+    }
+    let mut response = text.into_response();
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -68,12 +68,17 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
             () = bell.notified() => {}
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 let now = network.clock.now();
-                // Woken far later than asked: no verdict from this look; heartbeats go out.
+                // Woken far later than asked, or behind reading the peer socket (the answers
+                // may be in it, unread): the silence so far is ours and counts afresh, but
+                // only within 10 s of each route's last word (`STALL_EXCUSED_AT_MOST`), so the
+                // verdict is still drawn and a gateway behind for good gives a dead peer up.
                 asked = None;
-                if !network.routes.excuse_stall(wake, now) {
-                    for (node, route) in network.routes.check_silence(now) {
-                        debug!(peer = %node.short(), %route, "route silent: down");
-                    }
+                network.routes.excuse_stall(wake, now);
+                network
+                    .routes
+                    .excuse_own_silence(network.caller.endpoint_behind(), now);
+                for (node, route) in network.routes.check_silence(now) {
+                    debug!(peer = %node.short(), %route, "route silent: down");
                 }
                 for (node, route, interval) in network.routes.due_probes(now) {
                     if beats.len() >= MAX_IN_FLIGHT {

@@ -144,7 +144,10 @@ impl SilenceWatch {
     /// silent for `silence` ([`exchange_silence`]) of counted time. An allowance that shrank
     /// since the last look (the route's heartbeats just turned fast) counts from now: the
     /// first fast heartbeat has only just gone out, and the silence before it was allowed.
-    pub fn look(&mut self, received: u64, now: Instant, silence: Duration) -> bool {
+    /// `behind`: this gateway has datagrams waiting that it has not read (its peer socket's
+    /// catcher says so): the peer may well have spoken, so the count restarts, as after a
+    /// late look.
+    pub fn look(&mut self, received: u64, now: Instant, silence: Duration, behind: bool) -> bool {
         let late = now.saturating_duration_since(self.looked) > SILENCE_CHECK + LATE_LOOK;
         let shrank = self.allowed.is_some_and(|allowed| silence < allowed);
         self.looked = now;
@@ -158,7 +161,7 @@ impl SilenceWatch {
         if shrank {
             self.counting_from = self.counting_from.max(now);
         }
-        if late {
+        if late || behind {
             let excused = self
                 .heard
                 .checked_add(crate::health::STALL_EXCUSED_AT_MOST)
@@ -231,7 +234,7 @@ mod tests {
         let mut now = t0;
         while now <= t0 + limit {
             now += every;
-            if watch.look(7, now, Duration::from_millis(150)) {
+            if watch.look(7, now, Duration::from_millis(150), false) {
                 return Some(now - t0);
             }
         }
@@ -250,7 +253,7 @@ mod tests {
         let received = |at: u64| if at < 100 { 7 } else { 8 };
         let gave_up = (1..=20)
             .map(|look| look * 25)
-            .find(|&at| watch.look(received(at), t0 + ms(at), ms(150)));
+            .find(|&at| watch.look(received(at), t0 + ms(at), ms(150), false));
         assert_eq!(gave_up, Some(250));
     }
 
@@ -269,8 +272,32 @@ mod tests {
         let gave_up = (1..=20)
             .map(|look| look * 25)
             .filter(|&at| at <= 100 || at >= 200)
-            .find(|&at| watch.look(7, t0 + ms(at), ms(150)));
+            .find(|&at| watch.look(7, t0 + ms(at), ms(150), false));
         assert_eq!(gave_up, Some(350));
+    }
+
+    #[test]
+    fn silence_while_this_gateway_has_datagrams_unread_is_its_own_for_at_most_the_excuse() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // Looks on time, the counter frozen, and this gateway behind its socket from 100 ms to
+        // 400 ms: the count restarts at every look then, and runs out 150 ms after the last.
+        let mut watch = SilenceWatch::new(7, t0);
+        let gave_up = (1..=40)
+            .map(|look| look * 25)
+            .find(|&at| watch.look(7, t0 + ms(at), ms(150), (100..=400).contains(&at)));
+        assert_eq!(gave_up, Some(550));
+        // Behind at every look: still given up, once the excuse has run out.
+        let excused = crate::health::STALL_EXCUSED_AT_MOST;
+        let mut watch = SilenceWatch::new(7, t0);
+        let gave_up = (1..=1_000)
+            .map(|look| look * 25)
+            .find(|&at| watch.look(7, t0 + ms(at), ms(150), true))
+            .map(ms);
+        assert!(
+            gave_up.is_some_and(|at| at >= excused + ms(150) && at <= excused + ms(175)),
+            "gave up at {gave_up:?}"
+        );
     }
 
     #[test]
@@ -282,7 +309,7 @@ mod tests {
         let allowed = |at: u64| if at < 2_000 { SILENT_AFTER } else { ms(150) };
         let gave_up = (1..=200)
             .map(|look| look * 25)
-            .find(|&at| watch.look(7, t0 + ms(at), allowed(at)));
+            .find(|&at| watch.look(7, t0 + ms(at), allowed(at), false));
         assert_eq!(gave_up, Some(2_150));
     }
 

@@ -314,13 +314,18 @@ impl RouteTable {
     /// silence counts afresh from `now` ([`RouteHealth::restart_silence`]) and this look draws
     /// no verdict. Returns whether it stalled.
     pub fn excuse_stall(&self, asked: Instant, now: Instant) -> bool {
-        let stalled = now.saturating_duration_since(asked) > STALL;
-        if stalled {
+        self.excuse_own_silence(now.saturating_duration_since(asked) > STALL, now)
+    }
+
+    /// As [`RouteTable::excuse_stall`], for a silence this machine knows is its own some other
+    /// way (`ours`: its peer socket holds datagrams it has not read yet). Returns `ours`.
+    pub fn excuse_own_silence(&self, ours: bool, now: Instant) -> bool {
+        if ours {
             for entry in self.lock().values_mut().flatten() {
                 entry.health.restart_silence(now);
             }
         }
-        stalled
+        ours
     }
 
     /// Applies the silence rule to every route; returns the routes it turned down.
@@ -399,17 +404,23 @@ mod tests {
         assert_eq!(table.ranked(node, now).0, Vec::<Route>::new());
     }
 
-    #[test]
-    fn a_late_look_excuses_the_silence_of_the_stall_and_an_early_one_does_not() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
+    /// A table with one route to one peer in use, heard at `t0`.
+    fn one_route_heard_at(t0: Instant) -> (RouteTable, NodeId, Route) {
         let table = RouteTable::default();
         let node = NodeKey::from_secret_bytes([1; 32]).node_id();
         let lan = Route::parse("10.77.0.1:7420").unwrap();
         table.set_configured(node, &[lan], t0);
         table.calling(node, t0);
         table.due_probes(t0);
-        table.heard(node, lan.addr, t0, Some(ms(1)));
+        table.heard(node, lan.addr, t0, Some(Duration::from_millis(1)));
+        (table, node, lan)
+    }
+
+    #[test]
+    fn a_late_look_excuses_the_silence_of_the_stall_and_an_early_one_does_not() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (table, node, lan) = one_route_heard_at(t0);
         // On time: nothing excused, and silence over the allowance is judged.
         assert!(!table.excuse_stall(t0 + ms(350), t0 + ms(350) + STALL));
         // Asked for 50 ms after the last word, woken 2 s later: our stall, not the peer's.
@@ -417,6 +428,41 @@ mod tests {
         assert!(table.excuse_stall(t0 + ms(50), woke));
         assert_eq!(table.check_silence(woke + ms(1)), vec![]);
         assert_eq!(table.check_silence(woke + ms(301)), vec![(node, lan)]);
+    }
+
+    #[test]
+    fn a_silence_with_answers_unread_in_our_own_socket_is_excused_like_a_stall() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (table, node, lan) = one_route_heard_at(t0);
+        // Not behind: nothing excused.
+        assert!(!table.excuse_own_silence(false, t0 + ms(400)));
+        // Behind at 2 s: the silence so far is ours, and counts afresh from then.
+        let behind = t0 + ms(2_000);
+        assert!(table.excuse_own_silence(true, behind));
+        assert_eq!(table.check_silence(behind + ms(1)), vec![]);
+        assert_eq!(table.check_silence(behind + ms(301)), vec![(node, lan)]);
+    }
+
+    #[test]
+    fn a_gateway_behind_at_every_look_still_gives_a_dead_route_up() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (table, node, lan) = one_route_heard_at(t0);
+        // Behind at every look, 25 ms apart, and the verdict drawn at each, as the prober does:
+        // the route goes down once 10 s past its last word have been excused, not never.
+        let down_at = (1..=1_000u64).map(|look| t0 + ms(look * 25)).find(|&now| {
+            table.excuse_own_silence(true, now);
+            !table.check_silence(now).is_empty()
+        });
+        let excused = crate::health::STALL_EXCUSED_AT_MOST;
+        assert!(
+            down_at.is_some_and(|at| at > t0 + excused && at <= t0 + excused + ms(400)),
+            "down at {:?}",
+            down_at.map(|at| at - t0)
+        );
+        assert_eq!(table.check_silence(t0 + excused + ms(500)), vec![]);
+        let _ = (node, lan);
     }
 
     #[test]

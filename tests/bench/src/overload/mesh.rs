@@ -176,6 +176,17 @@ impl Mesh {
                 Some(SocketDrops {
                     gateway: gateway.label.clone(),
                     drops: *by_port.get(&port)?,
+                    // A build without the catcher has no such series.
+                    caught: gateway
+                        .metric("ferry_peer_datagrams_caught_total")
+                        .ok()
+                        .flatten()
+                        .map(|caught| caught as u64),
+                    held: gateway
+                        .metric("ferry_peer_calls_held_total")
+                        .ok()
+                        .flatten()
+                        .map(|held| held as u64),
                 })
             })
             .collect()

@@ -168,8 +168,8 @@ pub struct Machine {
     /// silent long enough for a waiting call to give it up.
     pub udp_receive_drops: Option<u64>,
     /// Datagrams each measured gateway's peer socket dropped over its life (a full receive
-    /// buffer, almost always), where the benchmark looked (`/proc/net/udp`); empty where it
-    /// did not.
+    /// buffer, almost always), where the benchmark looked (`/proc/net/udp`), and those its
+    /// catcher took in before the kernel could (`/metrics`); empty where it did not look.
     pub udp_drops_by_gateway: Vec<SocketDrops>,
     pub binary: String,
 }
@@ -179,6 +179,12 @@ pub struct Machine {
 pub struct SocketDrops {
     pub gateway: String,
     pub drops: u64,
+    /// Datagrams the socket's catcher took in while the gateway was behind (which the kernel
+    /// would have dropped once its buffer filled); `null` for a build without the catcher.
+    pub caught: Option<u64>,
+    /// Calls that waited to send while the gateway was behind reading its socket; `null` for
+    /// a build without the hold.
+    pub held: Option<u64>,
 }
 
 /// What the machine was doing when a run began, to say at its end what else used it.
@@ -233,7 +239,13 @@ impl Machine {
                 let each: Vec<String> = self
                     .udp_drops_by_gateway
                     .iter()
-                    .map(|socket| format!("{} {}", socket.gateway, socket.drops))
+                    .map(|socket| match (socket.caught, socket.held) {
+                        (Some(caught), Some(held)) => format!(
+                            "{} {} ({caught} caught, {held} calls held)",
+                            socket.gateway, socket.drops
+                        ),
+                        _ => format!("{} {}", socket.gateway, socket.drops),
+                    })
                     .collect();
                 format!(" (by gateway: {})", each.join(", "))
             },
