@@ -347,8 +347,8 @@ impl Caller {
             return WriteOutcome::not_sent(
                 NotSentReason::DeadlineSpent,
                 format!(
-                    "this gateway was behind reading its peers' answers until the deadline, so \
-                     the write to {} was not sent",
+                    "this gateway was behind reading its peers' answers until the deadline of \
+                     the write to {}",
                     target.label
                 ),
             );
@@ -645,8 +645,8 @@ impl Caller {
         if !self.keeping_up(deadline).await {
             return Err(ReadError::Unavailable {
                 label: target.label.clone(),
-                detail: "this gateway was behind reading its peers' answers until the deadline, \
-                         so the read was not sent"
+                detail: "this gateway was behind reading its peers' answers until the deadline; \
+                         the read was not sent"
                     .into(),
             });
         }

@@ -48,9 +48,10 @@ pub const CATCH_TICK: Duration = Duration::from_millis(10);
 /// past any turn of a runtime keeping up, well short of what fills the kernel's buffer (8 MiB,
 /// a few hundred milliseconds of a flood's traffic on this machine).
 pub const BEHIND_AFTER: Duration = Duration::from_millis(20);
-/// The most the queue holds, in datagram bytes and [`CAUGHT_OVERHEAD`] for each: about twice
-/// the kernel's buffer of full-sized datagrams, many times that of small ones. Past it the
-/// catcher leaves the rest to the kernel.
+/// The most the queue holds, in datagram bytes and [`CAUGHT_OVERHEAD`] for each (checked before
+/// each batch, so one batch, at most 512 KiB, may go over): about twice the kernel's buffer of
+/// full-sized datagrams, many times that of small ones. Past it the catcher leaves the rest to
+/// the kernel.
 pub const CAUGHT_BYTES_AT_MOST: usize = 16 * 1024 * 1024;
 /// What one queued datagram costs beyond its bytes (its entry and its allocation), counted
 /// against [`CAUGHT_BYTES_AT_MOST`] so small datagrams cannot hold many times the bound.
@@ -130,12 +131,13 @@ impl Shared {
         if self.closed.load(Ordering::Relaxed) {
             return false;
         }
-        let drained = match self.backlog.try_lock() {
-            Ok(backlog) if !backlog.queue.is_empty() => return true,
-            Ok(backlog) => backlog.drained,
-            // The catcher holds the lock only while it catches: behind.
-            Err(std::sync::TryLockError::WouldBlock) => return true,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner().drained,
+        // Held at most for one read of the socket (the endpoint's, or one batch of a catch).
+        let drained = {
+            let backlog = self.backlog();
+            if !backlog.queue.is_empty() {
+                return true;
+            }
+            backlog.drained
         };
         drained.elapsed() >= BEHIND_AFTER && datagram_waiting(&self.peek)
     }
@@ -147,10 +149,12 @@ impl Shared {
         if self.closed.load(Ordering::Relaxed) {
             return false;
         }
+        // A busy lock says nothing either way (the endpoint reading, or the catcher's look);
+        // a catch in progress has already raised the flag.
         self.known_behind.load(Ordering::Relaxed)
             || match self.backlog.try_lock() {
                 Ok(backlog) => !backlog.queue.is_empty(),
-                Err(std::sync::TryLockError::WouldBlock) => true,
+                Err(std::sync::TryLockError::WouldBlock) => false,
                 Err(std::sync::TryLockError::Poisoned(poisoned)) => {
                     !poisoned.into_inner().queue.is_empty()
                 }
@@ -184,7 +188,8 @@ impl fmt::Debug for CatchingUdpSocket {
     }
 }
 
-/// Reads the catcher's counts; outlives nothing (the counts stop when the socket is dropped).
+/// A handle on the catcher: its counts, the hold, and whether the endpoint is known to be
+/// behind; inert once the socket is dropped.
 #[derive(Clone)]
 pub struct CatcherWatch(Weak<Shared>);
 
@@ -327,13 +332,18 @@ fn run_catcher(shared: Weak<Shared>, socket: std::net::UdpSocket, state: UdpSock
         if !lookout.behind(drained, Instant::now(), || datagram_waiting(&socket)) {
             continue;
         }
-        shared.known_behind.store(true, Ordering::Relaxed);
         let mut caught = 0u64;
         // One batch per hold of the lock: the endpoint, should it come back mid-catch, waits
         // for one read at most, and once it has read the socket empty the catch stops.
         loop {
             let mut backlog = shared.backlog();
-            if backlog.drained != drained || backlog.queued_bytes >= CAUGHT_BYTES_AT_MOST {
+            if backlog.drained != drained {
+                break;
+            }
+            // Under the lock, and only while the endpoint has not read the socket empty since
+            // the looks: it clears the flag under the same lock when it does.
+            shared.known_behind.store(true, Ordering::Relaxed);
+            if backlog.queued_bytes >= CAUGHT_BYTES_AT_MOST {
                 break;
             }
             if buffers.is_empty() {

@@ -49,7 +49,8 @@ pub const DOUBT_SLACK: Duration = Duration::from_millis(25);
 /// heard steadily this long: three heartbeats of a route in use.
 pub const STEADY_FOR: Duration = Duration::from_millis(150);
 /// A prober or watcher that woke this much later than it asked to was stalled (a loaded or
-/// suspended machine): the silence it sees is its own, not the peer's, so no verdict is drawn.
+/// suspended machine): the silence it sees is its own, not the peer's, so it counts afresh from
+/// then (for at most [`STALL_EXCUSED_AT_MOST`] of a route's silence).
 pub const STALL: Duration = Duration::from_millis(100);
 /// The most of a route's silence the stall rule excuses, counted from its last word: a prober
 /// late at every look (a saturated machine) still judges a peer gone this long plus six

@@ -311,8 +311,9 @@ impl RouteTable {
 
     /// A look at the table at `now` for a wake asked for at `asked`. Came more than [`STALL`]
     /// late: this machine stalled, and the silence every route shows is ours, so each route's
-    /// silence counts afresh from `now` ([`RouteHealth::restart_silence`]) and this look draws
-    /// no verdict. Returns whether it stalled.
+    /// silence counts afresh from `now` ([`RouteHealth::restart_silence`]), so a verdict drawn
+    /// at this look takes a route down only once 10 s of its silence have been excused
+    /// ([`crate::health::STALL_EXCUSED_AT_MOST`]). Returns whether it stalled.
     pub fn excuse_stall(&self, asked: Instant, now: Instant) -> bool {
         self.excuse_own_silence(now.saturating_duration_since(asked) > STALL, now)
     }
