@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use ferry_core::capacity::Refused;
+use ferry_peer::dials::DialCounts;
 use ferry_peer::udp_catcher::CatcherCounts;
 use ferry_peer::wire::Priority;
 
@@ -409,6 +410,28 @@ pub fn render_catcher(out: &mut String, counts: CatcherCounts) {
     }
 }
 
+/// The caller's dials (`ferry_peer::dials`): connections it set out to make, and calls that
+/// joined one already under way instead of making their own.
+pub fn render_dials(out: &mut String, counts: DialCounts) {
+    for (name, help, value) in [
+        (
+            "ferry_peer_dials_total",
+            "Connections to peers this gateway set out to make.",
+            counts.started,
+        ),
+        (
+            "ferry_peer_dials_joined_total",
+            "Calls that wanted a fresh connection and joined a dial already under way.",
+            counts.joined,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
+    }
+}
+
 /// A Prometheus label value: backslash, quote and newline escaped (app names come from apps).
 fn escape_label(value: &str) -> String {
     value
@@ -457,6 +480,26 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ferry_peer_calls_held_total 40\n"), "{text}");
+    }
+
+    #[test]
+    fn the_dial_counts_render_as_counters() {
+        let mut text = String::new();
+        render_dials(
+            &mut text,
+            DialCounts {
+                started: 3,
+                joined: 61,
+            },
+        );
+        assert!(
+            text.contains("# TYPE ferry_peer_dials_total counter\nferry_peer_dials_total 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ferry_peer_dials_joined_total 61\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -330,7 +330,7 @@ impl Settlement {
         let state = self
             .network
             .caller()
-            .call_status(&target, request_id, vault, self.clock.now() + bound, false)
+            .call_status(&target, request_id, vault, self.clock.now() + bound, None)
             .await
             .map_err(|err| SettleError::Unavailable {
                 detail: err.to_string(),

@@ -23,10 +23,11 @@ use ferry_core::read::{attempts, route_hedge_delay, Attempt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::clock;
+use crate::dials::{DialCounts, DialOutcome, Dials};
 use crate::frames;
 use crate::health::Failure;
 use crate::outcome::{NotSentReason, Refusal, UnknownReason, WriteOutcome};
-use crate::pool::Pool;
+use crate::pool::{Pool, PooledConnection};
 use crate::probe::{PortProbe, UdpProbe};
 use crate::route_table::RouteTable;
 use crate::routes::Route;
@@ -149,6 +150,7 @@ pub struct Caller {
     tuning: CallTuning,
     routes: Arc<RouteTable>,
     probe: Arc<dyn PortProbe>,
+    dials: Arc<Dials>,
 }
 
 impl Caller {
@@ -175,11 +177,17 @@ impl Caller {
             tuning,
             routes,
             probe,
+            dials: Dials::new(),
         }
     }
 
     pub fn routes(&self) -> &Arc<RouteTable> {
         &self.routes
+    }
+
+    /// How many dials this caller started, and how many calls joined one under way.
+    pub fn dial_counts(&self) -> DialCounts {
+        self.dials.counts()
     }
 
     /// One heartbeat on `route` (SPEC 8): its round-trip time, or why the route is down. A
@@ -357,6 +365,8 @@ impl Caller {
         let kinds: Vec<_> = target.routes.iter().map(|r| r.kind).collect();
         let (mut machine, mut step) = WriteMachine::start(deadline, clock::now(), &kinds);
         let mut ticket = None;
+        // When the request was lost on its way: settle queries use only connections made after.
+        let mut lost_at = None;
         loop {
             let event = match step {
                 Step::Finish(outcome) => return outcome,
@@ -416,7 +426,13 @@ impl Caller {
                         tokio::time::sleep(after).await;
                     }
                     match self
-                        .call_status(target, call.request_id, Some(&call.vault), deadline, true)
+                        .call_status(
+                            target,
+                            call.request_id,
+                            Some(&call.vault),
+                            deadline,
+                            Some(lost_at.unwrap_or_else(clock::now)),
+                        )
                         .await
                     {
                         Ok(state) => Event::Settled(state),
@@ -426,6 +442,9 @@ impl Caller {
                     }
                 }
             };
+            if let Event::Lost { .. } = event {
+                lost_at = Some(clock::now());
+            }
             step = machine.on(event, clock::now());
         }
     }
@@ -583,54 +602,34 @@ impl Caller {
         self.dial(peer, route.addr, deadline).await
     }
 
+    /// A fresh connection to `peer` at `addr`, made for this call or for others wanting one
+    /// there at the same moment ([`Dials`]), waited for at most until `deadline` allows.
     async fn dial(
         &self,
         peer: NodeId,
         addr: SocketAddr,
         deadline: Instant,
     ) -> Result<Connection, (NotSentReason, String)> {
-        let Some(timeout) = liveness::connect_timeout(deadline, clock::now(), &self.tuning) else {
+        let Some(wait) = liveness::connect_timeout(deadline, clock::now(), &self.tuning) else {
             return Err((
                 NotSentReason::DeadlineSpent,
                 "the deadline passed before a connection was made".into(),
             ));
         };
-        // quinn ignores ICMP, so a connect to a stopped gateway would wait out the whole
-        // timeout. A side probe after a short grace tells "port closed" in a millisecond.
-        let port_closed = async {
-            tokio::time::sleep(SIDE_PROBE_AFTER.min(timeout)).await;
-            if self.probe.refuses(addr, timeout).await {
-                return;
-            }
-            std::future::pending::<()>().await;
-        };
-        let dialed = tokio::select! {
-            biased;
-            dialed = self.endpoint.dial(addr, peer, timeout) => dialed,
-            () = port_closed => {
-                return Err((
-                    NotSentReason::PortClosed,
-                    format!("nothing listens at {addr}: the gateway there is not running"),
-                ));
-            }
-        };
-        match dialed {
-            Ok(conn) => {
-                self.pool.insert(peer, addr, conn.clone());
-                Ok(conn)
-            }
-            Err(err) => {
-                let reason = match err {
-                    DialError::TimedOut { .. } => NotSentReason::ConnectTimedOut,
-                    DialError::KeyMismatch { .. } => NotSentReason::KeyMismatch,
-                    DialError::Refused { .. } | DialError::Failed { .. } => {
-                        NotSentReason::ConnectFailed
-                    }
-                    DialError::NoCommonVersion { .. } => NotSentReason::VersionMismatch,
-                };
-                Err((reason, err.to_string()))
-            }
-        }
+        let (endpoint, probe, pool) = (
+            self.endpoint.clone(),
+            Arc::clone(&self.probe),
+            Arc::clone(&self.pool),
+        );
+        // The dial itself gets the whole connect timeout: a call in a hurry stops waiting
+        // without cutting the handshake short for the calls that joined it.
+        let timeout = self.tuning.connect_timeout;
+        self.dials
+            .fresh(peer, addr, wait, move || {
+                dial_now(endpoint, probe, pool, peer, addr, timeout)
+                    .instrument(tracing::debug_span!("dial", %addr))
+            })
+            .await
     }
 
     /// Sends a read, trying routes in order; a dead pooled connection costs one fresh retry.
@@ -651,7 +650,7 @@ impl Caller {
             });
         }
         match self
-            .idempotent(target, Request::Read(request), deadline, false)
+            .idempotent(target, Request::Read(request), deadline, None)
             .await?
         {
             Response::Read(answer) => Ok(answer),
@@ -674,7 +673,7 @@ impl Caller {
             ext: Extensions::wait(wait),
         };
         let reply = self
-            .idempotent_frame(target, frame, wait, deadline, false)
+            .idempotent_frame(target, frame, wait, deadline, None)
             .await?;
         match reply.response {
             Response::Read(answer) => Ok(Polled {
@@ -694,7 +693,7 @@ impl Caller {
         deadline: Instant,
     ) -> Result<(Hello, u16), ReadError> {
         match self
-            .idempotent_on(target, Request::Hello(hello), deadline, false)
+            .idempotent_on(target, Request::Hello(hello), deadline, None)
             .await?
         {
             (Response::Hello(theirs), version) => Ok((theirs, version)),
@@ -708,9 +707,9 @@ impl Caller {
         target: &Target,
         body: Request,
         deadline: Instant,
-        fresh_only: bool,
+        made_after: Option<Instant>,
     ) -> Result<Response, ReadError> {
-        self.idempotent_on(target, body, deadline, fresh_only)
+        self.idempotent_on(target, body, deadline, made_after)
             .await
             .map(|(response, _)| response)
     }
@@ -723,7 +722,7 @@ impl Caller {
         deadline: Instant,
     ) -> Result<TicketAnswer, ReadError> {
         match self
-            .idempotent(target, Request::IssueTicket(request), deadline, false)
+            .idempotent(target, Request::IssueTicket(request), deadline, None)
             .await?
         {
             Response::Ticket(answer) => Ok(answer),
@@ -733,22 +732,23 @@ impl Caller {
 
     /// Asks the owner what became of `request_id` (a read: safe to repeat), naming the vault
     /// its write was for when that is known, so a tombstone names it too
-    /// ([`crate::wire::EXT_VAULT`]). With `fresh_connection`, pooled connections are not used:
-    /// after a break, the pooled one may be the dead one.
+    /// ([`crate::wire::EXT_VAULT`]). With `made_after` (a break), only connections made after
+    /// it are used: one older may be the dead one. A connection another call made since, or a
+    /// dial under way, will do ([`Dials`]).
     pub async fn call_status(
         &self,
         target: &Target,
         request_id: RequestId,
         vault: Option<&str>,
         deadline: Instant,
-        fresh_connection: bool,
+        made_after: Option<Instant>,
     ) -> Result<CallState, ReadError> {
         let frame = RequestFrame {
             body: Request::CallStatus(CallStatusRequest { request_id }),
             ext: vault.map(Extensions::vault).unwrap_or_default(),
         };
         let reply = self
-            .idempotent_frame(target, frame, Duration::ZERO, deadline, fresh_connection)
+            .idempotent_frame(target, frame, Duration::ZERO, deadline, made_after)
             .await?;
         match reply.response {
             Response::CallStatus(state) => Ok(state),
@@ -766,13 +766,13 @@ impl Caller {
         target: &Target,
         body: Request,
         deadline: Instant,
-        fresh_only: bool,
+        made_after: Option<Instant>,
     ) -> Result<(Response, u16), ReadError> {
         let frame = RequestFrame {
             body,
             ext: Extensions::default(),
         };
-        self.idempotent_frame(target, frame, Duration::ZERO, deadline, fresh_only)
+        self.idempotent_frame(target, frame, Duration::ZERO, deadline, made_after)
             .await
             .map(|reply| (reply.response, reply.version))
     }
@@ -786,7 +786,7 @@ impl Caller {
         frame: RequestFrame,
         wait: Duration,
         deadline: Instant,
-        fresh_only: bool,
+        made_after: Option<Instant>,
     ) -> Result<Reply, ReadError> {
         // A hello (sent when a peer is trusted or found) is no sign the peer will be called:
         // it leaves the heartbeats at their idle pace. Nor is a long poll (a caught-up
@@ -820,8 +820,8 @@ impl Caller {
                 if next > 0 && clock::now() >= deadline {
                     break;
                 }
-                watched = Some(self.hedge_watch(target.node, route, fresh_only));
-                running.push(self.on_route(target, *route, &frame, wait, deadline, fresh_only));
+                watched = Some(self.hedge_watch(target.node, route, made_after));
+                running.push(self.on_route(target, *route, &frame, wait, deadline, made_after));
                 next += 1;
             }
             let hedge = async {
@@ -851,8 +851,8 @@ impl Caller {
                 () = hedge => {
                     let route = routes[next];
                     debug!(peer = %target.label, %route, "no word on the route in use: the request goes on the next route too");
-                    watched = Some(self.hedge_watch(target.node, &route, fresh_only));
-                    running.push(self.on_route(target, route, &frame, wait, deadline, fresh_only));
+                    watched = Some(self.hedge_watch(target.node, &route, made_after));
+                    running.push(self.on_route(target, route, &frame, wait, deadline, made_after));
                     next += 1;
                 }
             }
@@ -875,12 +875,11 @@ impl Caller {
         &self,
         peer: NodeId,
         route: &Route,
-        fresh_only: bool,
+        made_after: Option<Instant>,
     ) -> (Option<Connection>, Duration) {
-        let pooled = self
-            .pool
-            .get(peer, route.addr)
-            .filter(|pooled| !fresh_only && liveness::fit_for_read(&pooled.view(), &self.tuning));
+        let pooled = self.pool.get(peer, route.addr).filter(|pooled| {
+            !too_old(pooled, made_after) && liveness::fit_for_read(&pooled.view(), &self.tuning)
+        });
         let rtt = pooled.as_ref().map(|pooled| pooled.rtt);
         (pooled.map(|pooled| pooled.conn), route_hedge_delay(rtt))
     }
@@ -895,12 +894,14 @@ impl Caller {
         frame: &RequestFrame,
         wait: Duration,
         deadline: Instant,
-        fresh_only: bool,
+        made_after: Option<Instant>,
     ) -> OnRoute {
         let pooled = self.pool.get(target.node, route.addr);
         let plan = attempts(
             pooled.as_ref().map(|p| p.view()).as_ref(),
-            fresh_only,
+            pooled
+                .as_ref()
+                .is_some_and(|pooled| too_old(pooled, made_after)),
             clock::now(),
             deadline,
             &self.tuning,
@@ -1110,6 +1111,59 @@ async fn exchange(
             },
         },
         Ok(Ok(response)) => Exchange::Answered(response.body, response.ext),
+    }
+}
+
+/// Whether `pooled` was made before `made_after` (a break), so it may be the connection that
+/// died and must not carry the call.
+fn too_old(pooled: &PooledConnection, made_after: Option<Instant>) -> bool {
+    made_after.is_some_and(|broke| pooled.made_at < broke)
+}
+
+/// One dial to `peer` at `addr`, bounded by `timeout`; a connection made goes into the pool.
+async fn dial_now(
+    endpoint: PeerEndpoint,
+    probe: Arc<dyn PortProbe>,
+    pool: Arc<Pool>,
+    peer: NodeId,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> DialOutcome {
+    // quinn ignores ICMP, so a connect to a stopped gateway would wait out the whole
+    // timeout. A side probe after a short grace tells "port closed" in a millisecond.
+    let port_closed = async {
+        tokio::time::sleep(SIDE_PROBE_AFTER.min(timeout)).await;
+        if probe.refuses(addr, timeout).await {
+            return;
+        }
+        std::future::pending::<()>().await;
+    };
+    let dialed = tokio::select! {
+        biased;
+        dialed = endpoint.dial(addr, peer, timeout) => dialed,
+        () = port_closed => {
+            return Err((
+                NotSentReason::PortClosed,
+                format!("nothing listens at {addr}: the gateway there is not running"),
+            ));
+        }
+    };
+    match dialed {
+        Ok(conn) => {
+            pool.insert(peer, addr, conn.clone());
+            Ok(conn)
+        }
+        Err(err) => {
+            let reason = match err {
+                DialError::TimedOut { .. } => NotSentReason::ConnectTimedOut,
+                DialError::KeyMismatch { .. } => NotSentReason::KeyMismatch,
+                DialError::Refused { .. } | DialError::Failed { .. } => {
+                    NotSentReason::ConnectFailed
+                }
+                DialError::NoCommonVersion { .. } => NotSentReason::VersionMismatch,
+            };
+            Err((reason, err.to_string()))
+        }
     }
 }
 

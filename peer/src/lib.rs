@@ -24,6 +24,7 @@
 pub mod call;
 pub mod clock;
 pub mod codec;
+pub mod dials;
 pub mod discovery;
 pub mod door;
 pub mod frames;

@@ -40,6 +40,8 @@ const REPLACED_GRACE: Duration = Duration::from_secs(30);
 struct Pooled {
     conn: quinn::Connection,
     seen: Arc<Seen>,
+    /// When it joined the pool: just after its handshake completed.
+    made_at: Instant,
 }
 
 /// What a connection's watcher last saw of it, kept in atomics: asking the connection itself
@@ -64,6 +66,9 @@ pub struct PooledConnection {
     /// The connection's smoothed RTT at the watcher's last look (asking the connection takes
     /// its lock).
     pub rtt: Duration,
+    /// When it joined the pool, just after its handshake: a call that needs a connection newer
+    /// than a break can take it if this is later.
+    pub made_at: Instant,
 }
 
 impl PooledConnection {
@@ -124,6 +129,7 @@ impl Pool {
             conn: pooled.conn.clone(),
             heard_ago: Duration::from_millis(self.now_ms().saturating_sub(heard)),
             rtt: Duration::from_micros(pooled.seen.rtt_us.load(Ordering::Relaxed)),
+            made_at: pooled.made_at,
         })
     }
 
@@ -142,6 +148,7 @@ impl Pool {
             Pooled {
                 conn,
                 seen: seen.clone(),
+                made_at: clock::now(),
             },
         );
         let mut watchers = self

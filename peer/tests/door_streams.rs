@@ -12,10 +12,9 @@ use std::time::Duration;
 
 mod common;
 
-use common::{ask, Anyone, WAIT};
+use common::{ask, endpoint, WAIT};
 use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::tls::peer_node_id;
-use ferry_peer::transport::{PeerEndpoint, TransportTuning};
 use ferry_peer::wire::{
     CallState, CallStatusRequest, Hello, ProtocolFailure, ReadRequest, ReadVerb, Request, Response,
     TicketAnswer, TicketRequest, WriteAnswer, WriteRequest,
@@ -51,16 +50,6 @@ impl Service for PanicsOnRead {
     ) -> Option<CallState> {
         unreachable!("this test asks about no calls")
     }
-}
-
-fn endpoint(key: &NodeKey) -> PeerEndpoint {
-    PeerEndpoint::bind(
-        "127.0.0.1:0".parse().unwrap(),
-        key.clone(),
-        Arc::new(Anyone),
-        TransportTuning::default(),
-    )
-    .expect("bind loopback")
 }
 
 /// A client connection to a door serving [`PanicsOnRead`] on loopback; the task serving it, and

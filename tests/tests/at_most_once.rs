@@ -202,9 +202,14 @@ fn a_frozen_owner_gives_outcome_unknown_which_settles_on_its_own_to_the_truth() 
         "ferry_peer_datagrams_caught_total",
         "ferry_peer_socket_catches_total",
         "ferry_peer_calls_held_total",
+        "ferry_peer_dials_joined_total",
     ] {
         b.metric(series);
     }
+    assert!(
+        b.metric("ferry_peer_dials_total") >= 1,
+        "b dialed a to warm its pool"
+    );
 
     // Remembered, then settled in the background with no action from the app.
     let settled = wait_for(

@@ -307,6 +307,7 @@ pub async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
     if let Some(counts) = gateway.catcher_counts() {
         crate::metrics::render_catcher(&mut text, counts);
     }
+    crate::metrics::render_dials(&mut text, gateway.network().caller().dial_counts());
     let mut response = text.into_response();
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,

@@ -4,12 +4,13 @@
 // Not every test file uses every helper.
 #![allow(dead_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_peer::tls::TrustedKeys;
-use ferry_peer::transport;
+use ferry_peer::transport::{self, PeerEndpoint, TransportTuning};
 use ferry_peer::wire::{Extensions, Request, RequestFrame, Response};
-use ferry_peer::{frames, NodeId};
+use ferry_peer::{frames, NodeId, NodeKey};
 
 /// How long an answer may take on loopback.
 pub const WAIT: Duration = Duration::from_secs(5);
@@ -21,6 +22,17 @@ impl TrustedKeys for Anyone {
     fn is_trusted(&self, _: &NodeId) -> bool {
         true
     }
+}
+
+/// A peer endpoint on loopback with the default tuning, trusting anyone.
+pub fn endpoint(key: &NodeKey) -> PeerEndpoint {
+    PeerEndpoint::bind(
+        "127.0.0.1:0".parse().expect("a loopback address"),
+        key.clone(),
+        Arc::new(Anyone),
+        TransportTuning::default(),
+    )
+    .expect("bind loopback")
 }
 
 /// One request on a new stream, in the connection's version; the answer, or why there was none.

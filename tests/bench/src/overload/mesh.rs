@@ -173,20 +173,15 @@ impl Mesh {
             .into_iter()
             .filter_map(|gateway| {
                 let port: u16 = gateway.quic.rsplit(':').next()?.parse().ok()?;
+                // A build without the catcher, the hold or shared dials has no such series.
+                let counter = |series| gateway.metric(series).ok().flatten().map(|n| n as u64);
                 Some(SocketDrops {
                     gateway: gateway.label.clone(),
                     drops: *by_port.get(&port)?,
-                    // A build without the catcher has no such series.
-                    caught: gateway
-                        .metric("ferry_peer_datagrams_caught_total")
-                        .ok()
-                        .flatten()
-                        .map(|caught| caught as u64),
-                    held: gateway
-                        .metric("ferry_peer_calls_held_total")
-                        .ok()
-                        .flatten()
-                        .map(|held| held as u64),
+                    caught: counter("ferry_peer_datagrams_caught_total"),
+                    held: counter("ferry_peer_calls_held_total"),
+                    dials: counter("ferry_peer_dials_total"),
+                    dials_joined: counter("ferry_peer_dials_joined_total"),
                 })
             })
             .collect()

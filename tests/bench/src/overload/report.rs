@@ -185,6 +185,10 @@ pub struct SocketDrops {
     /// Calls that waited to send while the gateway was behind reading its socket; `null` for
     /// a build without the hold.
     pub held: Option<u64>,
+    /// Connections the gateway set out to make, and calls that joined a dial under way rather
+    /// than making their own; `null` for a build without shared dials.
+    pub dials: Option<u64>,
+    pub dials_joined: Option<u64>,
 }
 
 /// What the machine was doing when a run began, to say at its end what else used it.
@@ -239,12 +243,23 @@ impl Machine {
                 let each: Vec<String> = self
                     .udp_drops_by_gateway
                     .iter()
-                    .map(|socket| match (socket.caught, socket.held) {
-                        (Some(caught), Some(held)) => format!(
-                            "{} {} ({caught} caught, {held} calls held)",
-                            socket.gateway, socket.drops
-                        ),
-                        _ => format!("{} {}", socket.gateway, socket.drops),
+                    .map(|socket| {
+                        let caught = match (socket.caught, socket.held) {
+                            (Some(caught), Some(held)) => {
+                                format!(", {caught} caught, {held} calls held")
+                            }
+                            _ => String::new(),
+                        };
+                        let dials = match (socket.dials, socket.dials_joined) {
+                            (Some(dials), Some(joined)) => {
+                                format!(", {dials} dials, {joined} joined")
+                            }
+                            _ => String::new(),
+                        };
+                        match format!("{caught}{dials}").strip_prefix(", ") {
+                            Some(notes) => format!("{} {} ({notes})", socket.gateway, socket.drops),
+                            None => format!("{} {}", socket.gateway, socket.drops),
+                        }
                     })
                     .collect();
                 format!(" (by gateway: {})", each.join(", "))

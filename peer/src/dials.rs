@@ -1,0 +1,318 @@
+//! Dials in flight: at most one per (peer, address), shared by every call that wants a fresh
+//! connection there while it is being made.
+//!
+//! When a path breaks, or a pooled connection goes unheard for a moment, every call in flight
+//! to that peer wants a fresh connection at once: each write that finds the pooled one not
+//! proven alive, each settle after the break, each read's fresh retry. Dialed one by one,
+//! that is as many QUIC handshakes as calls (a key exchange and two signature checks each),
+//! aimed at an owner that may be the reason the path looked dead, and as many connections'
+//! state on both sides. The overload benchmark saw a calling gateway make thousands.
+//!
+//! A call that joins a dial already under way gets a connection whose handshake completed
+//! after it asked: proven alive now, and not the one that went quiet, which is all a fresh
+//! connection promises a write or a settle. Nothing is sent on it until the call has it, so
+//! sharing a dial cannot send anything twice.
+//!
+//! The dial runs as a task of its own, to its end (its connect timeout), whoever still waits
+//! for it: a call whose deadline is near stops waiting without cutting the handshake short for
+//! the others, and a dial that succeeds after everyone left still fills the pool.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferry_ticket::NodeId;
+use quinn::Connection;
+use tokio::sync::watch;
+
+use crate::outcome::NotSentReason;
+
+/// How a dial ended: the connection, or why none was made (what a call that needed it reports
+/// as "nothing was sent").
+pub type DialOutcome = Result<Connection, (NotSentReason, String)>;
+
+type Key = (NodeId, SocketAddr);
+type Ending = watch::Receiver<Option<DialOutcome>>;
+
+/// The dials under way, by (peer, address), and how many were started and joined.
+#[derive(Debug, Default)]
+pub struct Dials {
+    in_flight: Mutex<HashMap<Key, Ending>>,
+    started: AtomicU64,
+    joined: AtomicU64,
+}
+
+/// How many dials this node started, and how many calls joined one already under way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DialCounts {
+    pub started: u64,
+    pub joined: u64,
+}
+
+impl Dials {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn counts(&self) -> DialCounts {
+        DialCounts {
+            started: self.started.load(Ordering::Relaxed),
+            joined: self.joined.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A connection to `peer` at `addr` from a dial made after this call: the one under way
+    /// there if there is one, else `start()`'s, spawned now. Waits at most `wait`; a dial still
+    /// under way then is reported as timed out, as a dial of that length would have been.
+    pub async fn fresh<F>(
+        self: &Arc<Self>,
+        peer: NodeId,
+        addr: SocketAddr,
+        wait: Duration,
+        start: impl FnOnce() -> F,
+    ) -> DialOutcome
+    where
+        F: Future<Output = DialOutcome> + Send + 'static,
+    {
+        let mut ending = self.join_or_start(peer, addr, start);
+        let ended = tokio::time::timeout(wait, ending.wait_for(Option::is_some)).await;
+        match ended {
+            Ok(Ok(outcome)) => match &*outcome {
+                Some(outcome) => outcome.clone(),
+                None => Err(abandoned(addr)),
+            },
+            Ok(Err(_)) => Err(abandoned(addr)),
+            Err(_) => Err((
+                NotSentReason::ConnectTimedOut,
+                format!(
+                    "no answer from {addr} within {} ms",
+                    wait.as_millis().min(u128::from(u64::MAX))
+                ),
+            )),
+        }
+    }
+
+    fn join_or_start<F>(
+        self: &Arc<Self>,
+        peer: NodeId,
+        addr: SocketAddr,
+        start: impl FnOnce() -> F,
+    ) -> Ending
+    where
+        F: Future<Output = DialOutcome> + Send + 'static,
+    {
+        let key = (peer, addr);
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ending) = in_flight.get(&key) {
+            self.joined.fetch_add(1, Ordering::Relaxed);
+            return ending.clone();
+        }
+        let (tell, ending) = watch::channel(None);
+        in_flight.insert(key, ending.clone());
+        drop(in_flight);
+        self.started.fetch_add(1, Ordering::Relaxed);
+        let dial = start();
+        let dials = Arc::clone(self);
+        let mine = ending.clone();
+        tokio::spawn(async move {
+            let outcome = dial.await;
+            // Off the board before the outcome is told: a call that comes after a failure
+            // starts a dial of its own rather than inheriting an old verdict.
+            {
+                let mut in_flight = dials.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+                if in_flight
+                    .get(&key)
+                    .is_some_and(|listed| listed.same_channel(&mine))
+                {
+                    in_flight.remove(&key);
+                }
+            }
+            let _ = tell.send(Some(outcome));
+        });
+        ending
+    }
+
+    /// Dials under way now.
+    pub fn under_way(&self) -> usize {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+}
+
+/// The dial's task ended without an outcome: its runtime is shutting down.
+fn abandoned(addr: SocketAddr) -> (NotSentReason, String) {
+    (
+        NotSentReason::Stopping,
+        format!("the connection to {addr} was abandoned as this gateway stops"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    fn peer(seed: u8) -> NodeId {
+        ferry_ticket::NodeKey::from_secret_bytes([seed; 32]).node_id()
+    }
+
+    fn addr() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 4000))
+    }
+
+    fn refused() -> DialOutcome {
+        Err((NotSentReason::ConnectFailed, "refused".into()))
+    }
+
+    /// A dial that takes `takes` and fails (a connection cannot be made without a network),
+    /// counting how often it really ran.
+    fn counted(
+        runs: &Arc<AtomicUsize>,
+        takes: Duration,
+    ) -> impl FnOnce() -> std::pin::Pin<Box<dyn Future<Output = DialOutcome> + Send>> {
+        let runs = Arc::clone(runs);
+        move || {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(takes).await;
+                refused()
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_wanting_a_connection_at_once_share_one_dial() {
+        let dials = Dials::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (peer, addr) = (peer(1), addr());
+        let calls: Vec<_> = (0..32)
+            .map(|_| {
+                let (dials, runs) = (Arc::clone(&dials), Arc::clone(&runs));
+                tokio::spawn(async move {
+                    dials
+                        .fresh(
+                            peer,
+                            addr,
+                            Duration::from_secs(2),
+                            counted(&runs, Duration::from_millis(30)),
+                        )
+                        .await
+                })
+            })
+            .collect();
+        for call in calls {
+            let outcome = call.await.expect("the call task ran");
+            assert_eq!(
+                outcome.err(),
+                refused().err(),
+                "every call gets the one dial's outcome"
+            );
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "32 calls at once, one dial");
+        assert_eq!(
+            dials.counts(),
+            DialCounts {
+                started: 1,
+                joined: 31
+            }
+        );
+        assert_eq!(dials.under_way(), 0, "a finished dial leaves the board");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_after_a_dial_ended_dials_again() {
+        let dials = Dials::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (peer, addr) = (peer(1), addr());
+        for _ in 0..2 {
+            let _ = dials
+                .fresh(
+                    peer,
+                    addr,
+                    Duration::from_secs(2),
+                    counted(&runs, Duration::from_millis(5)),
+                )
+                .await;
+        }
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "an ended dial's verdict is never handed to a later call"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn other_peers_and_addresses_dial_on_their_own() {
+        let dials = Dials::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (one, other) = (peer(1), peer(2));
+        let elsewhere = SocketAddr::from(([127, 0, 0, 1], 4001));
+        let wait = Duration::from_secs(2);
+        let slow = Duration::from_millis(30);
+        let _ = tokio::join!(
+            dials.fresh(one, addr(), wait, counted(&runs, slow)),
+            dials.fresh(other, addr(), wait, counted(&runs, slow)),
+            dials.fresh(one, elsewhere, wait, counted(&runs, slow)),
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_out_of_time_stops_waiting_and_the_dial_goes_on_for_the_rest() {
+        let dials = Dials::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (peer, addr) = (peer(1), addr());
+        let takes = Duration::from_millis(300);
+        let (hurried, patient) = tokio::join!(
+            dials.fresh(
+                peer,
+                addr,
+                Duration::from_millis(100),
+                counted(&runs, takes)
+            ),
+            dials.fresh(peer, addr, Duration::from_secs(2), counted(&runs, takes)),
+        );
+        let (reason, detail) = hurried.expect_err("the hurried call timed out");
+        assert_eq!(reason, NotSentReason::ConnectTimedOut);
+        assert!(detail.contains("within 100 ms"), "{detail}");
+        assert_eq!(
+            patient.err(),
+            refused().err(),
+            "the patient call got the dial's own end"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dial_everyone_left_still_runs_to_its_end() {
+        let dials = Dials::new();
+        let (peer, addr) = (peer(1), addr());
+        let ended = Arc::new(AtomicUsize::new(0));
+        let marked = Arc::clone(&ended);
+        let start = move || {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                marked.fetch_add(1, Ordering::SeqCst);
+                refused()
+            }) as std::pin::Pin<Box<dyn Future<Output = DialOutcome> + Send>>
+        };
+        let gave_up = dials
+            .fresh(peer, addr, Duration::from_millis(10), start)
+            .await;
+        assert!(gave_up.is_err());
+        assert_eq!(
+            dials.under_way(),
+            1,
+            "the dial goes on after its caller left"
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(ended.load(Ordering::SeqCst), 1, "the dial ran to its end");
+        assert_eq!(dials.under_way(), 0);
+    }
+}

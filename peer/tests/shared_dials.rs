@@ -1,0 +1,158 @@
+//! Calls that want a fresh connection at the same moment share one, on real QUIC: the settle
+//! queries of 32 writes after a break make one handshake, not 32. Those that start while the
+//! dial is under way join it (`ferry_peer::dials`); those that start after take the connection
+//! it made, which is newer than the break.
+
+// Tests may unwrap: a panic here is a failed test, not a crashed gateway.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{endpoint, WAIT};
+use ferry_peer::call::{CallTuning, Caller, Target};
+use ferry_peer::door::{self, InFlight, ReadReply, Service};
+use ferry_peer::outcome::NotCarriedOutReason;
+use ferry_peer::pool::Pool;
+use ferry_peer::route_table::RouteTable;
+use ferry_peer::routes::{Route, RouteKind};
+use ferry_peer::tls::peer_node_id;
+use ferry_peer::transport::PeerEndpoint;
+use ferry_peer::wire::{
+    CallState, CallStatusRequest, Hello, ReadRequest, RequestId, TicketAnswer, TicketRequest,
+    WriteAnswer, WriteRequest,
+};
+use ferry_peer::{NodeId, NodeKey};
+use futures_util::future::join_all;
+
+/// An owner that never heard of any request id.
+struct NeverHeard;
+
+impl Service for NeverHeard {
+    async fn hello(&self, _: NodeId, _: Hello, _: u16) -> Hello {
+        Hello {
+            label_hint: "owner".into(),
+            owned_vaults: vec!["v".into()],
+            replicated_vaults: Vec::new(),
+            release: None,
+        }
+    }
+    async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
+        unreachable!("this test sends no writes")
+    }
+    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadReply {
+        unreachable!("this test sends no reads")
+    }
+    async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {
+        unreachable!("this test asks for no tickets")
+    }
+    async fn call_status(
+        &self,
+        _: NodeId,
+        _: CallStatusRequest,
+        _: Option<String>,
+    ) -> Option<CallState> {
+        Some(CallState::NotCarriedOut {
+            reason: NotCarriedOutReason::NeverArrived,
+        })
+    }
+}
+
+/// The owner's side: every connection accepted is counted, served, and handed to `accepted`
+/// so the test can break it.
+fn serve(
+    server: PeerEndpoint,
+    handshakes: Arc<AtomicUsize>,
+    accepted: tokio::sync::mpsc::UnboundedSender<quinn::Connection>,
+) {
+    tokio::spawn(async move {
+        let (_stop, stopping) = tokio::sync::watch::channel(false);
+        while let Some(incoming) = server.accept().await {
+            let Ok(conn) = incoming.await else { continue };
+            handshakes.fetch_add(1, Ordering::SeqCst);
+            let _ = accepted.send(conn.clone());
+            let peer = peer_node_id(&conn).unwrap();
+            let stopping = stopping.clone();
+            tokio::spawn(async move {
+                let in_flight = Arc::new(InFlight::default());
+                door::serve_connection(Arc::new(NeverHeard), conn, peer, stopping, in_flight).await;
+            });
+        }
+    });
+}
+
+/// 32 settle queries at once, each asking for a fresh connection as a settle after a break
+/// does; every one must be answered.
+async fn settle_32(caller: &Caller, owner: &Target, broke: Instant) {
+    let asks = (0..32u128).map(|n| {
+        caller.call_status(
+            owner,
+            RequestId((n + 1).to_be_bytes()),
+            Some("v"),
+            Instant::now() + WAIT,
+            Some(broke),
+        )
+    });
+    for answer in join_all(asks).await {
+        assert!(
+            matches!(
+                answer,
+                Ok(CallState::NotCarriedOut {
+                    reason: NotCarriedOutReason::NeverArrived
+                })
+            ),
+            "every settle query is answered: {answer:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn settle_queries_after_a_break_share_one_fresh_connection() {
+    let (owner_key, caller_key) = (NodeKey::generate().unwrap(), NodeKey::generate().unwrap());
+    let server = endpoint(&owner_key);
+    let addr: SocketAddr = server.local_addr().unwrap();
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let (accepted, mut connections) = tokio::sync::mpsc::unbounded_channel();
+    serve(server, Arc::clone(&handshakes), accepted);
+
+    let routes = Arc::new(RouteTable::default());
+    let pool = Arc::new(Pool::new(Arc::clone(&routes)));
+    let caller = Caller::new(endpoint(&caller_key), pool, CallTuning::default(), routes);
+    let owner = Target {
+        node: owner_key.node_id(),
+        label: "owner".into(),
+        routes: vec![Route {
+            kind: RouteKind::Lan,
+            addr,
+        }],
+        down_routes: Vec::new(),
+    };
+
+    settle_32(&caller, &owner, Instant::now()).await;
+    assert_eq!(
+        handshakes.load(Ordering::SeqCst),
+        1,
+        "32 settle queries wanting a fresh connection at once made one handshake ({:?})",
+        caller.dial_counts()
+    );
+    assert_eq!(caller.dial_counts().started, 1);
+
+    // The break: the owner closes the connection the queries shared. The next wave asks for
+    // a fresh one again, and again makes one between them.
+    let first = tokio::time::timeout(WAIT, connections.recv())
+        .await
+        .expect("the owner saw the first connection within the bound")
+        .expect("the owner's accept loop runs");
+    first.close(quinn::VarInt::from_u32(0), b"break");
+    settle_32(&caller, &owner, Instant::now()).await;
+    assert_eq!(
+        handshakes.load(Ordering::SeqCst),
+        2,
+        "after the break, the second wave made one more handshake"
+    );
+    assert_eq!(caller.dial_counts().started, 2);
+}
