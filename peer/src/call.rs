@@ -627,7 +627,8 @@ impl Caller {
         self.dials
             .fresh(peer, addr, wait, move || {
                 dial_now(endpoint, probe, pool, peer, addr, timeout)
-                    .instrument(tracing::debug_span!("dial", %addr))
+                    // Its own span: the calls that join it are not the one that started it.
+                    .instrument(tracing::debug_span!(parent: None, "dial", %addr, %peer))
             })
             .await
     }

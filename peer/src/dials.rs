@@ -8,10 +8,11 @@
 //! aimed at an owner that may be the reason the path looked dead, and as many connections'
 //! state on both sides. The overload benchmark saw a calling gateway make thousands.
 //!
-//! A call that joins a dial already under way gets a connection whose handshake completed
-//! after it asked: proven alive now, and not the one that went quiet, which is all a fresh
-//! connection promises a write or a settle. Nothing is sent on it until the call has it, so
-//! sharing a dial cannot send anything twice.
+//! A call that joins a dial under way, started at most [`JOIN_WITHIN`] before it asked, gets a
+//! connection whose handshake had not completed when it asked: proven alive now, and not the
+//! one that went quiet, which is all a fresh connection promises a write or a settle. Nothing
+//! is sent on it until the call has it, so sharing a dial cannot send anything twice. A call
+//! that asks later than that starts a dial of its own.
 //!
 //! The dial runs as a task of its own, to its end (its connect timeout), whoever still waits
 //! for it: a call whose deadline is near stops waiting without cutting the handshake short for
@@ -22,25 +23,42 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferry_ticket::NodeId;
 use quinn::Connection;
 use tokio::sync::watch;
 
+use crate::clock;
 use crate::outcome::NotSentReason;
 
 /// How a dial ended: the connection, or why none was made (what a call that needed it reports
 /// as "nothing was sent").
 pub type DialOutcome = Result<Connection, (NotSentReason, String)>;
 
+/// How old a dial may be for a call to join it rather than start its own. A QUIC handshake
+/// whose first packet was lost is sent again after about three initial RTTs (300 ms with
+/// Ferry's 100 ms, `crate::transport`), then after twice that: a call joining an older dial
+/// could wait out a retry that a dial of its own, started now, would not need (a path that
+/// healed a moment ago), and a heartbeat would see the route down for nothing. Calls that
+/// want a connection at the same moment (a break's settle queries, a burst of writes) ask
+/// within a few milliseconds of each other, well inside this.
+pub const JOIN_WITHIN: Duration = Duration::from_millis(300);
+
 type Key = (NodeId, SocketAddr);
 type Ending = watch::Receiver<Option<DialOutcome>>;
+
+/// A dial on the board: how to hear its end, and when it started.
+#[derive(Debug)]
+struct Listed {
+    ending: Ending,
+    started: Instant,
+}
 
 /// The dials under way, by (peer, address), and how many were started and joined.
 #[derive(Debug, Default)]
 pub struct Dials {
-    in_flight: Mutex<HashMap<Key, Ending>>,
+    in_flight: Mutex<HashMap<Key, Listed>>,
     started: AtomicU64,
     joined: AtomicU64,
 }
@@ -64,8 +82,8 @@ impl Dials {
         }
     }
 
-    /// A connection to `peer` at `addr` from a dial made after this call: the one under way
-    /// there if there is one, else `start()`'s, spawned now. Waits at most `wait`; a dial still
+    /// A connection to `peer` at `addr` from a dial not finished when this call asked: the one
+    /// under way there if it started within [`JOIN_WITHIN`], else `start()`'s, spawned now. Waits at most `wait`; a dial still
     /// under way then is reported as timed out, as a dial of that length would have been.
     pub async fn fresh<F>(
         self: &Arc<Self>,
@@ -105,42 +123,71 @@ impl Dials {
         F: Future<Output = DialOutcome> + Send + 'static,
     {
         let key = (peer, addr);
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(ending) = in_flight.get(&key) {
+        let now = clock::now();
+        let mut in_flight = self.lock();
+        if let Some(listed) = in_flight
+            .get(&key)
+            .filter(|listed| now.saturating_duration_since(listed.started) <= JOIN_WITHIN)
+        {
             self.joined.fetch_add(1, Ordering::Relaxed);
-            return ending.clone();
+            return listed.ending.clone();
         }
+        // A dial listed longer ago runs on for those waiting on it; this call's starts now
+        // and takes its place on the board.
         let (tell, ending) = watch::channel(None);
-        in_flight.insert(key, ending.clone());
+        in_flight.insert(
+            key,
+            Listed {
+                ending: ending.clone(),
+                started: now,
+            },
+        );
         drop(in_flight);
         self.started.fetch_add(1, Ordering::Relaxed);
         let dial = start();
-        let dials = Arc::clone(self);
-        let mine = ending.clone();
+        let listing = Listing {
+            dials: Arc::clone(self),
+            key,
+            mine: ending.clone(),
+        };
         tokio::spawn(async move {
             let outcome = dial.await;
             // Off the board before the outcome is told: a call that comes after a failure
-            // starts a dial of its own rather than inheriting an old verdict.
-            {
-                let mut in_flight = dials.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-                if in_flight
-                    .get(&key)
-                    .is_some_and(|listed| listed.same_channel(&mine))
-                {
-                    in_flight.remove(&key);
-                }
-            }
+            // starts a dial of its own rather than inheriting an old verdict. (Dropped
+            // unfinished, by a panic or a runtime shutting down, it comes off all the same.)
+            drop(listing);
             let _ = tell.send(Some(outcome));
         });
         ending
     }
 
-    /// Dials under way now.
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Listed>> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Dials on the board now: under way, and not yet replaced by a newer one.
     pub fn under_way(&self) -> usize {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.lock().len()
+    }
+}
+
+/// A dial's place on the board, for as long as its task lives: removed when the task ends or
+/// is dropped, unless a newer dial has taken the place.
+struct Listing {
+    dials: Arc<Dials>,
+    key: Key,
+    mine: Ending,
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        let mut in_flight = self.dials.lock();
+        if in_flight
+            .get(&self.key)
+            .is_some_and(|listed| listed.ending.same_channel(&self.mine))
+        {
+            in_flight.remove(&self.key);
+        }
     }
 }
 
@@ -261,6 +308,65 @@ mod tests {
             dials.fresh(one, elsewhere, wait, counted(&runs, slow)),
         );
         assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_after_a_dial_has_run_a_while_starts_its_own() {
+        let dials = Dials::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (peer, addr) = (peer(1), addr());
+        let wait = Duration::from_secs(2);
+        let takes = Duration::from_millis(1_000);
+        let early = dials.fresh(peer, addr, wait, counted(&runs, takes));
+        let late = async {
+            tokio::time::sleep(JOIN_WITHIN + Duration::from_millis(1)).await;
+            let starts_anew = dials.fresh(peer, addr, wait, counted(&runs, takes));
+            let also_late = dials.fresh(peer, addr, wait, counted(&runs, takes));
+            tokio::join!(starts_anew, also_late)
+        };
+        let (early, (late, also_late)) = tokio::join!(early, late);
+        assert!(early.is_err() && late.is_err() && also_late.is_err());
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "the late calls started one dial of their own and shared it"
+        );
+        assert_eq!(
+            dials.counts(),
+            DialCounts {
+                started: 2,
+                joined: 1
+            }
+        );
+        assert_eq!(dials.under_way(), 0, "both came off the board");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dial_whose_task_dies_comes_off_the_board() {
+        let dials = Dials::new();
+        let (peer, addr) = (peer(1), addr());
+        let dies = || -> std::pin::Pin<Box<dyn Future<Output = DialOutcome> + Send>> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                panic!("a bug in a dial");
+            })
+        };
+        let (reason, _) = dials
+            .fresh(peer, addr, Duration::from_secs(2), dies)
+            .await
+            .expect_err("a dial that died made no connection");
+        assert_eq!(reason, NotSentReason::Stopping);
+        assert_eq!(dials.under_way(), 0, "nothing left listed to join");
+        let runs = Arc::new(AtomicUsize::new(0));
+        let _ = dials
+            .fresh(
+                peer,
+                addr,
+                Duration::from_secs(2),
+                counted(&runs, Duration::from_millis(5)),
+            )
+            .await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the next call dials afresh");
     }
 
     #[tokio::test(start_paused = true)]
