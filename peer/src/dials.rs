@@ -14,9 +14,10 @@
 //! is sent on it until the call has it, so sharing a dial cannot send anything twice. A call
 //! that asks later than that starts a dial of its own.
 //!
-//! The dial runs as a task of its own, to its end (its connect timeout), whoever still waits
-//! for it: a call whose deadline is near stops waiting without cutting the handshake short for
-//! the others, and a dial that succeeds after everyone left still fills the pool.
+//! The dial runs as a task of its own for as long as a call waits for it: a call whose deadline
+//! is near stops waiting without cutting the handshake short for the others. Once every call
+//! has stopped waiting, the dial is dropped, as a call's own dial was when the call gave up (a
+//! race's losing route, a call out of time): nobody's handshake goes on for no one.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -47,11 +48,13 @@ pub const JOIN_WITHIN: Duration = Duration::from_millis(300);
 
 type Key = (NodeId, SocketAddr);
 type Ending = watch::Receiver<Option<DialOutcome>>;
+/// Tells a dial's end to the calls waiting for it; its receivers are exactly those calls.
+type Teller = watch::Sender<Option<DialOutcome>>;
 
-/// A dial on the board: how to hear its end, and when it started.
+/// A dial on the board: how to wait for its end, and when it started.
 #[derive(Debug)]
 struct Listed {
-    ending: Ending,
+    tell: Teller,
     started: Instant,
 }
 
@@ -130,7 +133,7 @@ impl Dials {
             .filter(|listed| now.saturating_duration_since(listed.started) <= JOIN_WITHIN)
         {
             self.joined.fetch_add(1, Ordering::Relaxed);
-            return listed.ending.clone();
+            return listed.tell.subscribe();
         }
         // A dial listed longer ago runs on for those waiting on it; this call's starts now
         // and takes its place on the board.
@@ -138,7 +141,7 @@ impl Dials {
         in_flight.insert(
             key,
             Listed {
-                ending: ending.clone(),
+                tell: tell.clone(),
                 started: now,
             },
         );
@@ -148,10 +151,26 @@ impl Dials {
         let listing = Listing {
             dials: Arc::clone(self),
             key,
-            mine: ending.clone(),
+            mine: tell.clone(),
         };
         tokio::spawn(async move {
-            let outcome = dial.await;
+            tokio::pin!(dial);
+            let outcome = loop {
+                tokio::select! {
+                    // Biased: a dial that ended is told, even if its callers left meanwhile.
+                    biased;
+                    outcome = &mut dial => break outcome,
+                    () = tell.closed() => {
+                        // Every call stopped waiting. Checked again under the board's lock,
+                        // where calls join: one that joined just now keeps the dial going.
+                        let in_flight = listing.dials.lock();
+                        if tell.receiver_count() == 0 {
+                            listing.leave(in_flight);
+                            return;
+                        }
+                    }
+                }
+            };
             // Off the board before the outcome is told: a call that comes after a failure
             // starts a dial of its own rather than inheriting an old verdict. (Dropped
             // unfinished, by a panic or a runtime shutting down, it comes off all the same.)
@@ -176,18 +195,24 @@ impl Dials {
 struct Listing {
     dials: Arc<Dials>,
     key: Key,
-    mine: Ending,
+    mine: Teller,
+}
+
+impl Listing {
+    /// Off the board, under the lock already held.
+    fn leave(&self, mut in_flight: std::sync::MutexGuard<'_, HashMap<Key, Listed>>) {
+        if in_flight
+            .get(&self.key)
+            .is_some_and(|listed| listed.tell.same_channel(&self.mine))
+        {
+            in_flight.remove(&self.key);
+        }
+    }
 }
 
 impl Drop for Listing {
     fn drop(&mut self) {
-        let mut in_flight = self.dials.lock();
-        if in_flight
-            .get(&self.key)
-            .is_some_and(|listed| listed.ending.same_channel(&self.mine))
-        {
-            in_flight.remove(&self.key);
-        }
+        self.leave(self.dials.lock());
     }
 }
 
@@ -396,7 +421,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_dial_everyone_left_still_runs_to_its_end() {
+    async fn a_dial_everyone_left_is_dropped() {
         let dials = Dials::new();
         let (peer, addr) = (peer(1), addr());
         let ended = Arc::new(AtomicUsize::new(0));
@@ -412,13 +437,19 @@ mod tests {
             .fresh(peer, addr, Duration::from_millis(10), start)
             .await;
         assert!(gave_up.is_err());
-        assert_eq!(
-            dials.under_way(),
-            1,
-            "the dial goes on after its caller left"
-        );
+        // Virtual time: the dial would have ended well within this.
         tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(ended.load(Ordering::SeqCst), 1, "the dial ran to its end");
-        assert_eq!(dials.under_way(), 0);
+        assert_eq!(ended.load(Ordering::SeqCst), 0, "the dial was dropped");
+        assert_eq!(dials.under_way(), 0, "and came off the board");
+        let runs = Arc::new(AtomicUsize::new(0));
+        let _ = dials
+            .fresh(
+                peer,
+                addr,
+                Duration::from_secs(2),
+                counted(&runs, Duration::from_millis(5)),
+            )
+            .await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the next call dials afresh");
     }
 }
