@@ -86,8 +86,9 @@ impl Dials {
     }
 
     /// A connection to `peer` at `addr` from a dial not finished when this call asked: the one
-    /// under way there if it started within [`JOIN_WITHIN`], else `start()`'s, spawned now. Waits at most `wait`; a dial still
-    /// under way then is reported as timed out, as a dial of that length would have been.
+    /// under way there if it started within [`JOIN_WITHIN`], else `start()`'s, spawned now.
+    /// Waits at most `wait`; a dial still under way then is reported as timed out, as a dial of
+    /// that length would have been.
     pub async fn fresh<F>(
         self: &Arc<Self>,
         peer: NodeId,
