@@ -381,7 +381,9 @@ impl Metrics {
 /// The peer socket's catcher (`ferry_peer::udp_catcher`): datagrams it took in while this
 /// gateway was behind, which the kernel would otherwise have dropped once its buffer filled.
 pub fn render_catcher(out: &mut String, counts: CatcherCounts) {
-    for (name, help, value) in [
+    render_counters(
+        out,
+        &[
         (
             "ferry_peer_datagrams_caught_total",
             "Peer datagrams the socket's catcher read while this gateway was behind reading them.",
@@ -402,29 +404,33 @@ pub fn render_catcher(out: &mut String, counts: CatcherCounts) {
             "Calls to peers that waited to send while this gateway was behind reading its socket.",
             counts.held,
         ),
-    ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-        );
-    }
+        ],
+    );
 }
 
 /// The caller's dials (`ferry_peer::dials`): connections it set out to make, and calls that
 /// joined one already under way instead of making their own.
 pub fn render_dials(out: &mut String, counts: DialCounts) {
-    for (name, help, value) in [
-        (
-            "ferry_peer_dials_total",
-            "Connections to peers this gateway set out to make.",
-            counts.started,
-        ),
-        (
-            "ferry_peer_dials_joined_total",
-            "Calls that wanted a fresh connection and joined a dial already under way.",
-            counts.joined,
-        ),
-    ] {
+    render_counters(
+        out,
+        &[
+            (
+                "ferry_peer_dials_total",
+                "Connections to peers this gateway set out to make.",
+                counts.started,
+            ),
+            (
+                "ferry_peer_dials_joined_total",
+                "Calls that wanted a fresh connection and joined a dial already under way.",
+                counts.joined,
+            ),
+        ],
+    );
+}
+
+/// Plain counters without labels, each with its help line.
+fn render_counters(out: &mut String, counters: &[(&str, &str, u64)]) {
+    for (name, help, value) in counters {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"

@@ -102,10 +102,8 @@ impl Dials {
         let mut ending = self.join_or_start(peer, addr, start);
         let ended = tokio::time::timeout(wait, ending.wait_for(Option::is_some)).await;
         match ended {
-            Ok(Ok(outcome)) => match &*outcome {
-                Some(outcome) => outcome.clone(),
-                None => Err(abandoned(addr)),
-            },
+            // `wait_for` returns only a told outcome; a sender dropped untold is an error.
+            Ok(Ok(outcome)) => outcome.clone().unwrap_or_else(|| Err(abandoned(addr))),
             Ok(Err(_)) => Err(abandoned(addr)),
             Err(_) => Err((
                 NotSentReason::ConnectTimedOut,
@@ -186,7 +184,8 @@ impl Dials {
     }
 
     /// Dials on the board now: under way, and not yet replaced by a newer one.
-    pub fn under_way(&self) -> usize {
+    #[cfg(test)]
+    fn under_way(&self) -> usize {
         self.lock().len()
     }
 }
@@ -257,6 +256,20 @@ mod tests {
                 refused()
             })
         }
+    }
+
+    /// A call now to `peer` at `addr` starts a dial of its own (nothing listed to join).
+    async fn next_call_dials_afresh(dials: &Arc<Dials>, peer: NodeId, addr: SocketAddr) {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let _ = dials
+            .fresh(
+                peer,
+                addr,
+                Duration::from_secs(2),
+                counted(&runs, Duration::from_millis(5)),
+            )
+            .await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the next call dials afresh");
     }
 
     #[tokio::test(start_paused = true)]
@@ -383,16 +396,7 @@ mod tests {
             .expect_err("a dial that died made no connection");
         assert_eq!(reason, NotSentReason::Stopping);
         assert_eq!(dials.under_way(), 0, "nothing left listed to join");
-        let runs = Arc::new(AtomicUsize::new(0));
-        let _ = dials
-            .fresh(
-                peer,
-                addr,
-                Duration::from_secs(2),
-                counted(&runs, Duration::from_millis(5)),
-            )
-            .await;
-        assert_eq!(runs.load(Ordering::SeqCst), 1, "the next call dials afresh");
+        next_call_dials_afresh(&dials, peer, addr).await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -442,15 +446,6 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert_eq!(ended.load(Ordering::SeqCst), 0, "the dial was dropped");
         assert_eq!(dials.under_way(), 0, "and came off the board");
-        let runs = Arc::new(AtomicUsize::new(0));
-        let _ = dials
-            .fresh(
-                peer,
-                addr,
-                Duration::from_secs(2),
-                counted(&runs, Duration::from_millis(5)),
-            )
-            .await;
-        assert_eq!(runs.load(Ordering::SeqCst), 1, "the next call dials afresh");
+        next_call_dials_afresh(&dials, peer, addr).await;
     }
 }

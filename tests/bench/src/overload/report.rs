@@ -244,21 +244,17 @@ impl Machine {
                     .udp_drops_by_gateway
                     .iter()
                     .map(|socket| {
-                        let caught = match (socket.caught, socket.held) {
-                            (Some(caught), Some(held)) => {
-                                format!(", {caught} caught, {held} calls held")
-                            }
-                            _ => String::new(),
-                        };
-                        let dials = match (socket.dials, socket.dials_joined) {
-                            (Some(dials), Some(joined)) => {
-                                format!(", {dials} dials, {joined} joined")
-                            }
-                            _ => String::new(),
-                        };
-                        match format!("{caught}{dials}").strip_prefix(", ") {
-                            Some(notes) => format!("{} {} ({notes})", socket.gateway, socket.drops),
-                            None => format!("{} {}", socket.gateway, socket.drops),
+                        let mut notes = Vec::new();
+                        if let (Some(caught), Some(held)) = (socket.caught, socket.held) {
+                            notes.push(format!("{caught} caught, {held} calls held"));
+                        }
+                        if let (Some(dials), Some(joined)) = (socket.dials, socket.dials_joined) {
+                            notes.push(format!("{dials} dials, {joined} joined"));
+                        }
+                        if notes.is_empty() {
+                            format!("{} {}", socket.gateway, socket.drops)
+                        } else {
+                            format!("{} {} ({})", socket.gateway, socket.drops, notes.join(", "))
                         }
                     })
                     .collect();
