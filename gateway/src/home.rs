@@ -8,6 +8,7 @@
 //! | `api.addr`    | `HOST:PORT` the local API bound, one line, written once it listens | 0644 |
 //! | `ferry.db`    | SQLite (WAL)                           | 0600 |
 //! | `calls.slots` | the call log's writes in flight (see `call_log::slots`) | 0600 |
+//! | `calls.sent` | the sent mark: no id stamped above it was ever sent from this home (see `call_log::sent_mark`) | 0600 |
 //! | `config.toml` | optional                               |      |
 
 use std::fs;

@@ -105,6 +105,8 @@ pub struct Metrics {
     peer_writes_served: AtomicU64,
     peer_reads_served: AtomicU64,
     ticket_renewals: AtomicU64,
+    /// Writes answered `busy` by this calling gateway for the owner's cap, never sent.
+    caller_cap_here: AtomicU64,
     tickets_issued: AtomicU64,
     door_refusals: AtomicU64,
     calls_settled: AtomicU64,
@@ -181,6 +183,11 @@ impl Metrics {
     /// The caller renewed a ticket after a `401 ticket_refused` at the door.
     pub fn ticket_renewal(&self) {
         self.ticket_renewals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A write answered `busy` here for the owner's cap, as last learned; nothing was sent.
+    pub fn caller_cap_here(&self) {
+        self.caller_cap_here.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn ticket_issued(&self) {
@@ -331,6 +338,11 @@ impl Metrics {
                 "ferry_ticket_renewals_total",
                 "Tickets renewed after a refusal at the owner's door.",
                 &self.ticket_renewals,
+            ),
+            (
+                "ferry_caller_cap_here_total",
+                "Writes this calling gateway answered busy for the owner's cap, as the owner's last caller_cap refusal taught it; never sent.",
+                &self.caller_cap_here,
             ),
             (
                 "ferry_tickets_issued_total",

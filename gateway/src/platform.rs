@@ -41,6 +41,17 @@ pub fn private_file_options() -> OpenOptions {
     options
 }
 
+/// Opens the file at `path` to read and write in place, making it (owner-only, see
+/// [`private_file_options`]) if it is not there; never truncates it.
+pub fn open_private_in_place(path: &Path) -> std::io::Result<File> {
+    private_file_options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
 /// Makes an existing file readable by its owner only, where the platform has file modes. Best
 /// effort: a file on a filesystem without modes stays as it is.
 pub fn restrict_to_owner(path: &Path) {

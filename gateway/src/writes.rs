@@ -9,14 +9,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use ferry_core::capacity::send_gate::{Ended, RecentIds, SendGate, Sent};
+use ferry_core::capacity::Refused;
 use ferry_core::clock::Clock;
 use ferry_peer::call::{Target, TicketError, TicketSource, WriteCall};
-use ferry_peer::outcome::{NotSentReason, UnknownReason, WriteOutcome};
+use ferry_peer::outcome::{NotSentReason, RefusalCode, UnknownReason, WriteOutcome};
 use ferry_peer::wire::{Priority, RequestId, TicketAnswer, TicketRequest, WriteAnswer, WriteVerb};
 use ferry_ticket::{NodeId, Ticket, TicketCache, VerbSet};
 use tokio::sync::Notify;
-use tracing::Instrument;
+use tracing::{warn, Instrument};
 
+use crate::call_log::sent_mark::EarlierSends;
 use crate::call_log::{CallLog, End};
 use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
@@ -42,6 +45,9 @@ pub struct Writes {
     in_flight: Arc<InFlight>,
     tasks: TaskCounter,
     tickets: Mutex<TicketCache>,
+    /// The owners' caps on each app's writes out, as their refusals taught them, and the ids
+    /// sent lately (the gate never answers for an id that may have left).
+    sending: Arc<Mutex<Sending>>,
     /// Wakes the background settler when a call ends `outcome_unknown`.
     settle_wake: Arc<Notify>,
     lifecycle: Arc<Lifecycle>,
@@ -65,6 +71,17 @@ pub struct WritesParts {
 
 impl Writes {
     pub fn new(parts: WritesParts) -> Self {
+        // Ids an earlier process of this home may have sent are never judged by the send gate:
+        // those stamped up to its sent mark, or, with the mark lost, up to this start plus the
+        // skew the API accepts (that process took ids dated that far past its clock).
+        let start_ms = parts.clock.unix_ms();
+        let horizon_ms = match parts.call_log.earlier_sends() {
+            EarlierSends::None => start_ms,
+            EarlierSends::UpTo(mark_ms) => start_ms.max(mark_ms.saturating_add(1)),
+            EarlierSends::Unknown => {
+                start_ms.saturating_add(crate::owner::verbs::MAX_FUTURE_SKEW.as_millis() as u64)
+            }
+        };
         Self {
             network: parts.network,
             owner: parts.owner,
@@ -73,6 +90,10 @@ impl Writes {
             in_flight: parts.in_flight,
             tasks: TaskCounter::default(),
             tickets: Mutex::new(TicketCache::default()),
+            sending: Arc::new(Mutex::new(Sending {
+                gate: SendGate::default(),
+                recent: RecentIds::new(horizon_ms),
+            })),
             settle_wake: parts.settle_wake,
             lifecycle: parts.lifecycle,
             metrics: parts.metrics,
@@ -172,6 +193,12 @@ impl Writes {
         target: Target,
         deadline: Instant,
     ) -> Written {
+        // Before anything is recorded: a write the owner would refuse for its cap is answered
+        // here, and nothing is sent.
+        let mut out = match self.leave(&target, &call.app, call.request_id) {
+            Ok(out) => out,
+            Err(outcome) => return Ok((outcome, Some(target.label))),
+        };
         let since_ms = self.clock.unix_ms();
         let row = CallRow {
             request_id: call.request_id,
@@ -208,6 +235,8 @@ impl Writes {
         ))
         .await;
         let outcome = self.resend_if_injected(&target, &call, outcome).await;
+        out.ended = ended_for_gate(&outcome);
+        drop(out);
         hold.publish(&outcome);
         self.reads
             .write_through(&call.app, &call.vault, &call.verb, &outcome);
@@ -225,6 +254,45 @@ impl Writes {
             self.settle_wake.notify_one();
         }
         Ok((outcome, Some(target.label)))
+    }
+
+    /// Counts a write of `app` out to `target`, or answers it `busy` (not sent) if the owner's
+    /// last `caller_cap` refusal says it would refuse it too and its id cannot have left
+    /// before (a repeat always goes to the owner, whose journal knows what became of it).
+    fn leave(&self, target: &Target, app: &str, id: RequestId) -> Result<Out, WriteOutcome> {
+        let key = (target.node, app.to_string());
+        let left = {
+            let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+            let may_repeat = sending.recent.may_have_left(&id, self.clock.unix_ms());
+            let left = sending.gate.leave(&key, may_repeat, self.clock.now());
+            if left.is_ok() {
+                sending.recent.sent(id, self.clock.unix_ms());
+                // Before it leaves: a later process must know this id may have been sent.
+                if let Err(err) = self.call_log.cover_sent(id.unix_ms()) {
+                    warn!(%err, "the sent mark could not be raised; after a restart the send gate will judge no id for five minutes");
+                }
+            }
+            left
+        };
+        match left {
+            Ok(sent) => Ok(Out {
+                sending: self.sending.clone(),
+                clock: self.clock.clone(),
+                key,
+                sent,
+                ended: Ended::Other,
+            }),
+            Err(_) => {
+                self.metrics.caller_cap_here();
+                Err(WriteOutcome::not_sent(
+                    NotSentReason::CallerCap,
+                    format!(
+                        "app {app:?} already has as many writes out to {} as that owner last took from this gateway; send it again with the same request id",
+                        target.label
+                    ),
+                ))
+            }
+        }
     }
 
     /// The retry every RPC library is tempted by, and that Ferry exists to refuse: an unknown
@@ -323,6 +391,47 @@ impl Writes {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .invalidate_owner(owner);
+    }
+}
+
+/// What the send gate needs, under one lock.
+#[derive(Debug)]
+struct Sending {
+    gate: SendGate<(NodeId, String)>,
+    recent: RecentIds,
+}
+
+/// A write counted out in the send gate; counted back in when dropped, on every path.
+struct Out {
+    sending: Arc<Mutex<Sending>>,
+    clock: Arc<dyn Clock>,
+    key: (NodeId, String),
+    sent: Sent,
+    ended: Ended,
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        self.sending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gate
+            .ended(&self.key, self.sent, self.ended, self.clock.now());
+    }
+}
+
+/// What the send gate learns from a write's outcome: the owner's `caller_cap` refusal lowers
+/// its lesson, a write carried out may raise it, nothing else says anything about the cap.
+fn ended_for_gate(outcome: &WriteOutcome) -> Ended {
+    match outcome {
+        WriteOutcome::Answered(WriteAnswer::Done { .. }) => Ended::Done,
+        WriteOutcome::Answered(WriteAnswer::Refused(refusal))
+            if refusal.code == RefusalCode::Busy
+                && refusal.reason.as_deref() == Some(Refused::CallerCap.name()) =>
+        {
+            Ended::RefusedForCap
+        }
+        _ => Ended::Other,
     }
 }
 

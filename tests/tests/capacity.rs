@@ -63,13 +63,22 @@ fn spawn_put(
     app: &'static str,
     key: String,
 ) -> std::thread::JoinHandle<(u16, Option<u64>, Value)> {
+    spawn_put_with_id(gateway, app, key, fresh_request_id())
+}
+
+fn spawn_put_with_id(
+    gateway: &Gateway,
+    app: &'static str,
+    key: String,
+    request_id: String,
+) -> std::thread::JoinHandle<(u16, Option<u64>, Value)> {
     let request = gateway
         .request_as(
             app,
             reqwest::Method::PUT,
             &format!("/v1/vaults/notes/records/{key}"),
         )
-        .header("x-ferry-request-id", fresh_request_id())
+        .header("x-ferry-request-id", request_id)
         .body("v");
     std::thread::spawn(move || {
         let response = request.send().unwrap();
@@ -135,6 +144,137 @@ fn a_fifth_concurrent_write_of_one_app_is_busy_spends_nothing_and_runs_when_sent
     // And the budget is now spent: the next one is rate-limited.
     let (status, _, body) = put_as(&b, "greedy", "g5", &fresh_request_id(), &[]);
     assert_eq!(status, 429, "{body}");
+}
+
+/// An owner `a` whose every batch of writes takes four seconds, and its caller `b`: writes
+/// stay out at the owner long enough to ask more beside them.
+fn pair_with_stalled_owner() -> (Gateway, Gateway) {
+    pair_with_notes(
+        Gateway::start_with_env(
+            "a",
+            &[("FERRY_DANGEROUS_FAULT", "before_commit=stall:4000")],
+        ),
+        Gateway::start("b"),
+    )
+}
+
+/// Four writes of app `greedy` through `b` under `ids`, keys `<prefix>0..3`, held in flight at
+/// `a` (its cap) when this returns.
+fn hold_four_greedy_writes(
+    a: &Gateway,
+    b: &Gateway,
+    prefix: &str,
+    ids: &[String],
+) -> Vec<std::thread::JoinHandle<(u16, Option<u64>, Value)>> {
+    let held = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| spawn_put_with_id(b, "greedy", format!("{prefix}{n}"), id.clone()))
+        .collect();
+    wait_for(
+        "four writes of greedy in flight at a",
+        Duration::from_secs(10),
+        || (in_flight(a, "b", "greedy") == 4).then_some(()),
+    );
+    held
+}
+
+fn greedy_cap_refusals(owner: &Gateway) -> u64 {
+    owner.metric("ferry_owner_refusals_total{reason=\"caller_cap\",app=\"greedy\"}")
+}
+
+#[test]
+fn once_the_owner_refused_an_apps_fifth_write_its_own_gateway_answers_the_next_busy_without_sending_it(
+) {
+    // Each batch of writes takes four seconds: the four held writes are still out at the
+    // owner while the fifth and sixth are asked.
+    let (a, b) = pair_with_stalled_owner();
+    let held_ids: Vec<String> = (0..4).map(|_| fresh_request_id()).collect();
+    let held = hold_four_greedy_writes(&a, &b, "h", &held_ids);
+    let refusals = || greedy_cap_refusals(&a);
+
+    // The fifth goes to the owner, which refuses it and says why.
+    let (status, _, body) = put_as(&b, "greedy", "h4", &fresh_request_id(), &[]);
+    assert_eq!((status, &body["error"]), (503, &"busy".into()), "{body}");
+    assert_eq!(
+        body["reason"], "caller_cap",
+        "the owner names its rule: {body}"
+    );
+    assert_eq!(refusals(), 1);
+
+    // The sixth is answered the same by b, which never sends it.
+    let sixth = fresh_request_id();
+    let (status, retry_after, body) = put_as(&b, "greedy", "h5", &sixth, &[]);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "busy", "{body}");
+    assert_eq!(body["reason"], "caller_cap", "{body}");
+    assert_eq!(body["request_id"], sixth.as_str(), "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("nothing was sent")),
+        "{body}"
+    );
+    assert!(retry_after.is_some(), "busy without Retry-After: {body}");
+    assert_eq!(refusals(), 1, "the sixth must not reach the owner");
+    assert_eq!(b.metric("ferry_caller_cap_here_total"), 1);
+    // Another app of b is not held back by greedy's lesson.
+    let polite = spawn_put(&b, "polite", "p0".into());
+    // A repeat of an id that already left (an app whose client gave up sends it again) is
+    // never answered busy here: it may be carried out, so it goes to the owner, and its answer
+    // is the first one.
+    let repeat = spawn_put_with_id(&b, "greedy", "h0".into(), held_ids[0].clone());
+
+    let mut first_answers = Vec::new();
+    for write in held {
+        let (status, _, body) = write.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+        first_answers.push(body);
+    }
+    let (status, _, body) = repeat.join().unwrap();
+    assert_eq!(status, 200, "the repeat of a held id: {body}");
+    assert_eq!(body["revision"], first_answers[0]["revision"], "{body}");
+    assert_eq!(
+        b.metric("ferry_caller_cap_here_total"),
+        1,
+        "the repeat was held back"
+    );
+    assert_eq!(polite.join().unwrap().0, 200);
+    // With its writes answered, the same id goes and runs.
+    let (status, _, body) = put_as(&b, "greedy", "h5", &sixth, &[]);
+    assert_eq!(status, 200, "the sixth sent again under its id: {body}");
+    let (value, _) = a.stored("notes", "h5").expect("h5 stored at the owner");
+    assert_eq!(value.as_deref(), Some(&b"value of h5"[..]));
+    assert_eq!(refusals(), 1);
+}
+
+#[test]
+fn after_a_restart_the_gateway_answers_busy_itself_for_no_id_an_earlier_run_may_have_sent() {
+    // b's earlier run sent a write, and so raised its sent mark a minute past that id's stamp:
+    // after the restart b cannot tell which ids up to the mark that run sent (a clock set back
+    // would make them look new), so every write stamped up to it goes to the owner, whose
+    // journal knows.
+    let (a, mut b) = pair_with_stalled_owner();
+    let (status, _, body) = put_as(&b, "greedy", "before", &fresh_request_id(), &[]);
+    assert_eq!(status, 200, "{body}");
+    b.restart();
+    let held_ids: Vec<String> = (0..4).map(|_| fresh_request_id()).collect();
+    let held = hold_four_greedy_writes(&a, &b, "r", &held_ids);
+    let refusals = || greedy_cap_refusals(&a);
+    for (n, key) in ["r4", "r5"].iter().enumerate() {
+        let (status, _, body) = put_as(&b, "greedy", key, &fresh_request_id(), &[]);
+        assert_eq!((status, &body["error"]), (503, &"busy".into()), "{body}");
+        assert_eq!(
+            refusals(),
+            n as u64 + 1,
+            "write {key} was refused by the owner, not by b: {body}"
+        );
+    }
+    assert_eq!(b.metric("ferry_caller_cap_here_total"), 0);
+    for write in held {
+        let (status, _, body) = write.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
 }
 
 #[test]

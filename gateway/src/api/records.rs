@@ -8,8 +8,9 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use ferry_core::capacity;
 use ferry_kit::contract::{ChangePage, ErrorCode, FeedChange, ListPage, ListedKey, WriteDone};
-use ferry_peer::outcome::{Refusal, UnknownReason, WriteOutcome};
+use ferry_peer::outcome::{NotSentReason, Refusal, UnknownReason, WriteOutcome};
 use ferry_peer::wire::{Priority, ReadAnswer, ReadVerb, RequestId, WriteAnswer, WriteVerb};
 use serde::Deserialize;
 
@@ -381,6 +382,18 @@ fn answer(
             .reason(reason.as_str())
             .into_response(),
         ),
+        // The owner's cap, kept here: what the owner would have said, without the trip.
+        WriteOutcome::NotSent {
+            reason: NotSentReason::CallerCap,
+            detail,
+        } => {
+            let mut error =
+                ApiError::new(503, ErrorCode::Busy, format!("{detail}; nothing was sent"))
+                    .request_id(id)
+                    .reason(NotSentReason::CallerCap.as_str());
+            error.retry_after_s = Some(capacity::BUSY_RETRY.as_millis().div_ceil(1000) as u64);
+            (WriteKind::Refused, error.into_response())
+        }
         WriteOutcome::NotSent { reason, detail } => (
             WriteKind::Unavailable,
             ApiError::new(503, ErrorCode::Unavailable, format!("{detail}; nothing was sent"))

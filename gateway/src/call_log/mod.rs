@@ -14,10 +14,11 @@
 //! them except `flush`. When every slot is taken (4,096 writes in flight), a write is recorded
 //! as an `in_flight` row instead, through the same thread, which the caller then waits for.
 
+pub mod sent_mark;
 pub mod slots;
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use ferry_peer::wire::{CallState, RequestId};
 use rusqlite::{Connection, TransactionBehavior};
@@ -30,6 +31,7 @@ use crate::env::Blocking;
 use crate::in_flight::InFlightGuard;
 use crate::store::calls::{self, CallRow};
 use crate::store::{self, StoreError};
+use sent_mark::{EarlierSends, SentMark};
 use slots::SlotFile;
 
 /// How many records may wait for the thread.
@@ -82,6 +84,10 @@ pub struct Recorded {
 pub struct CallLog {
     queue: mpsc::Sender<Op>,
     slots: Arc<SlotFile>,
+    /// The bound on ids sent from this home (`sent_mark`), its file, and what it said at open.
+    sent: Mutex<SentMark>,
+    sent_path: PathBuf,
+    earlier_sends: EarlierSends,
 }
 
 /// Why a call could not be recorded: it must then not be sent.
@@ -108,6 +114,9 @@ impl CallLog {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         let (slots, cut_short) =
             SlotFile::open(slots_path).map_err(|source| StoreError::SlotFile { source })?;
+        let sent_path = slots_path.with_file_name("calls.sent");
+        let (sent, earlier_sends) = SentMark::open(&sent_path, slots.found_at_open())
+            .map_err(|source| StoreError::SlotFile { source })?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for row in &cut_short {
             calls::mark_unknown(&tx, row)?;
@@ -144,7 +153,27 @@ impl CallLog {
                 tokio::spawn(writer.run_task(receiver));
             }
         }
-        Ok(Self { queue, slots })
+        Ok(Self {
+            queue,
+            slots,
+            sent: Mutex::new(sent),
+            sent_path,
+            earlier_sends,
+        })
+    }
+
+    /// What earlier processes of this home may have sent (see `sent_mark`).
+    pub fn earlier_sends(&self) -> EarlierSends {
+        self.earlier_sends
+    }
+
+    /// Raises the sent mark over an id stamped `stamp_ms`; call before the id leaves. On an
+    /// error the mark is gone (a later process reads it as unknown, never as too low).
+    pub fn cover_sent(&self, stamp_ms: u64) -> std::io::Result<()> {
+        self.sent
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .cover(stamp_ms, &self.sent_path)
     }
 
     /// Records `row` as in flight; returns once it is where a crash cannot lose it to a

@@ -38,18 +38,16 @@ const HEADER: usize = 16;
 pub struct SlotFile {
     file: File,
     free: Mutex<Vec<u32>>,
+    /// Whether the file was there before this open: an earlier process of this home ran (and
+    /// may have sent writes). After its first start the file always has its full length.
+    found: bool,
 }
 
 impl SlotFile {
     /// Opens (or makes, mode 0600) the file at `path`; returns it with every slot free, and the
     /// calls its occupied slots held (a crash cut them short).
     pub fn open(path: &Path) -> std::io::Result<(Self, Vec<CallRow>)> {
-        let file = platform::private_file_options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = platform::open_private_in_place(path)?;
         let mut cut_short = Vec::new();
         let mut slot = vec![0u8; SLOT_BYTES];
         let len = file.metadata()?.len();
@@ -67,9 +65,15 @@ impl SlotFile {
             Self {
                 file,
                 free: Mutex::new((0..SLOTS).rev().collect()),
+                found: len > 0,
             },
             cut_short,
         ))
+    }
+
+    /// Whether an earlier process of this home had made the file (see [`SlotFile::open`]).
+    pub fn found_at_open(&self) -> bool {
+        self.found
     }
 
     /// Clears every slot (after their calls were moved to the calls table).
@@ -110,7 +114,7 @@ impl SlotFile {
     }
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
     })
@@ -230,5 +234,18 @@ mod tests {
         slots.clear_all().unwrap();
         drop(slots);
         assert!(SlotFile::open(&path).unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn the_file_says_whether_an_earlier_process_made_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("calls.slots");
+        let (first, _) = SlotFile::open(&path).unwrap();
+        assert!(!first.found_at_open(), "a new home");
+        // What every start does once its cut-short calls are moved: the file gets its length.
+        first.clear_all().unwrap();
+        drop(first);
+        let (second, _) = SlotFile::open(&path).unwrap();
+        assert!(second.found_at_open(), "an earlier process ran here");
     }
 }

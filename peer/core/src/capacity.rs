@@ -133,7 +133,8 @@ impl Refusal {
         };
         outcome::Refusal {
             retry_after_ms: Some(self.retry_after.as_millis() as u64),
-            // Which rule refused it: an app can tell a full queue from its own cap.
+            // Which rule refused it: a calling gateway learns the owner's cap from
+            // `caller_cap` ([`send_gate`]), and an app can tell a full queue from its own cap.
             reason: Some(self.why.name().to_string()),
             ..outcome::Refusal::new(code, detail)
         }
@@ -484,6 +485,8 @@ impl ServiceTime {
         Duration::from_micros(self.micros)
     }
 }
+
+pub mod send_gate;
 
 #[cfg(test)]
 mod tests;

@@ -241,6 +241,10 @@ pub enum NotSentReason {
     /// The owner's gateway and this one speak no protocol version in common (SPEC 11); the
     /// older one must be upgraded.
     VersionMismatch,
+    /// This app already has as many writes out to the owner as the owner last said it takes
+    /// (`ferry_core::capacity::send_gate`): answered `503 busy` here, as the owner would have.
+    /// The same request id may be sent again.
+    CallerCap,
 }
 
 impl NotSentReason {
@@ -255,6 +259,7 @@ impl NotSentReason {
             Self::Stopping => "stopping",
             Self::DeadlineSpent => "deadline_spent",
             Self::VersionMismatch => "version_mismatch",
+            Self::CallerCap => "caller_cap",
         }
     }
 }

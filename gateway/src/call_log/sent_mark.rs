@@ -1,0 +1,152 @@
+//! The sent mark: a bound on the request ids this home ever sent to an owner, kept in a small
+//! file so a later process knows which ids an earlier one cannot have sent.
+//!
+//! Why: the send gate (`ferry_core::capacity::send_gate`) answers `busy` without sending only
+//! for an id that cannot have left before, since `busy` says "not carried out". Within one
+//! process it remembers what it sent. Across a restart it needs this: every id sent from this
+//! home is stamped (UUIDv7) at or below the mark, so an id stamped above it was never sent from
+//! here, whatever the wall clock did between the two runs (a clock set back would otherwise make
+//! an earlier run's ids look new).
+//!
+//! The mark is raised, with one `pwrite`, before an id stamped above it leaves, and raised a
+//! minute past that stamp, so a gateway sending all day writes it about once a minute. Like the
+//! slot file, it survives the process being killed, not a power cut; a mark that is missing or
+//! torn reads as unknown, and the gate then judges no id stamped before the process's start plus
+//! the skew the API accepts.
+//!
+//! Layout: `FSM1`, four zero bytes, the mark (u64 LE, Unix ms), FNV-1a 64 of the mark (u64 LE).
+
+use std::fs::File;
+use std::path::Path;
+
+use crate::platform;
+
+const MAGIC: &[u8; 4] = b"FSM1";
+const BYTES: usize = 24;
+/// How far past an id's stamp the mark is raised, so it is written about once a minute.
+const AHEAD_MS: u64 = 60_000;
+
+/// What an earlier process of this home may have sent, as the file told at open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EarlierSends {
+    /// No earlier process: a new home.
+    None,
+    /// Ids stamped up to this (Unix ms), none later.
+    UpTo(u64),
+    /// An earlier process ran, but its mark is missing or torn.
+    Unknown,
+}
+
+/// The open mark file and the mark it holds.
+#[derive(Debug)]
+pub struct SentMark {
+    file: Option<File>,
+    mark_ms: u64,
+}
+
+impl SentMark {
+    /// Opens (or makes, mode 0600) the file at `path`. `earlier_process_ran` says whether this
+    /// home was used before (the call log's slot file was there), for a file that is missing.
+    pub fn open(path: &Path, earlier_process_ran: bool) -> std::io::Result<(Self, EarlierSends)> {
+        let file = platform::open_private_in_place(path)?;
+        let mut bytes = [0u8; BYTES];
+        let found = match platform::read_exact_at(&file, &mut bytes, 0) {
+            Ok(()) => decode(&bytes),
+            Err(_) => None,
+        };
+        let earlier = match (found, earlier_process_ran) {
+            (Some(mark_ms), _) => EarlierSends::UpTo(mark_ms),
+            (None, false) => EarlierSends::None,
+            (None, true) => EarlierSends::Unknown,
+        };
+        Ok((
+            Self {
+                file: Some(file),
+                mark_ms: found.unwrap_or(0),
+            },
+            earlier,
+        ))
+    }
+
+    /// Makes the mark cover an id stamped `stamp_ms`, before that id leaves. If the file cannot
+    /// be written it is removed (so a later process reads the mark as unknown, never as a bound
+    /// that is too low) and the error returned.
+    pub fn cover(&mut self, stamp_ms: u64, path: &Path) -> std::io::Result<()> {
+        if stamp_ms <= self.mark_ms {
+            return Ok(());
+        }
+        let Some(file) = &self.file else {
+            // Written off after a failure: nothing more is written, the file is gone.
+            return Ok(());
+        };
+        let mark_ms = stamp_ms.saturating_add(AHEAD_MS);
+        match platform::write_all_at(file, &encode(mark_ms), 0) {
+            Ok(()) => {
+                self.mark_ms = mark_ms;
+                Ok(())
+            }
+            Err(err) => {
+                self.file = None;
+                let _ = std::fs::remove_file(path);
+                Err(err)
+            }
+        }
+    }
+}
+
+fn encode(mark_ms: u64) -> [u8; BYTES] {
+    let mut bytes = [0u8; BYTES];
+    bytes[..4].copy_from_slice(MAGIC);
+    bytes[8..16].copy_from_slice(&mark_ms.to_le_bytes());
+    bytes[16..].copy_from_slice(&super::slots::fnv1a(&mark_ms.to_le_bytes()).to_le_bytes());
+    bytes
+}
+
+fn decode(bytes: &[u8; BYTES]) -> Option<u64> {
+    if &bytes[..4] != MAGIC {
+        return None;
+    }
+    let mark: [u8; 8] = bytes[8..16].try_into().ok()?;
+    let sum: [u8; 8] = bytes[16..].try_into().ok()?;
+    (super::slots::fnv1a(&mark) == u64::from_le_bytes(sum)).then(|| u64::from_le_bytes(mark))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_home_has_no_earlier_sends_and_a_raised_mark_is_found_by_the_next_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("calls.sent");
+        let (mut mark, earlier) = SentMark::open(&path, false).unwrap();
+        assert_eq!(earlier, EarlierSends::None);
+        mark.cover(1_000, &path).unwrap();
+        mark.cover(2_000, &path).unwrap(); // under the mark: nothing written
+        drop(mark);
+        let (_, earlier) = SentMark::open(&path, true).unwrap();
+        assert_eq!(earlier, EarlierSends::UpTo(1_000 + AHEAD_MS));
+    }
+
+    #[test]
+    fn a_missing_or_torn_mark_after_an_earlier_process_is_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("calls.sent");
+        assert_eq!(
+            SentMark::open(&path, true).unwrap().1,
+            EarlierSends::Unknown
+        );
+        let mut torn = encode(5_000);
+        torn[10] ^= 1;
+        std::fs::write(&path, torn).unwrap();
+        assert_eq!(
+            SentMark::open(&path, true).unwrap().1,
+            EarlierSends::Unknown
+        );
+        std::fs::write(&path, encode(5_000)).unwrap();
+        assert_eq!(
+            SentMark::open(&path, true).unwrap().1,
+            EarlierSends::UpTo(5_000)
+        );
+    }
+}
