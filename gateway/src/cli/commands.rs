@@ -790,7 +790,7 @@ fn report_write(result: WriteResult, json: bool, elapsed: std::time::Duration) -
         }
         if let (Some(after), Some(request_id)) = (result.may_resend_after(), result.request_id()) {
             eprintln!(
-                "ferry: nothing was written; the owner asks to wait {} s, then send it again with --request-id {request_id}",
+                "ferry: nothing was written; wait {} s (the Retry-After of the refusal), then send it again with --request-id {request_id}",
                 after.as_secs().max(1)
             );
         }
