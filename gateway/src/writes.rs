@@ -17,7 +17,7 @@ use ferry_peer::outcome::{NotSentReason, RefusalCode, UnknownReason, WriteOutcom
 use ferry_peer::wire::{Priority, RequestId, TicketAnswer, TicketRequest, WriteAnswer, WriteVerb};
 use ferry_ticket::{NodeId, Ticket, TicketCache, VerbSet};
 use tokio::sync::Notify;
-use tracing::{warn, Instrument};
+use tracing::Instrument;
 
 use crate::call_log::sent_mark::EarlierSends;
 use crate::call_log::{CallLog, End};
@@ -78,9 +78,7 @@ impl Writes {
         let horizon_ms = match parts.call_log.earlier_sends() {
             EarlierSends::None => start_ms,
             EarlierSends::UpTo(mark_ms) => start_ms.max(mark_ms.saturating_add(1)),
-            EarlierSends::Unknown => {
-                start_ms.saturating_add(crate::owner::verbs::MAX_FUTURE_SKEW.as_millis() as u64)
-            }
+            EarlierSends::Unknown => start_ms.max(crate::call_log::unknown_sends_bound(start_ms)),
         };
         Self {
             network: parts.network,
@@ -258,41 +256,43 @@ impl Writes {
 
     /// Counts a write of `app` out to `target`, or answers it `busy` (not sent) if the owner's
     /// last `caller_cap` refusal says it would refuse it too and its id cannot have left
-    /// before (a repeat always goes to the owner, whose journal knows what became of it).
+    /// before (a repeat always goes to the owner, whose journal knows what became of it), or
+    /// `unavailable` (not sent) if the home's sent mark cannot be raised over its id.
     fn leave(&self, target: &Target, app: &str, id: RequestId) -> Result<Out, WriteOutcome> {
         let key = (target.node, app.to_string());
-        let left = {
-            let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
-            let may_repeat = sending.recent.may_have_left(&id, self.clock.unix_ms());
-            let left = sending.gate.leave(&key, may_repeat, self.clock.now());
-            if left.is_ok() {
-                sending.recent.sent(id, self.clock.unix_ms());
-                // Before it leaves: a later process must know this id may have been sent.
-                if let Err(err) = self.call_log.cover_sent(id.unix_ms()) {
-                    warn!(%err, "the sent mark could not be raised; after a restart the send gate will judge no id for five minutes");
-                }
-            }
-            left
+        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+        let may_repeat = sending.recent.may_have_left(&id, self.clock.unix_ms());
+        let Ok(sent) = sending.gate.leave(&key, may_repeat, self.clock.now()) else {
+            drop(sending);
+            self.metrics.caller_cap_here();
+            return Err(WriteOutcome::not_sent(
+                NotSentReason::CallerCap,
+                format!(
+                    "app {app:?} already has as many writes out to {} as that owner last took from this gateway; send it again with the same request id",
+                    target.label
+                ),
+            ));
         };
-        match left {
-            Ok(sent) => Ok(Out {
-                sending: self.sending.clone(),
-                clock: self.clock.clone(),
-                key,
-                sent,
-                ended: Ended::Other,
-            }),
-            Err(_) => {
-                self.metrics.caller_cap_here();
-                Err(WriteOutcome::not_sent(
-                    NotSentReason::CallerCap,
-                    format!(
-                        "app {app:?} already has as many writes out to {} as that owner last took from this gateway; send it again with the same request id",
-                        target.label
-                    ),
-                ))
-            }
+        // Before it leaves, the sent mark covers it: a later run must know it may have been
+        // sent. An id the mark cannot cover is not sent at all.
+        if let Err(err) = self.call_log.cover_sent(id.unix_ms()) {
+            sending
+                .gate
+                .ended(&key, sent, Ended::Other, self.clock.now());
+            return Err(WriteOutcome::not_sent(
+                NotSentReason::Stopping,
+                format!("the home's sent mark could not be written ({err}), so it was not sent"),
+            ));
         }
+        sending.recent.sent(id, self.clock.unix_ms());
+        drop(sending);
+        Ok(Out {
+            sending: self.sending.clone(),
+            clock: self.clock.clone(),
+            key,
+            sent,
+            ended: Ended::Other,
+        })
     }
 
     /// The retry every RPC library is tempted by, and that Ferry exists to refuse: an unknown

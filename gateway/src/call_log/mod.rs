@@ -17,7 +17,7 @@
 pub mod sent_mark;
 pub mod slots;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use ferry_peer::wire::{CallState, RequestId};
@@ -84,9 +84,8 @@ pub struct Recorded {
 pub struct CallLog {
     queue: mpsc::Sender<Op>,
     slots: Arc<SlotFile>,
-    /// The bound on ids sent from this home (`sent_mark`), its file, and what it said at open.
+    /// The bound on ids sent from this home (`sent_mark`), and what it said at open.
     sent: Mutex<SentMark>,
-    sent_path: PathBuf,
     earlier_sends: EarlierSends,
 }
 
@@ -97,6 +96,15 @@ pub enum LogError {
     Unavailable,
     #[error("the call log could not be written: {source}")]
     Store { source: StoreError },
+}
+
+/// What a run takes as the bound on an earlier run's ids when that run's sent mark is lost:
+/// the earlier run took ids dated up to the API's skew past its clock, and its clock was at most
+/// this one's start (unless the clock was set back meanwhile: the case `protocol.md` names).
+pub fn unknown_sends_bound(start_ms: u64) -> u64 {
+    start_ms
+        .saturating_add(crate::owner::verbs::MAX_FUTURE_SKEW.as_millis() as u64)
+        .saturating_add(1)
 }
 
 impl CallLog {
@@ -115,8 +123,14 @@ impl CallLog {
         let (slots, cut_short) =
             SlotFile::open(slots_path).map_err(|source| StoreError::SlotFile { source })?;
         let sent_path = slots_path.with_file_name("calls.sent");
-        let (sent, earlier_sends) = SentMark::open(&sent_path, slots.found_at_open())
+        let (mut sent, earlier_sends) = SentMark::open(&sent_path, slots.found_at_open())
             .map_err(|source| StoreError::SlotFile { source })?;
+        if earlier_sends == EarlierSends::Unknown {
+            // What this run takes as the earlier runs' bound becomes the mark now, before
+            // anything is sent: the next run must not read a lower one as certain.
+            sent.raise_to(unknown_sends_bound(clock.unix_ms()))
+                .map_err(|source| StoreError::SlotFile { source })?;
+        }
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for row in &cut_short {
             calls::mark_unknown(&tx, row)?;
@@ -157,7 +171,6 @@ impl CallLog {
             queue,
             slots,
             sent: Mutex::new(sent),
-            sent_path,
             earlier_sends,
         })
     }
@@ -167,13 +180,13 @@ impl CallLog {
         self.earlier_sends
     }
 
-    /// Raises the sent mark over an id stamped `stamp_ms`; call before the id leaves. On an
-    /// error the mark is gone (a later process reads it as unknown, never as too low).
+    /// Raises the sent mark over an id stamped `stamp_ms`; call before the id leaves, and do
+    /// not send it on an error (the mark must bound every id sent).
     pub fn cover_sent(&self, stamp_ms: u64) -> std::io::Result<()> {
         self.sent
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .cover(stamp_ms, &self.sent_path)
+            .cover(stamp_ms)
     }
 
     /// Records `row` as in flight; returns once it is where a crash cannot lose it to a
@@ -376,5 +389,33 @@ fn apply(conn: &mut Connection, batch: &[Op], now_ms: u64) -> Vec<Result<(), Sto
                 })
                 .collect()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_core::clock::SystemClock;
+
+    #[tokio::test]
+    async fn a_lost_mark_after_an_earlier_run_is_written_as_the_unknown_bound_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, slots) = (dir.path().join("ferry.db"), dir.path().join("calls.slots"));
+        let start = |expect: EarlierSends| {
+            let log = CallLog::start(&db, &slots, Blocking::Inline, Arc::new(SystemClock)).unwrap();
+            assert_eq!(log.earlier_sends(), expect);
+        };
+        let before = SystemClock.unix_ms();
+        start(EarlierSends::None);
+        // The first run sent nothing, so it wrote no mark: the next run cannot know it sent
+        // nothing, takes the unknown bound, and writes it.
+        let path = dir.path().join("calls.sent");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        start(EarlierSends::Unknown);
+        let (_, earlier) = SentMark::open(&path, true).unwrap();
+        let EarlierSends::UpTo(mark) = earlier else {
+            panic!("no mark written at start: {earlier:?}");
+        };
+        assert!(mark >= unknown_sends_bound(before), "{mark}");
     }
 }

@@ -9,10 +9,12 @@
 //! an earlier run's ids look new).
 //!
 //! The mark is raised, with one `pwrite`, before an id stamped above it leaves, and raised a
-//! minute past that stamp, so a gateway sending all day writes it about once a minute. Like the
-//! slot file, it survives the process being killed, not a power cut; a mark that is missing or
-//! torn reads as unknown, and the gate then judges no id stamped before the process's start plus
-//! the skew the API accepts.
+//! minute past that stamp, so a gateway sending all day writes it about once a minute; an id
+//! whose mark cannot be written is not sent. Like the slot file, it survives the process being
+//! killed, not a power cut. A mark that is missing or torn after an earlier run reads as
+//! unknown: the gate then judges no id stamped before the process's start plus the skew the API
+//! accepts, and the call log writes that bound as the mark at once, so the next run does not
+//! read a lower one as certain.
 //!
 //! Layout: `FSM1`, four zero bytes, the mark (u64 LE, Unix ms), FNV-1a 64 of the mark (u64 LE).
 
@@ -40,7 +42,7 @@ pub enum EarlierSends {
 /// The open mark file and the mark it holds.
 #[derive(Debug)]
 pub struct SentMark {
-    file: Option<File>,
+    file: File,
     mark_ms: u64,
 }
 
@@ -61,36 +63,32 @@ impl SentMark {
         };
         Ok((
             Self {
-                file: Some(file),
+                file,
                 mark_ms: found.unwrap_or(0),
             },
             earlier,
         ))
     }
 
-    /// Makes the mark cover an id stamped `stamp_ms`, before that id leaves. If the file cannot
-    /// be written it is removed (so a later process reads the mark as unknown, never as a bound
-    /// that is too low) and the error returned.
-    pub fn cover(&mut self, stamp_ms: u64, path: &Path) -> std::io::Result<()> {
+    /// Makes the mark cover an id stamped `stamp_ms`; call before that id leaves, and send it
+    /// only if this succeeds, so the mark on disk always bounds every id sent. Raised a minute
+    /// past the stamp, so a gateway sending all day writes it about once a minute.
+    pub fn cover(&mut self, stamp_ms: u64) -> std::io::Result<()> {
         if stamp_ms <= self.mark_ms {
             return Ok(());
         }
-        let Some(file) = &self.file else {
-            // Written off after a failure: nothing more is written, the file is gone.
+        self.raise_to(stamp_ms.saturating_add(AHEAD_MS))
+    }
+
+    /// Sets the mark to `mark_ms` if that is higher. A write that fails leaves the file as it
+    /// was, or torn (then read as unknown): never lower than what was sent.
+    pub fn raise_to(&mut self, mark_ms: u64) -> std::io::Result<()> {
+        if mark_ms <= self.mark_ms {
             return Ok(());
-        };
-        let mark_ms = stamp_ms.saturating_add(AHEAD_MS);
-        match platform::write_all_at(file, &encode(mark_ms), 0) {
-            Ok(()) => {
-                self.mark_ms = mark_ms;
-                Ok(())
-            }
-            Err(err) => {
-                self.file = None;
-                let _ = std::fs::remove_file(path);
-                Err(err)
-            }
         }
+        platform::write_all_at(&self.file, &encode(mark_ms), 0)?;
+        self.mark_ms = mark_ms;
+        Ok(())
     }
 }
 
@@ -121,8 +119,8 @@ mod tests {
         let path = dir.path().join("calls.sent");
         let (mut mark, earlier) = SentMark::open(&path, false).unwrap();
         assert_eq!(earlier, EarlierSends::None);
-        mark.cover(1_000, &path).unwrap();
-        mark.cover(2_000, &path).unwrap(); // under the mark: nothing written
+        mark.cover(1_000).unwrap();
+        mark.cover(2_000).unwrap(); // under the mark: nothing written
         drop(mark);
         let (_, earlier) = SentMark::open(&path, true).unwrap();
         assert_eq!(earlier, EarlierSends::UpTo(1_000 + AHEAD_MS));
@@ -144,9 +142,14 @@ mod tests {
             EarlierSends::Unknown
         );
         std::fs::write(&path, encode(5_000)).unwrap();
+        let (mut mark, earlier) = SentMark::open(&path, true).unwrap();
+        assert_eq!(earlier, EarlierSends::UpTo(5_000));
+        mark.raise_to(4_000).unwrap(); // lower: kept as it was
+        mark.raise_to(9_000).unwrap();
+        drop(mark);
         assert_eq!(
             SentMark::open(&path, true).unwrap().1,
-            EarlierSends::UpTo(5_000)
+            EarlierSends::UpTo(9_000)
         );
     }
 }
