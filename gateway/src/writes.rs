@@ -17,7 +17,7 @@ use ferry_peer::outcome::{NotSentReason, RefusalCode, UnknownReason, WriteOutcom
 use ferry_peer::wire::{Priority, RequestId, TicketAnswer, TicketRequest, WriteAnswer, WriteVerb};
 use ferry_ticket::{NodeId, Ticket, TicketCache, VerbSet};
 use tokio::sync::Notify;
-use tracing::Instrument;
+use tracing::{error, Instrument};
 
 use crate::call_log::sent_mark::EarlierSends;
 use crate::call_log::{CallLog, End};
@@ -279,6 +279,7 @@ impl Writes {
             sending
                 .gate
                 .ended(&key, sent, Ended::Other, self.clock.now());
+            error!(%err, "the home's sent mark could not be written; writes to peers are not sent");
             return Err(WriteOutcome::not_sent(
                 NotSentReason::Stopping,
                 format!("the home's sent mark could not be written ({err}), so it was not sent"),

@@ -8,10 +8,11 @@
 //! here, whatever the wall clock did between the two runs (a clock set back would otherwise make
 //! an earlier run's ids look new).
 //!
-//! The mark is raised, with one `pwrite`, before an id stamped above it leaves, and raised a
-//! minute past that stamp, so a gateway sending all day writes it about once a minute; an id
-//! whose mark cannot be written is not sent. Like the slot file, it survives the process being
-//! killed, not a power cut. A mark that is missing or torn after an earlier run reads as
+//! The mark is raised, with one `pwrite` and an `fdatasync`, before an id stamped above it
+//! leaves, and raised a minute past that stamp, so a gateway sending all day writes it about
+//! once a minute; an id whose mark cannot be written is not sent. Unlike a slot of the call
+//! log, a raised mark is on disk before the id leaves: a power cut must not bring back an older
+//! mark that would read as certain. A mark that is missing or torn after an earlier run reads as
 //! unknown: the gate then judges no id stamped before the process's start plus the skew the API
 //! accepts, and the call log writes that bound as the mark at once, so the next run does not
 //! read a lower one as certain.
@@ -80,13 +81,14 @@ impl SentMark {
         self.raise_to(stamp_ms.saturating_add(AHEAD_MS))
     }
 
-    /// Sets the mark to `mark_ms` if that is higher. A write that fails leaves the file as it
-    /// was, or torn (then read as unknown): never lower than what was sent.
+    /// Sets the mark to `mark_ms` if that is higher, durably. A write that fails leaves the file
+    /// as it was, or torn (then read as unknown): never lower than what was sent.
     pub fn raise_to(&mut self, mark_ms: u64) -> std::io::Result<()> {
         if mark_ms <= self.mark_ms {
             return Ok(());
         }
         platform::write_all_at(&self.file, &encode(mark_ms), 0)?;
+        self.file.sync_data()?;
         self.mark_ms = mark_ms;
         Ok(())
     }
