@@ -124,13 +124,18 @@ impl CallLog {
             SlotFile::open(slots_path).map_err(|source| StoreError::SlotFile { source })?;
         let sent_path = slots_path.with_file_name("calls.sent");
         let (mut sent, earlier_sends) = SentMark::open(&sent_path, slots.found_at_open())
-            .map_err(|source| StoreError::SlotFile { source })?;
-        if earlier_sends == EarlierSends::Unknown {
-            // What this run takes as the earlier runs' bound becomes the mark now, before
-            // anything is sent: the next run must not read a lower one as certain.
-            sent.raise_to(unknown_sends_bound(clock.unix_ms()))
-                .map_err(|source| StoreError::SlotFile { source })?;
-        }
+            .map_err(|source| StoreError::SentMark { source })?;
+        // Before anything is sent, the mark bounds what earlier runs may have sent: the bound
+        // this run takes when theirs is lost (the next run must not read a lower one as
+        // certain), or this start in a new home (so a run that sends nothing still leaves a
+        // mark, and the next run's gate need not wait out the unknown bound).
+        let at_start = match earlier_sends {
+            EarlierSends::Unknown => unknown_sends_bound(clock.unix_ms()),
+            EarlierSends::None => clock.unix_ms(),
+            EarlierSends::UpTo(mark_ms) => mark_ms,
+        };
+        sent.raise_to(at_start)
+            .map_err(|source| StoreError::SentMark { source })?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for row in &cut_short {
             calls::mark_unknown(&tx, row)?;
@@ -398,7 +403,7 @@ mod tests {
     use ferry_core::clock::SystemClock;
 
     #[tokio::test]
-    async fn a_lost_mark_after_an_earlier_run_is_written_as_the_unknown_bound_at_start() {
+    async fn every_start_leaves_a_mark_and_a_lost_one_is_written_as_the_unknown_bound() {
         let dir = tempfile::tempdir().unwrap();
         let (db, slots) = (dir.path().join("ferry.db"), dir.path().join("calls.slots"));
         let start = |expect: EarlierSends| {
@@ -407,15 +412,22 @@ mod tests {
         };
         let before = SystemClock.unix_ms();
         start(EarlierSends::None);
-        // The first run sent nothing, so it wrote no mark: the next run cannot know it sent
-        // nothing, takes the unknown bound, and writes it.
+        // A new home's run writes its start as the mark, though it sent nothing.
         let path = dir.path().join("calls.sent");
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        let (_, earlier) = SentMark::open(&path, true).unwrap();
+        let EarlierSends::UpTo(first) = earlier else {
+            panic!("no mark written at a new home's start: {earlier:?}");
+        };
+        assert!(first >= before && first < unknown_sends_bound(before));
+        // The mark lost (a torn write, an upgrade): the next run takes the unknown bound, and
+        // writes it at once.
+        std::fs::remove_file(&path).unwrap();
         start(EarlierSends::Unknown);
         let (_, earlier) = SentMark::open(&path, true).unwrap();
         let EarlierSends::UpTo(mark) = earlier else {
             panic!("no mark written at start: {earlier:?}");
         };
         assert!(mark >= unknown_sends_bound(before), "{mark}");
+        start(EarlierSends::UpTo(mark));
     }
 }

@@ -67,6 +67,10 @@ pub enum StoreError {
     /// directory's disk and permissions.
     #[error("the call log's slot file: {source}")]
     SlotFile { source: std::io::Error },
+    /// The home's sent mark (`calls.sent`) could not be opened or written; check the state
+    /// directory's disk and permissions.
+    #[error("the sent mark (calls.sent): {source}")]
+    SentMark { source: std::io::Error },
     /// A batch of changes did not commit, so none of them happened (`source` is why); shared
     /// by every change in the batch.
     #[error("the batch did not commit: {source}")]
