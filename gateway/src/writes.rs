@@ -19,7 +19,6 @@ use ferry_ticket::{NodeId, Ticket, TicketCache, VerbSet};
 use tokio::sync::Notify;
 use tracing::{error, Instrument};
 
-use crate::call_log::sent_mark::EarlierSends;
 use crate::call_log::{CallLog, End};
 use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
@@ -71,15 +70,12 @@ pub struct WritesParts {
 
 impl Writes {
     pub fn new(parts: WritesParts) -> Self {
-        // Ids an earlier process of this home may have sent are never judged by the send gate:
-        // those stamped up to its sent mark, or, with the mark lost, up to this start plus the
-        // skew the API accepts (that process took ids dated that far past its clock).
-        let start_ms = parts.clock.unix_ms();
-        let horizon_ms = match parts.call_log.earlier_sends() {
-            EarlierSends::None => start_ms,
-            EarlierSends::UpTo(mark_ms) => start_ms.max(mark_ms.saturating_add(1)),
-            EarlierSends::Unknown => start_ms.max(crate::call_log::unknown_sends_bound(start_ms)),
-        };
+        // Ids an earlier process of this home may have sent (stamped up to the sent mark its
+        // start left) are never judged by the send gate, nor any stamped before this start.
+        let horizon_ms = parts
+            .clock
+            .unix_ms()
+            .max(parts.call_log.earlier_sends_up_to().saturating_add(1));
         Self {
             network: parts.network,
             owner: parts.owner,

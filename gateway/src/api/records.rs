@@ -387,12 +387,14 @@ fn answer(
             reason: NotSentReason::CallerCap,
             detail,
         } => {
-            let mut error =
-                ApiError::new(503, ErrorCode::Busy, format!("{detail}; nothing was sent"))
-                    .request_id(id)
-                    .reason(NotSentReason::CallerCap.as_str());
-            error.retry_after_s = Some(capacity::BUSY_RETRY.as_millis().div_ceil(1000) as u64);
-            (WriteKind::Refused, error.into_response())
+            let refusal = Refusal {
+                reason: Some(NotSentReason::CallerCap.as_str().into()),
+                ..Refusal::busy(format!("{detail}; nothing was sent"), capacity::BUSY_RETRY)
+            };
+            (
+                WriteKind::Refused,
+                refusal_error(&refusal).request_id(id).into_response(),
+            )
         }
         WriteOutcome::NotSent { reason, detail } => (
             WriteKind::Unavailable,

@@ -87,6 +87,9 @@ pub struct CallLog {
     /// The bound on ids sent from this home (`sent_mark`), and what it said at open.
     sent: Mutex<SentMark>,
     earlier_sends: EarlierSends,
+    /// The mark as this run's start left it: every id an earlier run sent is stamped at or
+    /// below it.
+    mark_at_start_ms: u64,
 }
 
 /// Why a call could not be recorded: it must then not be sent.
@@ -107,6 +110,18 @@ pub fn unknown_sends_bound(start_ms: u64) -> u64 {
         .saturating_add(1)
 }
 
+/// The sent mark a run writes at its start, before anything is sent: the earlier runs' mark;
+/// the bound this run takes when theirs is lost (the next run must not read a lower one as
+/// certain); or, in a new home, the start itself (so a run that sends nothing still leaves a
+/// mark, and the next run's gate need not wait out the unknown bound).
+pub fn mark_at_start(earlier: EarlierSends, start_ms: u64) -> u64 {
+    match earlier {
+        EarlierSends::None => start_ms,
+        EarlierSends::UpTo(mark_ms) => mark_ms,
+        EarlierSends::Unknown => unknown_sends_bound(start_ms),
+    }
+}
+
 impl CallLog {
     /// Opens the log: calls a crash left in flight (in slots, or `in_flight` rows) become
     /// `unknown` rows, to be settled with their owners; then the thread starts.
@@ -125,16 +140,9 @@ impl CallLog {
         let sent_path = slots_path.with_file_name("calls.sent");
         let (mut sent, earlier_sends) = SentMark::open(&sent_path, slots.found_at_open())
             .map_err(|source| StoreError::SentMark { source })?;
-        // Before anything is sent, the mark bounds what earlier runs may have sent: the bound
-        // this run takes when theirs is lost (the next run must not read a lower one as
-        // certain), or this start in a new home (so a run that sends nothing still leaves a
-        // mark, and the next run's gate need not wait out the unknown bound).
-        let at_start = match earlier_sends {
-            EarlierSends::Unknown => unknown_sends_bound(clock.unix_ms()),
-            EarlierSends::None => clock.unix_ms(),
-            EarlierSends::UpTo(mark_ms) => mark_ms,
-        };
-        sent.raise_to(at_start)
+        // Before anything is sent, the mark bounds what earlier runs may have sent.
+        let mark_at_start_ms = mark_at_start(earlier_sends, clock.unix_ms());
+        sent.raise_to(mark_at_start_ms)
             .map_err(|source| StoreError::SentMark { source })?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for row in &cut_short {
@@ -177,12 +185,19 @@ impl CallLog {
             slots,
             sent: Mutex::new(sent),
             earlier_sends,
+            mark_at_start_ms,
         })
     }
 
-    /// What earlier processes of this home may have sent (see `sent_mark`).
+    /// What earlier processes of this home may have sent, as the mark told at open (see
+    /// `sent_mark`).
     pub fn earlier_sends(&self) -> EarlierSends {
         self.earlier_sends
+    }
+
+    /// Every id an earlier run of this home sent is stamped at or below this.
+    pub fn earlier_sends_up_to(&self) -> u64 {
+        self.mark_at_start_ms
     }
 
     /// Raises the sent mark over an id stamped `stamp_ms`; call before the id leaves, and do
@@ -401,6 +416,20 @@ fn apply(conn: &mut Connection, batch: &[Op], now_ms: u64) -> Vec<Result<(), Sto
 mod tests {
     use super::*;
     use ferry_core::clock::SystemClock;
+
+    #[test]
+    fn the_mark_at_start_bounds_what_earlier_runs_may_have_sent() {
+        let start = 1_764_000_000_000;
+        assert_eq!(mark_at_start(EarlierSends::None, start), start);
+        assert_eq!(
+            mark_at_start(EarlierSends::UpTo(start + 7), start),
+            start + 7
+        );
+        assert_eq!(
+            mark_at_start(EarlierSends::Unknown, start),
+            start + crate::owner::verbs::MAX_FUTURE_SKEW.as_millis() as u64 + 1
+        );
+    }
 
     #[tokio::test]
     async fn every_start_leaves_a_mark_and_a_lost_one_is_written_as_the_unknown_bound() {
