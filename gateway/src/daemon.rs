@@ -1,6 +1,6 @@
 //! `ferry serve`: build the gateway, listen, serve, and stop in order.
 //!
-//! Start: state directory, key and token, database, executor, trust book, QUIC endpoint, local
+//! Start: state directory and its lock, key and token, database, executor, trust book, QUIC endpoint, local
 //! API; `api.addr` is written only once the API listens, so a client that reads it can connect.
 //!
 //! Stop (SIGTERM, SIGINT or `ferry stop`), in this order:
@@ -56,6 +56,8 @@ pub enum StartError {
 pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     config.validate()?;
     home.ensure()?;
+    // Held until this function returns, so through the stop's last checkpoint.
+    let _lock = home.lock()?;
     let key = home.node_key()?;
     let token = home.local_token()?;
     let book = Arc::new(PeerBook::default());

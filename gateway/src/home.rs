@@ -9,6 +9,7 @@
 //! | `ferry.db`    | SQLite (WAL)                           | 0600 |
 //! | `calls.slots` | the call log's writes in flight (see `call_log::slots`) | 0600 |
 //! | `calls.sent` | the sent mark: no id stamped above it was ever sent from this home (see `call_log::sent_mark`) | 0600 |
+//! | `gateway.lock` | locked by the one gateway serving this home, for its whole life; holds its pid | 0600 |
 //! | `config.toml` | optional                               |      |
 
 use std::fs;
@@ -46,6 +47,9 @@ pub enum HomeError {
     /// The local token could not be made: the operating system gave no randomness.
     #[error("the operating system gave no randomness: {os}")]
     Random { os: getrandom::Error },
+    /// Another gateway holds this home's lock.
+    #[error("another gateway is serving the state directory {root}{holder}; stop it first (`ferry stop`), or give this one its own directory with --home DIR")]
+    InUse { root: PathBuf, holder: String },
 }
 
 /// A gateway's state directory.
@@ -177,6 +181,47 @@ impl Home {
     pub fn remove_api_addr(&self) {
         let _ = fs::remove_file(self.api_addr_path());
     }
+
+    /// Takes this home's lock, or says which gateway holds it. A gateway holds it from before
+    /// it reads anything of the home until it exits: two processes on one home would each
+    /// settle the other's calls in flight at start, overwrite each other's call-log slots and
+    /// sent mark, and mark the other's running writes `interrupted`. The operating system drops
+    /// the lock when the process ends, however it ends, so a killed gateway leaves no stale lock.
+    pub fn lock(&self) -> Result<HomeLock, HomeError> {
+        let path = self.root.join("gateway.lock");
+        let file_err = |source| HomeError::File {
+            path: path.clone(),
+            source,
+        };
+        let mut file = crate::platform::open_private_in_place(&path).map_err(file_err)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                // Windows keeps a locked file's bytes from other processes: no pid there.
+                let holder = fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|text| text.trim().parse::<u32>().ok())
+                    .map(|pid| format!(" (pid {pid})"))
+                    .unwrap_or_default();
+                return Err(HomeError::InUse {
+                    root: self.root.clone(),
+                    holder,
+                });
+            }
+            Err(fs::TryLockError::Error(source)) => return Err(file_err(source)),
+        }
+        // Only for the message a second start prints; the lock, not this number, decides.
+        file.set_len(0)
+            .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+            .map_err(file_err)?;
+        Ok(HomeLock { _file: file })
+    }
+}
+
+/// This home's lock, held while it lives (see [`Home::lock`]).
+#[derive(Debug)]
+pub struct HomeLock {
+    _file: fs::File,
 }
 
 /// Writes a secret file that only the owner may read, refusing to follow an existing file.

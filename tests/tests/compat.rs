@@ -21,12 +21,12 @@
 
 mod harness;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ferry_tests::previous::{previous_build, PREVIOUS};
-use harness::{ferry_bin, fresh_request_id, pair_with_notes, wait_for, Gateway, START_BOUND};
+use harness::{ferry_bin, fresh_request_id, pair_with_notes, serve_refused, wait_for, Gateway};
 use serde_json::{json, Value};
 
 /// This build's release, as its hello names it to peers of protocol 2.
@@ -726,54 +726,6 @@ impl DatabaseBytes {
     }
 }
 
-/// Runs `ferry serve` of the build at `bin` on `home`, which must refuse to start: waits at
-/// most [`START_BOUND`] for it to exit, and returns its exit code and what it printed. A
-/// process that starts serving instead is killed and the test fails.
-fn serve_refused(bin: &Path, home: &Path) -> (Option<i32>, String) {
-    let out_dir = tempfile::tempdir().unwrap();
-    let out_path: PathBuf = out_dir.path().join("serve.out");
-    let out = std::fs::File::create(&out_path).unwrap();
-    let mut child = Command::new(bin)
-        .args(["--home", home.to_str().unwrap(), "serve"])
-        .args([
-            "--api",
-            "127.0.0.1:0",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-mdns",
-        ])
-        .args(["--label", "downgraded"])
-        .env("RUST_LOG", "info")
-        .env_remove("FERRY_DANGEROUS_FAULT")
-        .env_remove("FERRY_HOME")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > START_BOUND || home.join("api.addr").exists() {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the build at {} started on (or hung for {:?} over) a home of a newer build; it printed:\n{}",
-                bin.display(),
-                started.elapsed(),
-                std::fs::read_to_string(&out_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    (
-        status.code(),
-        std::fs::read_to_string(&out_path).unwrap_or_default(),
-    )
-}
-
 /// Every row of every table of the database in `home`, as SQLite reads it (with its log);
 /// opened read-only, which never checkpoints.
 fn database_content(home: &Path) -> Vec<(String, Vec<Vec<rusqlite::types::Value>>)> {
@@ -841,7 +793,7 @@ fn a_home_this_build_wrote_is_refused_by_the_previous_release_which_changes_noth
     let before = DatabaseBytes::of(&a.home);
     let bare_open = after_a_bare_open(&a.home);
 
-    let (code, said) = serve_refused(previous_build(), &a.home);
+    let (code, said) = serve_refused(previous_build(), &a.home, "a home of a newer build");
     assert!(
         code.is_some_and(|code| code != 0),
         "the previous release on a schema 4 home exited {code:?}:\n{said}"

@@ -369,3 +369,36 @@ fn a_client_that_waits_to_send_is_refused_without_being_asked_for_its_body() {
         .expect("an answer within 10 s, with no body sent");
     assert_eq!(&head, b"HTTP/1.1 401", "{}", String::from_utf8_lossy(&head));
 }
+
+/// Two gateways on one home would each settle the other's calls in flight at start and write
+/// over each other's call-log slots and sent mark. A second `ferry serve` on a home in use, on
+/// ports of its own so nothing else stops it, is refused before it reads the home, naming the
+/// first; the first keeps serving; and a gateway killed outright leaves no lock behind.
+#[test]
+fn a_second_gateway_on_a_home_in_use_is_refused_and_the_first_keeps_serving() {
+    let (mut a, b) = two_with_notes();
+    let api_before = std::fs::read_to_string(a.home.join("api.addr")).unwrap();
+    let (code, said) = harness::serve_refused(
+        std::path::Path::new(harness::ferry_bin()),
+        &a.home,
+        "a home in use",
+    );
+    assert!(code.is_some_and(|code| code != 0), "exit {code:?}: {said}");
+    assert!(
+        said.contains("another gateway is serving") && said.contains(&format!("(pid {})", a.pid())),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(a.home.join("api.addr")).unwrap(),
+        api_before,
+        "the refused start left api.addr alone"
+    );
+    let (status, body) = b.put("notes", "after-second", b"v", &[]);
+    assert_eq!(status, 200, "{body}");
+
+    // Killed, the first leaves no stale lock: it starts again on its home at once.
+    a.kill();
+    a.restart();
+    let (status, body) = a.put("notes", "after-restart", b"v", &[]);
+    assert_eq!(status, 200, "{body}");
+}

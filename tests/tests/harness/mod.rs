@@ -621,3 +621,49 @@ impl Drop for Gateway {
         self.kill();
     }
 }
+
+/// Runs `ferry serve` of the build at `bin` on `home`, on ports of its own, which must refuse
+/// to start: waits at most [`START_BOUND`] for it to exit and returns its exit code and what it
+/// printed. A process that starts serving instead (it writes `api.addr` anew) or hangs is killed
+/// and the test fails, naming `home_is` ("a home in use", say).
+pub fn serve_refused(bin: &Path, home: &Path, home_is: &str) -> (Option<i32>, String) {
+    let api_addr = home.join("api.addr");
+    let api_addr_before = std::fs::read_to_string(&api_addr).ok();
+    let out_dir = tempfile::tempdir().unwrap();
+    let out_path = out_dir.path().join("serve.out");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let mut child = Command::new(bin)
+        .args(["--home", home.to_str().unwrap(), "serve"])
+        .args(["--api", "127.0.0.1:0", "--listen", "127.0.0.1:0"])
+        .args(["--no-mdns", "--label", "refused"])
+        .env("RUST_LOG", "info")
+        .env_remove("FERRY_DANGEROUS_FAULT")
+        .env_remove("FERRY_HOME")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        let serving = std::fs::read_to_string(&api_addr).ok() != api_addr_before;
+        if started.elapsed() > START_BOUND || serving {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the build at {} started on (or hung for {:?} over) {home_is}; it printed:\n{}",
+                bin.display(),
+                started.elapsed(),
+                std::fs::read_to_string(&out_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (
+        status.code(),
+        std::fs::read_to_string(&out_path).unwrap_or_default(),
+    )
+}
