@@ -56,8 +56,8 @@ pub enum StartError {
 pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     config.validate()?;
     home.ensure()?;
-    // Held until this function returns, so through the stop's last checkpoint.
-    let _lock = home.lock()?;
+    // Before anything of the home but its config is read, and kept past this function's end.
+    home.lock()?.hold_until_exit();
     let key = home.node_key()?;
     let token = home.local_token()?;
     let book = Arc::new(PeerBook::default());

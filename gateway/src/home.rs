@@ -9,7 +9,7 @@
 //! | `ferry.db`    | SQLite (WAL)                           | 0600 |
 //! | `calls.slots` | the call log's writes in flight (see `call_log::slots`) | 0600 |
 //! | `calls.sent` | the sent mark: no id stamped above it was ever sent from this home (see `call_log::sent_mark`) | 0600 |
-//! | `gateway.lock` | locked by the one gateway serving this home, for its whole life; holds its pid | 0600 |
+//! | `gateway.lock` | locked by the one gateway serving this home until its process exits (and by a command writing the home while none answers); holds the holder's pid | 0600 |
 //! | `config.toml` | optional                               |      |
 
 use std::fs;
@@ -47,8 +47,8 @@ pub enum HomeError {
     /// The local token could not be made: the operating system gave no randomness.
     #[error("the operating system gave no randomness: {os}")]
     Random { os: getrandom::Error },
-    /// Another gateway holds this home's lock.
-    #[error("another gateway is serving the state directory {root}{holder}; stop it first (`ferry stop`), or give this one its own directory with --home DIR")]
+    /// Another process holds this home's lock: a gateway, or a command writing it offline.
+    #[error("the state directory {root} is in use by another ferry process{holder}: a gateway serving it (stop it first: `ferry --home {root} stop`) or a command writing it while no gateway runs (try again); or use another directory with --home DIR")]
     InUse { root: PathBuf, holder: String },
 }
 
@@ -182,11 +182,13 @@ impl Home {
         let _ = fs::remove_file(self.api_addr_path());
     }
 
-    /// Takes this home's lock, or says which gateway holds it. A gateway holds it from before
-    /// it reads anything of the home until it exits: two processes on one home would each
-    /// settle the other's calls in flight at start, overwrite each other's call-log slots and
-    /// sent mark, and mark the other's running writes `interrupted`. The operating system drops
-    /// the lock when the process ends, however it ends, so a killed gateway leaves no stale lock.
+    /// Takes this home's lock, or says which process holds it. A gateway holds it from before
+    /// it reads anything of the home but its config until the process exits: two processes on
+    /// one home would each settle the other's calls in flight at start, overwrite each other's
+    /// call-log slots and sent mark, and mark the other's running writes `interrupted`. A
+    /// command that writes the home while no gateway answers holds it for that write. The
+    /// operating system drops the lock when the process ends, however it ends, so a killed
+    /// gateway leaves no stale lock.
     pub fn lock(&self) -> Result<HomeLock, HomeError> {
         let path = self.root.join("gateway.lock");
         let file_err = |source| HomeError::File {
@@ -197,7 +199,8 @@ impl Home {
         match file.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
-                // Windows keeps a locked file's bytes from other processes: no pid there.
+                // Windows keeps a locked file's bytes from other processes: no pid there. On
+                // Unix the holder may not have written its pid yet: then none either.
                 let holder = fs::read_to_string(&path)
                     .ok()
                     .and_then(|text| text.trim().parse::<u32>().ok())
@@ -224,6 +227,15 @@ pub struct HomeLock {
     _file: fs::File,
 }
 
+impl HomeLock {
+    /// Keeps the lock until the process exits. A gateway's own threads (the owner's writer,
+    /// the call log's) and the runtime's blocking tasks outlive `daemon::run` and may still
+    /// commit after it returns; a new gateway must not start on the home before they stop.
+    pub fn hold_until_exit(self) {
+        std::mem::forget(self);
+    }
+}
+
 /// Writes a secret file that only the owner may read, refusing to follow an existing file.
 fn write_secret(path: &Path, contents: &str) -> Result<(), HomeError> {
     let file_err = |source| HomeError::File {
@@ -248,6 +260,26 @@ fn write_secret(path: &Path, contents: &str) -> Result<(), HomeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_home_is_locked_once_and_free_again_when_its_lock_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::locate(Some(dir.path().to_path_buf())).unwrap();
+        let lock = home.lock().unwrap();
+        // A second open of the file conflicts with the first, in one process as across two
+        // (flock locks an open file, LockFileEx a handle).
+        match home.lock() {
+            Err(HomeError::InUse { root, holder }) => {
+                assert_eq!(root, dir.path());
+                if cfg!(unix) {
+                    assert_eq!(holder, format!(" (pid {})", std::process::id()));
+                }
+            }
+            other => panic!("a second lock of a locked home: {other:?}"),
+        }
+        drop(lock);
+        home.lock().expect("the lock is free once dropped");
+    }
 
     #[cfg(unix)]
     #[test]

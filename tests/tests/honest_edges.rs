@@ -385,7 +385,8 @@ fn a_second_gateway_on_a_home_in_use_is_refused_and_the_first_keeps_serving() {
     );
     assert!(code.is_some_and(|code| code != 0), "exit {code:?}: {said}");
     assert!(
-        said.contains("another gateway is serving") && said.contains(&format!("(pid {})", a.pid())),
+        said.contains("is in use by another ferry process")
+            && (cfg!(windows) || said.contains(&format!("(pid {})", a.pid()))),
         "{said}"
     );
     assert_eq!(
@@ -401,4 +402,62 @@ fn a_second_gateway_on_a_home_in_use_is_refused_and_the_first_keeps_serving() {
     a.restart();
     let (status, body) = a.put("notes", "after-restart", b"v", &[]);
     assert_eq!(status, 200, "{body}");
+}
+
+/// With no gateway answering, `ferry trust` writes the home itself; while another process holds
+/// the home's lock (a gateway starting or stopping, which would not see the write until its
+/// next start) it says so, exits 3 and writes nothing; once the lock is free it writes.
+#[test]
+fn an_offline_trust_waits_for_the_home_lock_and_writes_nothing_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::locate(Some(dir.path().to_path_buf())).unwrap();
+    home.ensure().unwrap();
+    let stranger = ferry_ticket::NodeKey::generate()
+        .unwrap()
+        .node_id()
+        .to_string();
+    let trust = || {
+        std::process::Command::new(harness::ferry_bin())
+            .args(["--home", dir.path().to_str().unwrap()])
+            .args([
+                "trust",
+                &stranger,
+                "--label",
+                "later",
+                "--addr",
+                "127.0.0.1:9",
+            ])
+            .env_remove("FERRY_HOME")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let held = home.lock().unwrap();
+    let refused = trust();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(3), "{said}");
+    assert!(
+        said.contains("is in use by another ferry process"),
+        "{said}"
+    );
+    assert!(
+        !home.db_path().exists(),
+        "the refused trust made no database"
+    );
+    drop(held);
+    let written = trust();
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let conn = rusqlite::Connection::open(home.db_path()).unwrap();
+    let trusted: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM peers WHERE label = 'later'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(trusted, 1, "written once the lock was free");
 }

@@ -156,6 +156,14 @@ fn fail(exit: Exit, message: &str) -> Exit {
     exit
 }
 
+/// The home's lock, for a command that writes the home itself because no gateway answered:
+/// one that is starting or stopping holds it, and would not see the write until its next start.
+fn lock_for_offline_write(home: &Home) -> Result<crate::home::HomeLock, Exit> {
+    home.ensure()
+        .and_then(|()| home.lock())
+        .map_err(|err| fail(Exit::NothingWritten, &err.to_string()))
+}
+
 async fn serve(home: Home, args: ServeArgs) -> Exit {
     let mut config = match Config::load(&home.config_path()) {
         Ok(config) => config,
@@ -413,6 +421,10 @@ async fn trust_peer(
                 Ok(parsed) => parsed,
                 Err(detail) => return fail(Exit::Usage, &detail),
             };
+            let _lock = match lock_for_offline_write(home) {
+                Ok(lock) => lock,
+                Err(exit) => return exit,
+            };
             let added = store::open(&home.db_path())
                 .and_then(|conn| trust::add(&conn, &label, node, &routes, store::unix_ms()));
             match added {
@@ -446,6 +458,10 @@ async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: String) -> Exit
     {
         Ok(answer) => to_json(&answer),
         Err(KitError::LocalGatewayDown { .. }) => {
+            let _lock = match lock_for_offline_write(home) {
+                Ok(lock) => lock,
+                Err(exit) => return exit,
+            };
             match store::open(&home.db_path()).and_then(|conn| trust::remove(&conn, &label)) {
                 Ok(Some(node)) => to_json(&Untrusted {
                     label: label.clone(),
@@ -584,6 +600,10 @@ async fn create_vault(home: &Home, kit: &Kit, json: bool, name: String) -> Exit 
             if let Err(err) = names::check_vault(&name) {
                 return fail(Exit::Usage, &err.to_string());
             }
+            let _lock = match lock_for_offline_write(home) {
+                Ok(lock) => lock,
+                Err(exit) => return exit,
+            };
             let owner = match home.node_key() {
                 Ok(key) => key.node_id(),
                 Err(err) => return fail(Exit::Usage, &err.to_string()),
