@@ -211,7 +211,7 @@ impl Writes {
             Err(err) => {
                 return Ok((
                     WriteOutcome::not_sent(
-                        NotSentReason::Stopping,
+                        NotSentReason::CannotRecord,
                         format!(
                         "the call could not be recorded for settling ({err}), so it was not sent"
                     ),
@@ -277,7 +277,7 @@ impl Writes {
                 .ended(&key, sent, Ended::Other, self.clock.now());
             error!(%err, "the home's sent mark could not be written; writes to peers are not sent");
             return Err(WriteOutcome::not_sent(
-                NotSentReason::Stopping,
+                NotSentReason::CannotRecord,
                 format!("the home's sent mark could not be written ({err}), so it was not sent"),
             ));
         }

@@ -461,3 +461,36 @@ fn an_offline_trust_waits_for_the_home_lock_and_writes_nothing_meanwhile() {
         .unwrap();
     assert_eq!(trusted, 1, "written once the lock was free");
 }
+
+/// A calling gateway that cannot write down what it must before a write leaves (the call's
+/// record for settling, or the home's sent mark: a full or failing disk, injected here) says
+/// `unavailable`, reason `cannot_record`, nothing sent; and nothing reached the owner.
+#[test]
+fn a_caller_that_cannot_record_a_write_does_not_send_it_and_says_so() {
+    for fault in ["call_log=fail", "sent_mark=fail"] {
+        let a = Gateway::start("a");
+        let b = Gateway::start_with_env("b", &[("FERRY_DANGEROUS_FAULT", fault)]);
+        let (a, b) = harness::pair_with_notes(a, b);
+        let id = harness::fresh_request_id();
+        let (status, body) = b.put("notes", "k", b"v", &[("X-Ferry-Request-Id", &id)]);
+        assert_eq!(status, 503, "{fault}: {body}");
+        assert_eq!(body["error"], "unavailable", "{fault}: {body}");
+        assert_eq!(body["reason"], "cannot_record", "{fault}: {body}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|detail| detail.contains("nothing was sent")),
+            "{fault}: {body}"
+        );
+        assert_eq!(
+            a.metric("ferry_peer_requests_served_total{kind=\"write\"}"),
+            0,
+            "{fault}: no write reached the owner"
+        );
+        assert_eq!(
+            a.journal_row(&id),
+            None,
+            "{fault}: the owner never saw {id}"
+        );
+    }
+}

@@ -203,6 +203,11 @@ impl CallLog {
     /// Raises the sent mark over an id stamped `stamp_ms`; call before the id leaves, and do
     /// not send it on an error (the mark must bound every id sent).
     pub fn cover_sent(&self, stamp_ms: u64) -> std::io::Result<()> {
+        if crate::owner::fault::fails("sent_mark") {
+            return Err(std::io::Error::other(
+                "fault injection: the sent mark fails",
+            ));
+        }
         self.sent
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -212,6 +217,9 @@ impl CallLog {
     /// Records `row` as in flight; returns once it is where a crash cannot lose it to a
     /// killed process (a slot, or a committed row).
     pub async fn begin(&self, row: &CallRow) -> Result<Recorded, LogError> {
+        if crate::owner::fault::fails("call_log") {
+            return Err(LogError::Unavailable);
+        }
         match self.slots.take(row) {
             Ok(Some(slot)) => return Ok(Recorded { slot: Some(slot) }),
             Ok(None) => {}

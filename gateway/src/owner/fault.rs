@@ -5,6 +5,8 @@
 //!
 //! `FERRY_DANGEROUS_FAULT=before_commit=crash` (or `after_commit`; the action
 //! `crash` aborts the process like a power cut, `stall:MS` blocks the owner thread for MS ms).
+//! On the calling side, `sent_mark=fail` and `call_log=fail` make the home's sent mark or the
+//! call log refuse every write after the start, as a full or failing disk would.
 //! The other `FERRY_DANGEROUS_*` variables below play a gateway of another release.
 
 /// A named place in the write path where a test may crash or stall the owner.
@@ -29,6 +31,16 @@ pub fn point(name: &str) {
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
     }
+}
+
+/// Whether a test asked that the write at `name` fail (`FERRY_DANGEROUS_FAULT=NAME=fail`).
+#[cfg(feature = "fault-injection")]
+pub fn fails(name: &str) -> bool {
+    let Ok(spec) = std::env::var("FERRY_DANGEROUS_FAULT") else {
+        return false;
+    };
+    spec.split(',')
+        .any(|item| item.split_once('=') == Some((name, "fail")))
 }
 
 /// The protocol versions to speak instead of this build's (`FERRY_DANGEROUS_PROTOCOLS=3-4`), so
@@ -106,3 +118,10 @@ pub fn protocols() -> Option<ferry_peer::wire::ProtocolRange> {
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub fn point(_name: &str) {}
+
+/// Without the feature, nothing is asked to fail.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn fails(_name: &str) -> bool {
+    false
+}

@@ -245,6 +245,9 @@ pub enum NotSentReason {
     /// (`ferry_core::capacity::send_gate`): answered `503 busy` here, as the owner would have.
     /// The same request id may be sent again.
     CallerCap,
+    /// This gateway could not write down what it needs before a write leaves (the call's
+    /// record for settling, or the home's sent mark): a full or failing disk.
+    CannotRecord,
 }
 
 impl NotSentReason {
@@ -260,6 +263,7 @@ impl NotSentReason {
             Self::DeadlineSpent => "deadline_spent",
             Self::VersionMismatch => "version_mismatch",
             Self::CallerCap => "caller_cap",
+            Self::CannotRecord => "cannot_record",
         }
     }
 }
