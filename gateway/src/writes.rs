@@ -209,6 +209,7 @@ impl Writes {
         let recorded = match self.call_log.begin(&row).await {
             Ok(recorded) => recorded,
             Err(err) => {
+                error!(%err, "the call could not be recorded for settling (calls.slots, ferry.db); it was not sent");
                 return Ok((
                     WriteOutcome::not_sent(
                         NotSentReason::CannotRecord,
@@ -217,7 +218,7 @@ impl Writes {
                     ),
                     ),
                     Some(target.label),
-                ))
+                ));
             }
         };
         // Boxed for the same reason as in `spawn_write`: this is most of the state.
