@@ -9,13 +9,18 @@
 //! call log refuse every write after the start, as a full or failing disk would.
 //! The other `FERRY_DANGEROUS_*` variables below play a gateway of another release.
 
+/// `FERRY_DANGEROUS_FAULT` as the process started: read once, since `fails` is asked on every
+/// write a calling gateway sends.
+#[cfg(feature = "fault-injection")]
+fn spec() -> &'static str {
+    static SPEC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SPEC.get_or_init(|| std::env::var("FERRY_DANGEROUS_FAULT").unwrap_or_default())
+}
+
 /// A named place in the write path where a test may crash or stall the owner.
 #[cfg(feature = "fault-injection")]
 pub fn point(name: &str) {
-    let Ok(spec) = std::env::var("FERRY_DANGEROUS_FAULT") else {
-        return;
-    };
-    for item in spec.split(',') {
+    for item in spec().split(',') {
         let Some((point, action)) = item.split_once('=') else {
             continue;
         };
@@ -36,10 +41,8 @@ pub fn point(name: &str) {
 /// Whether a test asked that the write at `name` fail (`FERRY_DANGEROUS_FAULT=NAME=fail`).
 #[cfg(feature = "fault-injection")]
 pub fn fails(name: &str) -> bool {
-    let Ok(spec) = std::env::var("FERRY_DANGEROUS_FAULT") else {
-        return false;
-    };
-    spec.split(',')
+    spec()
+        .split(',')
         .any(|item| item.split_once('=') == Some((name, "fail")))
 }
 
