@@ -250,11 +250,19 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => usize::from(args.runtime_threads),
         _ => 1,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-    {
+    // One thread is tokio's current-thread scheduler, not a pool of one worker: a pool puts a
+    // task woken by the running task in a slot that runs next, so each write's stream woke the
+    // QUIC connection's driver at once and went out in a datagram of its own. Here a woken task
+    // queues behind the others, and one datagram carries the requests of many writes
+    // (docs/performance.md, "The current-thread scheduler").
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("ferry: cannot start the async runtime: {err}");
