@@ -179,9 +179,10 @@ pub struct ServeArgs {
     /// A tailnet address of this gateway; repeatable.
     #[arg(long)]
     pub tailnet: Vec<SocketAddr>,
-    /// Threads of the gateway's async runtime (1-64). One by default: a call's work is small,
-    /// and a hop between threads costs more than it (docs/decisions.md); the owner's writes,
-    /// the call log and SQLite reads other than point reads have threads of their own.
+    /// Threads of the gateway's async runtime (1-64). One by default (tokio's current-thread
+    /// scheduler; more build a pool): a call's work is small, and a hop between threads costs
+    /// more than it (docs/decisions.md); the owner's writes, the call log and SQLite reads
+    /// other than point reads have threads of their own.
     #[arg(long, env = "FERRY_RUNTIME_THREADS", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=64))]
     pub runtime_threads: u16,
@@ -250,19 +251,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => usize::from(args.runtime_threads),
         _ => 1,
     };
-    // One thread is tokio's current-thread scheduler, not a pool of one worker: a pool puts a
-    // task woken by the running task in a slot that runs next, so each write's stream woke the
-    // QUIC connection's driver at once and went out in a datagram of its own. Here a woken task
-    // queues behind the others, and one datagram carries the requests of many writes
-    // (docs/performance.md, "The current-thread scheduler").
-    let mut builder = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(threads);
-        builder
-    };
-    let runtime = match builder.enable_all().build() {
+    let runtime = match runtime_builder(threads).enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("ferry: cannot start the async runtime: {err}");
@@ -272,9 +261,39 @@ pub fn main() -> ExitCode {
     runtime.block_on(commands::run(cli)).into()
 }
 
+/// The async runtime for `threads` threads. One thread is tokio's current-thread scheduler, not
+/// a pool of one worker: a pool puts a task woken by the running task in a slot that runs next,
+/// so each write's stream woke the QUIC connection's driver at once and went out in a datagram
+/// of its own. Here a woken task queues behind the others, and one datagram carries the
+/// requests of many writes (docs/performance.md, "The current-thread scheduler").
+fn runtime_builder(threads: usize) -> tokio::runtime::Builder {
+    if threads == 1 {
+        return tokio::runtime::Builder::new_current_thread();
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(threads);
+    builder
+}
+
 #[cfg(test)]
 mod tests {
     use ferry_peer::wire::{ProtocolRange, RELEASE};
+    use tokio::runtime::RuntimeFlavor;
+
+    #[test]
+    fn one_thread_is_the_current_thread_scheduler_and_more_a_pool() {
+        let flavor = |threads| {
+            let runtime = super::runtime_builder(threads)
+                .build()
+                .unwrap_or_else(|err| panic!("a runtime of {threads} thread(s): {err}"));
+            (
+                runtime.handle().runtime_flavor(),
+                runtime.metrics().num_workers(),
+            )
+        };
+        assert_eq!(flavor(1), (RuntimeFlavor::CurrentThread, 1));
+        assert_eq!(flavor(3), (RuntimeFlavor::MultiThread, 3));
+    }
 
     #[test]
     fn the_version_line_names_the_release_and_the_protocols_spoken() {
