@@ -175,9 +175,10 @@ impl RecordCache {
                     cached_revision: cached.revision,
                 };
             }
+            // From here on the new answer supersedes what is cached for this record. (Only a
+            // record found is looked up again: a write's fresh key costs one lookup, not two.)
+            self.remove(vault, key);
         }
-        // From here on the new answer supersedes whatever is cached for this record.
-        self.remove(vault, key);
 
         if self.max_entries == 0 {
             return InsertOutcome::CacheDisabled;

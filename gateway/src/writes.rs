@@ -463,11 +463,14 @@ impl TicketSource for Writes {
             vault: vault.to_string(),
             verbs: VerbSet::all_writes(),
         };
-        match self
-            .network
-            .caller()
-            .issue_ticket(target, request, deadline)
-            .await
+        // Boxed: the request for a ticket is the rare path, and its state would otherwise make
+        // every write's future a kilobyte larger (see `Caller::write_connection`).
+        match Box::pin(
+            self.network
+                .caller()
+                .issue_ticket(target, request, deadline),
+        )
+        .await
         {
             Ok(TicketAnswer::Issued(ticket)) => {
                 if !ticket.is_signed_by(&target.node) || ticket.claims.holder != self.network.me() {

@@ -599,7 +599,10 @@ impl Caller {
             }
             debug!(route = %route, heard_ago_ms = pooled.heard_ago.as_millis() as u64, "pooled connection not proven alive; dialing fresh for a write");
         }
-        self.dial(peer, route.addr, deadline).await
+        // Boxed: a dial's state is about a kilobyte, and every write's future would carry
+        // room for it (and copy it at each `await` above) though most writes take a pooled
+        // connection and never dial.
+        Box::pin(self.dial(peer, route.addr, deadline)).await
     }
 
     /// A fresh connection to `peer` at `addr`, made for this call or for others wanting one

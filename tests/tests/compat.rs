@@ -8,7 +8,7 @@
 //! What protocol 2 adds degrades as documented: this build shows an old peer as `protocol: 1`
 //! with no release, a peer of this build as `protocol: 2` with its release.
 //!
-//! And the database: this build migrates a home the previous release wrote (schema 2 to 4) in
+//! And the database: this build migrates a home the previous release wrote (schema 2 to `SCHEMA_VERSION`) in
 //! place, keeping its vault, records and peers; the previous release refuses a home this build
 //! wrote ("newer Ferry") and leaves its database byte for byte as it was.
 //!
@@ -25,6 +25,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ferry_gateway::store::SCHEMA_VERSION;
 use ferry_tests::previous::{previous_build, PREVIOUS};
 use harness::{ferry_bin, fresh_request_id, pair_with_notes, serve_refused, wait_for, Gateway};
 use serde_json::{json, Value};
@@ -606,7 +607,11 @@ fn a_home_the_previous_release_wrote_is_migrated_in_place_and_keeps_its_vault_re
     assert!(!columns(&a, "peers").contains(&"protocol".to_string()));
 
     a.restart_on(Build::This.bin(), &[]);
-    assert_eq!(schema_version(&a), 4, "migrated to schema 4");
+    assert_eq!(
+        schema_version(&a),
+        SCHEMA_VERSION,
+        "migrated to this build's schema"
+    );
     let peer_columns = columns(&a, "peers");
     assert!(
         ["protocol", "release"]
@@ -744,10 +749,19 @@ fn database_content(home: &Path) -> Vec<(String, Vec<Vec<rusqlite::types::Value>
     tables
         .into_iter()
         .map(|table| {
+            // Ordered by every column: a table without a rowid (the journal) has no other order
+            // common to all tables.
+            let width = conn
+                .prepare(&format!("SELECT * FROM \"{table}\""))
+                .unwrap()
+                .column_count();
+            let order = (1..=width)
+                .map(|column| column.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
             let mut stmt = conn
-                .prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid"))
+                .prepare(&format!("SELECT * FROM \"{table}\" ORDER BY {order}"))
                 .unwrap();
-            let width = stmt.column_count();
             let rows = stmt
                 .query_map([], |row| (0..width).map(|i| row.get(i)).collect())
                 .unwrap()
@@ -788,7 +802,7 @@ fn a_home_this_build_wrote_is_refused_by_the_previous_release_which_changes_noth
     // Schema 3's new columns hold something too.
     wait_for_peer_version(&a, "b", THIS_PROTOCOL, Some(THIS_RELEASE));
     assert_eq!(a.stop(), Some(0), "{}", a.log());
-    assert_eq!(schema_version(&a), 4);
+    assert_eq!(schema_version(&a), SCHEMA_VERSION);
     let content = database_content(&a.home);
     let before = DatabaseBytes::of(&a.home);
     let bare_open = after_a_bare_open(&a.home);
@@ -796,7 +810,7 @@ fn a_home_this_build_wrote_is_refused_by_the_previous_release_which_changes_noth
     let (code, said) = serve_refused(previous_build(), &a.home, "a home of a newer build");
     assert!(
         code.is_some_and(|code| code != 0),
-        "the previous release on a schema 4 home exited {code:?}:\n{said}"
+        "the previous release on a schema {SCHEMA_VERSION} home exited {code:?}:\n{said}"
     );
     assert!(said.contains("newer Ferry"), "it said:\n{said}");
     assert!(

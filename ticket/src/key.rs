@@ -60,7 +60,11 @@ pub enum SignatureError {
 
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
+        // Into a buffer on the stack: the owner's journal statements write an id per write,
+        // and `hex::encode` builds a `String` one `char` at a time.
+        let mut hex = [0u8; 64];
+        hex::encode_to_slice(self.0, &mut hex).map_err(|_| fmt::Error)?;
+        f.write_str(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -150,7 +154,7 @@ mod tests {
     fn node_id_round_trips_through_its_text_form() {
         let id = NodeKey::from_secret_bytes([7; 32]).node_id();
         let text = id.to_string();
-        assert_eq!(text.len(), 64);
+        assert_eq!(text, hex::encode(id.0), "64 lowercase hex digits");
         assert_eq!(text.parse::<NodeId>(), Ok(id));
         assert_eq!(text.to_uppercase().parse::<NodeId>(), Ok(id));
         assert!(text.starts_with(&id.short()));

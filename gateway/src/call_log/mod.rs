@@ -225,6 +225,13 @@ impl CallLog {
             Ok(None) => {}
             Err(err) => warn!(%err, "the call log's slot file refused a write; using a row"),
         }
+        // Boxed, the rare path (every slot taken): a channel send's state is most of a
+        // kilobyte, which every write's future would otherwise carry.
+        Box::pin(self.begin_as_row(row)).await
+    }
+
+    /// [`CallLog::begin`] when no slot is free: a row of the calls table, on the log's thread.
+    async fn begin_as_row(&self, row: &CallRow) -> Result<Recorded, LogError> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Op::Begin {
@@ -306,7 +313,9 @@ impl CallLog {
     }
 
     async fn send(&self, op: Op) {
-        if self.queue.send(op).await.is_err() {
+        // Boxed: a channel send's state is most of a kilobyte, and `finish` awaits this on the
+        // rare path only (an unknown outcome); every write's future would carry it otherwise.
+        if Box::pin(self.queue.send(op)).await.is_err() {
             error!("the call log has stopped; a call's outcome was not recorded");
         }
     }

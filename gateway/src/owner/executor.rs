@@ -35,7 +35,7 @@ use ferry_peer::call::WriteCall;
 use ferry_peer::outcome::{NotCarriedOutReason, Refusal};
 use ferry_peer::wire::{CallState, Priority, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
 
@@ -44,6 +44,7 @@ use super::verbs::{self, Admission, Execution, WriteLimits};
 use crate::env::Blocking;
 use crate::metrics::Metrics;
 use crate::revisions::Revisions;
+use crate::store::immediate::{set_synchronous, Immediate, Synchronous};
 use crate::store::{self, journal, StoreError};
 
 /// Jobs other than writes (settle queries, collections, changes) that may wait for the
@@ -971,7 +972,7 @@ fn collect_journal(
 ) -> Result<usize, StoreError> {
     let mut total = 0;
     loop {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = Immediate::begin(conn)?;
         if before_ms > limits.collected_before_ms {
             store::meta::set_journal_collected_before(&tx, before_ms)?;
         }
@@ -1131,13 +1132,13 @@ fn without_fsync<R>(
     conn: &mut Connection,
     work: impl FnOnce(&mut Connection) -> Result<R, StoreError>,
 ) -> Result<R, StoreError> {
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    set_synchronous(conn, Synchronous::Normal)?;
     let result = work(conn);
     // Back to FULL on every path, failed ones included: every later commit on this connection
     // (the execute step, tickets, trust, vaults) answers as durable. A connection that cannot
     // be put back can make no durable promise at all, so the process stops rather than lie;
     // recovery fences what was running.
-    if let Err(err) = conn.pragma_update(None, "synchronous", "FULL") {
+    if let Err(err) = set_synchronous(conn, Synchronous::Full) {
         error!(%err, "cannot restore synchronous=FULL on the writing connection; stopping");
         std::process::abort();
     }
@@ -1150,7 +1151,7 @@ fn admit_in_transaction(
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<Vec<Pending>, StoreError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = Immediate::begin(conn)?;
     let mut pending = Vec::with_capacity(batch.len());
     for job in batch {
         pending.push(match job {
@@ -1210,7 +1211,7 @@ fn execute_all(
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<Vec<Pending>, ExecuteFailure> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = Immediate::begin(conn)?;
     let mut vaults = verbs::BatchVaults::default();
     for (index, (job, slot)) in batch.iter().zip(pending.iter_mut()).enumerate() {
         let Job::Write {
@@ -1275,7 +1276,7 @@ fn fence_one(
     request_id: RequestId,
     now_ms: u64,
 ) -> Result<(), StoreError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = Immediate::begin(conn)?;
     journal::fence_interrupted(&tx, caller, request_id, now_ms)?;
     tx.commit()?;
     Ok(())
@@ -1283,7 +1284,7 @@ fn fence_one(
 
 /// Marks every write of a failed batch that is still `running` as interrupted.
 fn fence_batch(conn: &mut Connection, batch: &[Job], now_ms: u64) -> Result<(), StoreError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = Immediate::begin(conn)?;
     for job in batch {
         if let Job::Write {
             caller, request, ..

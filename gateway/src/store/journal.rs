@@ -200,14 +200,15 @@ pub fn recover_interrupted(conn: &Connection, now_ms: u64) -> Result<usize, Stor
 /// can never run. `running` rows are kept: only a crash leaves one, and recovery settles it.
 ///
 /// UUIDv7 bytes start with the big-endian millisecond time, and SQLite compares blobs with
-/// `memcmp`, so "dated before" is `request_id < <6-byte time>`. Rows are found in insertion
-/// order, which is roughly time order, so a chunk is found without scanning the whole table.
+/// `memcmp`, so "dated before" is `request_id < <6-byte time>`. The journal is keyed by request
+/// id first, so a chunk is the start of its key: found without reading younger rows.
 pub fn collect(conn: &Connection, before_ms: u64, limit: u32) -> Result<usize, StoreError> {
     let cutoff = &before_ms.to_be_bytes()[2..];
     Ok(conn
         .prepare_cached(
-            "DELETE FROM journal WHERE rowid IN (
-                 SELECT rowid FROM journal WHERE request_id < ?1 AND state != 'running' LIMIT ?2)",
+            "DELETE FROM journal WHERE (request_id, caller) IN (
+                 SELECT request_id, caller FROM journal
+                 WHERE request_id < ?1 AND state != 'running' LIMIT ?2)",
         )?
         .execute(params![cutoff, limit])?)
 }

@@ -1,0 +1,150 @@
+//! The owner's write transactions: `BEGIN IMMEDIATE` and `COMMIT` from the connection's
+//! statement cache.
+//!
+//! `rusqlite::Transaction` runs its `BEGIN` and `COMMIT` as fresh SQL text, which SQLite
+//! parses and plans every time; the executor opens two transactions a batch, so a batch paid
+//! four parses for them (and two more to switch `synchronous`, see [`set_synchronous`]). Here
+//! each is a prepared statement reused from the cache. The rest is `Transaction`'s contract:
+//! the guard borrows the connection mutably (nothing else can begin one meanwhile), derefs to
+//! it, and a guard dropped without a successful commit rolls back.
+
+use std::ops::Deref;
+
+use rusqlite::Connection;
+
+/// An open `IMMEDIATE` transaction on a connection (see the module's documentation).
+#[derive(Debug)]
+pub struct Immediate<'c> {
+    conn: &'c mut Connection,
+    open: bool,
+}
+
+impl<'c> Immediate<'c> {
+    /// Begins one: takes the write lock now, waiting out the busy timeout if another
+    /// connection holds it.
+    pub fn begin(conn: &'c mut Connection) -> rusqlite::Result<Self> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Self { conn, open: true })
+    }
+
+    /// Commits it. On an error the transaction is rolled back as the guard drops, like
+    /// `rusqlite::Transaction::commit`.
+    pub fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Deref for Immediate<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        // A failed statement can have ended the transaction already (SQLite rolls back on
+        // some errors by itself); only one still open is rolled back here.
+        if self.open && !self.conn.is_autocommit() {
+            if let Err(err) = self.conn.execute_batch("ROLLBACK") {
+                tracing::error!(%err, "a write transaction could not be rolled back");
+            }
+        }
+    }
+}
+
+/// Sets `PRAGMA synchronous` (`"NORMAL"` or `"FULL"`) with a cached statement.
+pub fn set_synchronous(conn: &Connection, level: Synchronous) -> rusqlite::Result<()> {
+    let sql = match level {
+        Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+        Synchronous::Full => "PRAGMA synchronous = FULL",
+    };
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
+/// The two levels the executor switches between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// Commits reach the operating system, not the disk: they survive the process, not a
+    /// power cut.
+    Normal,
+    /// Commits reach the disk before they return.
+    Full,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::open_temp;
+
+    fn synchronous(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA synchronous", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    fn count(conn: &Connection) -> i64 {
+        conn.query_row("SELECT count(*) FROM meta WHERE key = 'k'", [], |row| {
+            row.get(0)
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_committed_transaction_stays_and_a_dropped_one_is_rolled_back() {
+        let (_dir, mut conn) = open_temp();
+        for _ in 0..2 {
+            let tx = Immediate::begin(&mut conn).unwrap();
+            assert!(!tx.is_autocommit(), "a transaction is open");
+            tx.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')", [])
+                .unwrap();
+            drop(tx);
+            assert!(conn.is_autocommit());
+            assert_eq!(count(&conn), 0, "dropped without a commit: rolled back");
+        }
+        let tx = Immediate::begin(&mut conn).unwrap();
+        tx.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')", [])
+            .unwrap();
+        tx.commit().unwrap();
+        assert!(conn.is_autocommit());
+        assert_eq!(count(&conn), 1);
+        // The cached statements run again: a second transaction after a commit.
+        let tx = Immediate::begin(&mut conn).unwrap();
+        tx.execute("DELETE FROM meta WHERE key = 'k'", []).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(count(&conn), 0);
+    }
+
+    #[test]
+    fn a_commit_that_fails_leaves_no_transaction_open() {
+        let (dir, mut conn) = open_temp();
+        // A deferred foreign key broken at commit makes `COMMIT` itself fail.
+        conn.execute_batch(
+            "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+             CREATE TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .unwrap();
+        let tx = Immediate::begin(&mut conn).unwrap();
+        tx.execute("INSERT INTO child (p) VALUES (7)", []).unwrap();
+        assert!(tx.commit().is_err(), "the foreign key is checked at commit");
+        assert!(conn.is_autocommit(), "rolled back as the guard dropped");
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM child", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(rows, 0);
+        drop(dir);
+    }
+
+    #[test]
+    fn synchronous_switches_both_ways() {
+        let (_dir, conn) = open_temp();
+        assert_eq!(synchronous(&conn), 2, "FULL as opened");
+        set_synchronous(&conn, Synchronous::Normal).unwrap();
+        assert_eq!(synchronous(&conn), 1);
+        set_synchronous(&conn, Synchronous::Full).unwrap();
+        assert_eq!(synchronous(&conn), 2);
+    }
+}
