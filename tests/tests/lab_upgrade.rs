@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use ferry_gateway::store::SCHEMA_VERSION;
 use ferry_peer::wire::{ProtocolRange, PROTOCOL_VERSION, RELEASE};
 use ferry_tests::history::{self, History, OwnerState, Read, ReplicaState, Write, WriteFate};
 use ferry_tests::lab_app::{now_ms, APP, OLD_ERA_SAMPLE, PROBE};
@@ -519,7 +520,7 @@ fn upgrade(
     let gateway = &gateways[i];
     assert_eq!(
         schema_version(gateway),
-        "4",
+        SCHEMA_VERSION.to_string(),
         "h{host} migrated its database in place"
     );
     let (code, status) = gateway.cli_json(&["status"]);

@@ -44,7 +44,7 @@ use super::verbs::{self, Admission, Execution, WriteLimits};
 use crate::env::Blocking;
 use crate::metrics::Metrics;
 use crate::revisions::Revisions;
-use crate::store::immediate::{set_synchronous, Immediate, Synchronous};
+use crate::store::immediate::Immediate;
 use crate::store::{self, journal, StoreError};
 
 /// Jobs other than writes (settle queries, collections, changes) that may wait for the
@@ -1132,13 +1132,13 @@ fn without_fsync<R>(
     conn: &mut Connection,
     work: impl FnOnce(&mut Connection) -> Result<R, StoreError>,
 ) -> Result<R, StoreError> {
-    set_synchronous(conn, Synchronous::Normal)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
     let result = work(conn);
     // Back to FULL on every path, failed ones included: every later commit on this connection
     // (the execute step, tickets, trust, vaults) answers as durable. A connection that cannot
     // be put back can make no durable promise at all, so the process stops rather than lie;
     // recovery fences what was running.
-    if let Err(err) = set_synchronous(conn, Synchronous::Full) {
+    if let Err(err) = conn.pragma_update(None, "synchronous", "FULL") {
         error!(%err, "cannot restore synchronous=FULL on the writing connection; stopping");
         std::process::abort();
     }

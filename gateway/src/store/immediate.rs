@@ -3,10 +3,12 @@
 //!
 //! `rusqlite::Transaction` runs its `BEGIN` and `COMMIT` as fresh SQL text, which SQLite
 //! parses and plans every time; the executor opens two transactions a batch, so a batch paid
-//! four parses for them (and two more to switch `synchronous`, see [`set_synchronous`]). Here
-//! each is a prepared statement reused from the cache. The rest is `Transaction`'s contract:
-//! the guard borrows the connection mutably (nothing else can begin one meanwhile), derefs to
-//! it, and a guard dropped without a successful commit rolls back.
+//! four parses for them. Here each is a prepared statement reused from the cache. (Not so the
+//! executor's `PRAGMA synchronous` switches: SQLite applies a pragma while preparing it and
+//! marks it to run once, so a cached one is parsed again at each use anyway; they stay
+//! `pragma_update`.) The rest is `Transaction`'s contract: the guard borrows the connection
+//! mutably (nothing else can begin one meanwhile), derefs to it, and a guard dropped without a
+//! successful commit rolls back.
 
 use std::ops::Deref;
 
@@ -56,35 +58,10 @@ impl Drop for Immediate<'_> {
     }
 }
 
-/// Sets `PRAGMA synchronous` (`"NORMAL"` or `"FULL"`) with a cached statement.
-pub fn set_synchronous(conn: &Connection, level: Synchronous) -> rusqlite::Result<()> {
-    let sql = match level {
-        Synchronous::Normal => "PRAGMA synchronous = NORMAL",
-        Synchronous::Full => "PRAGMA synchronous = FULL",
-    };
-    conn.prepare_cached(sql)?.execute([])?;
-    Ok(())
-}
-
-/// The two levels the executor switches between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Synchronous {
-    /// Commits reach the operating system, not the disk: they survive the process, not a
-    /// power cut.
-    Normal,
-    /// Commits reach the disk before they return.
-    Full,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::open_temp;
-
-    fn synchronous(conn: &Connection) -> i64 {
-        conn.query_row("PRAGMA synchronous", [], |row| row.get(0))
-            .unwrap()
-    }
 
     fn count(conn: &Connection) -> i64 {
         conn.query_row("SELECT count(*) FROM meta WHERE key = 'k'", [], |row| {
@@ -136,15 +113,5 @@ mod tests {
             .unwrap();
         assert_eq!(rows, 0);
         drop(dir);
-    }
-
-    #[test]
-    fn synchronous_switches_both_ways() {
-        let (_dir, conn) = open_temp();
-        assert_eq!(synchronous(&conn), 2, "FULL as opened");
-        set_synchronous(&conn, Synchronous::Normal).unwrap();
-        assert_eq!(synchronous(&conn), 1);
-        set_synchronous(&conn, Synchronous::Full).unwrap();
-        assert_eq!(synchronous(&conn), 2);
     }
 }

@@ -309,8 +309,8 @@ fn configure(conn: &Connection) -> Result<(), StoreError> {
     // The CLI may write the trust store while a gateway reads it: wait rather than fail.
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // Room for every statement one connection runs (rusqlite keeps 16 by default, and the
-    // executor's alone runs a dozen a batch, its `BEGIN`, `COMMIT` and pragmas among them):
-    // a statement pushed out is parsed and planned again when next used.
+    // executor's alone runs about ten a batch, its `BEGIN` and `COMMIT` among them): a
+    // statement pushed out is parsed and planned again when next used.
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(())
 }
