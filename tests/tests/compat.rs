@@ -8,9 +8,10 @@
 //! What protocol 2 adds degrades as documented: this build shows an old peer as `protocol: 1`
 //! with no release, a peer of this build as `protocol: 2` with its release.
 //!
-//! And the database: this build migrates a home the previous release wrote (schema 2 to `SCHEMA_VERSION`) in
-//! place, keeping its vault, records and peers; the previous release refuses a home this build
-//! wrote ("newer Ferry") and leaves its database byte for byte as it was.
+//! And the database: this build migrates a home the previous release wrote (schema 2 to this
+//! build's `SCHEMA_VERSION`) in place, keeping its vault, records and peers; the previous
+//! release refuses a home this build wrote ("newer Ferry") and leaves its database byte for byte
+//! as it was.
 //!
 //! The previous release is built from this repository's history on first use, into
 //! `target/compat/<commit>/` (`ferry_tests::previous::previous_build`): the first run takes

@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn a_commit_that_fails_leaves_no_transaction_open() {
-        let (dir, mut conn) = open_temp();
+        let (_dir, mut conn) = open_temp();
         // A deferred foreign key broken at commit makes `COMMIT` itself fail.
         conn.execute_batch(
             "CREATE TABLE parent (id INTEGER PRIMARY KEY);
@@ -112,6 +112,5 @@ mod tests {
             .query_row("SELECT count(*) FROM child", [], |row| row.get(0))
             .unwrap();
         assert_eq!(rows, 0);
-        drop(dir);
     }
 }

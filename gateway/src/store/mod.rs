@@ -186,7 +186,7 @@ ALTER TABLE peers ADD COLUMN protocol INTEGER;
 ALTER TABLE peers ADD COLUMN release TEXT;
 ";
 
-/// Versions 3 and 4 to 5: the journal as it is now, rebuilt from whatever an older database
+/// Any version before 5 to 5: the journal as it is now, rebuilt from whatever an older database
 /// has (SQLite can change neither a constraint nor a table's key in place). Two changes, same
 /// rows and same rules:
 /// - (4) The check on `state` is three comparisons instead of an `IN` list. SQLite checks an
