@@ -14,19 +14,43 @@ pub(crate) trait KeyParts<const N: usize> {
     fn parts(&self) -> [&str; N];
 }
 
-/// The stored form of a composite key.
+/// The stored form of a composite key: its parts end to end in one allocation, and where each
+/// ends.
+///
+/// One allocation rather than a `String` per part: a write through the gateway stores a
+/// `(vault, key)` and an `(app, vault, key)`, so separate strings cost five allocations (and
+/// five frees when evicted) and 24 bytes of header each, about 12 MB at the caches' default
+/// 100,000 entries each.
 #[derive(Debug, Clone)]
-pub(crate) struct OwnedKey<const N: usize>([String; N]);
+pub(crate) struct OwnedKey<const N: usize> {
+    text: Box<str>,
+    ends: [usize; N],
+}
 
 impl<const N: usize> OwnedKey<N> {
     pub(crate) fn new(parts: [&str; N]) -> Self {
-        Self(parts.map(str::to_owned))
+        let mut text = String::with_capacity(parts.iter().map(|part| part.len()).sum());
+        let ends = parts.map(|part| {
+            text.push_str(part);
+            text.len()
+        });
+        Self {
+            text: text.into_boxed_str(),
+            ends,
+        }
     }
 }
 
 impl<const N: usize> KeyParts<N> for OwnedKey<N> {
     fn parts(&self) -> [&str; N] {
-        self.0.each_ref().map(String::as_str)
+        let mut start = 0;
+        self.ends.map(|end| {
+            // Every end was a part's end when the text was built, so each range is a whole
+            // `str`; `get` keeps even a broken invariant from panicking.
+            let part = self.text.get(start..end).unwrap_or_default();
+            start = end;
+            part
+        })
     }
 }
 
@@ -84,6 +108,13 @@ mod tests {
         map.insert(OwnedKey::new(["notes", "todo"]), 1);
         let probe: &dyn KeyParts<2> = &["notes", "todo"];
         assert_eq!(map.get(probe), Some(&1));
+    }
+
+    #[test]
+    fn an_owned_key_gives_back_its_parts_empty_and_multibyte_ones_too() {
+        let key = OwnedKey::new(["ünï", "", "ключ/ü"]);
+        assert_eq!(key.parts(), ["ünï", "", "ключ/ü"]);
+        assert_eq!(OwnedKey::new(["", ""]).parts(), ["", ""]);
     }
 
     #[test]

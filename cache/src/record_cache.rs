@@ -21,10 +21,10 @@ pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 
 /// Bytes charged per entry on top of its vault name, key and value.
 ///
-/// An estimate of what an entry really costs beyond its text: the LRU node (the stored key's two
-/// `String` headers, the [`CachedRecord`], two list pointers: about 104 bytes on 64-bit), the
-/// allocator's header on that node and on the two key strings, the hash-table slot and control
-/// byte, and the `Arc` counts in front of the value. Charging it keeps a flood of tiny or empty
+/// An estimate of what an entry really costs beyond its text: the LRU node (the stored key's
+/// text pointer and two part ends, the [`CachedRecord`], two list pointers: about 88 bytes on
+/// 64-bit), the allocator's rounding of that node and of the key's text, the hash-table slot and
+/// control byte, and the `Arc` counts in front of the value. Charging it keeps a flood of tiny or empty
 /// records from holding far more memory than `max_bytes` says.
 pub const ENTRY_OVERHEAD_BYTES: usize = 192;
 

@@ -222,12 +222,11 @@ impl Writes {
             }
         };
         // Boxed for the same reason as in `spawn_write`: this is most of the state.
-        let outcome = Box::pin(self.network.caller().write(
-            &target,
-            call.clone(),
-            &**self,
-            deadline,
-        ))
+        let outcome = Box::pin(
+            self.network
+                .caller()
+                .write(&target, &call, &**self, deadline),
+        )
         .await;
         let outcome = self.resend_if_injected(&target, &call, outcome).await;
         out.ended = ended_for_gate(&outcome);
@@ -315,7 +314,7 @@ impl Writes {
         Box::pin(
             self.network
                 .caller()
-                .write(target, again, &**self, deadline),
+                .write(target, &again, &**self, deadline),
         )
         .await
     }

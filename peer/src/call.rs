@@ -326,7 +326,7 @@ impl Caller {
     pub async fn write<T: TicketSource>(
         &self,
         target: &Target,
-        call: WriteCall,
+        call: &WriteCall,
         tickets: &T,
         deadline: Instant,
     ) -> WriteOutcome {
@@ -347,7 +347,7 @@ impl Caller {
     async fn write_steps<T: TicketSource>(
         &self,
         target: &Target,
-        call: WriteCall,
+        call: &WriteCall,
         tickets: &T,
         deadline: Instant,
     ) -> WriteOutcome {

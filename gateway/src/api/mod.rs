@@ -18,14 +18,18 @@ mod records;
 mod ui;
 pub mod ui_sessions;
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::middleware::{self, Next};
+use axum::extract::{DefaultBodyLimit, FromRef, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Router, ServiceExt};
 use tokio::net::TcpListener;
+use tower_service::Service;
 use tracing::warn;
 
 use crate::gateway::Gateway;
@@ -36,11 +40,11 @@ pub use error::ApiError;
 /// Serves the API on `listener` until the gateway stops.
 pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) {
     let mut stopping = gateway.lifecycle().stopping();
-    // Made into a service once (`into_make_service` builds the routes then, and clones an `Arc`
-    // per connection): served as a plain `Router`, axum rebuilds its table of routes for every
-    // connection (35 MiB at the peak in heaptrack for the overload benchmark's 2,048
-    // connections to one gateway; an idle connection 30 KiB resident instead of 15).
-    let app = router(gateway).into_make_service();
+    // Made into a service once, cloned per connection (an `Arc` each): served as a plain
+    // `Router`, axum rebuilds its table of routes for every connection (35 MiB at the peak in
+    // heaptrack for the overload benchmark's 2,048 connections to one gateway; an idle
+    // connection 30 KiB resident instead of 15).
+    let app = Edge::new(gateway).into_make_service();
     let shutdown = async move {
         let _ = stopping.wait_for(|stopping| *stopping).await;
     };
@@ -55,8 +59,27 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) {
 /// The largest body an admin call takes (a trust request with its routes is well under it).
 const ADMIN_BODY_LIMIT: usize = 64 * 1024;
 
-/// The routes. Public so tests and benchmarks can drive it without a socket.
-pub fn router(gateway: Arc<Gateway>) -> Router {
+/// What the handlers reach through `State`: the gateway, or the status page's sessions.
+#[derive(Clone)]
+struct ApiState {
+    gateway: Arc<Gateway>,
+    sessions: ui::SharedUiSessions,
+}
+
+impl FromRef<ApiState> for Arc<Gateway> {
+    fn from_ref(state: &ApiState) -> Self {
+        state.gateway.clone()
+    }
+}
+
+impl FromRef<ApiState> for ui::SharedUiSessions {
+    fn from_ref(state: &ApiState) -> Self {
+        state.sessions.clone()
+    }
+}
+
+/// The routes, each handler given what it takes of `state`.
+fn router(state: ApiState) -> Router {
     // Values are read by the handlers with the configured value limit, so an oversized value
     // gets Ferry's own 400 rather than a bare 413.
     let records = Router::new()
@@ -91,40 +114,75 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/ui/app.js", get(ui::script))
         .route("/ui/app.css", get(ui::style))
         .layer(DefaultBodyLimit::max(ADMIN_BODY_LIMIT));
-    let sessions = ui::SharedUiSessions::default();
     records
         .merge(admin)
         .fallback(error::unknown_route)
-        .layer(middleware::from_fn_with_state(
-            (gateway.clone(), sessions),
-            edge,
-        ))
-        .with_state(gateway)
+        .with_state(state)
 }
 
 /// What every request meets before its route, outermost first: the rest of a body the route
 /// left unread is read before the answer goes ([`drain`]), errors that are not Ferry's JSON
-/// become it ([`error::json_errors`]), and the [`refusal`]s; a request let through carries the
-/// status page's sessions to its route. One layer, not one per step: each layer boxes and
-/// clones the service under it on every request: the three layers and the extension this
-/// replaced cost about 3 us of CPU per cache hit (`performance.md`, "Reads").
-async fn edge(
-    State((gateway, sessions)): State<(Arc<Gateway>, ui::SharedUiSessions)>,
-    request: Request,
-    next: Next,
-) -> Response {
-    // Outermost, so even early refusals wait for the body they left unread.
-    drain::unread_bodies(request, |mut request| async move {
-        let response = match refusal(&gateway, &sessions, &request) {
-            Some(refused) => refused,
-            None => {
-                request.extensions_mut().insert(sessions);
-                next.run(request).await
-            }
+/// become it ([`error::json_errors`]), and the [`refusal`]s.
+///
+/// A service around the whole router rather than axum middleware: a layer on the router wraps
+/// every route and, on every request, clones and boxes the service under it. Three layers cost
+/// about 3 us of CPU per cache hit (`performance.md`, "Reads"); going from the one `from_fn`
+/// layer left after that to this service took about 0.6 us more off a cache hit (`performance.md`,
+/// "A plain put decided without its record").
+#[derive(Clone)]
+struct Edge {
+    routes: Router,
+    state: ApiState,
+}
+
+impl Edge {
+    fn new(gateway: Arc<Gateway>) -> Self {
+        let state = ApiState {
+            gateway,
+            sessions: ui::SharedUiSessions::default(),
         };
-        error::json_errors(response).await
-    })
-    .await
+        Self {
+            routes: router(state.clone()),
+            state,
+        }
+    }
+
+    async fn answer(self, request: Request) -> Response {
+        let Self { mut routes, state } = self;
+        // Outermost, so even early refusals wait for the body they left unread.
+        drain::unread_bodies(request, |request| async move {
+            let response = match refusal(&state.gateway, &state.sessions, &request) {
+                Some(refused) => refused,
+                None => match routed(&mut routes, request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                },
+            };
+            error::json_errors(response).await
+        })
+        .await
+    }
+}
+
+/// The router's answer (it is always ready, and never fails: errors are responses).
+async fn routed(routes: &mut Router, request: Request) -> Result<Response, Infallible> {
+    std::future::poll_fn(|cx| Service::<Request>::poll_ready(routes, cx)).await?;
+    routes.call(request).await
+}
+
+impl Service<Request> for Edge {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let edge = self.clone();
+        Box::pin(async move { Ok(edge.answer(request).await) })
+    }
 }
 
 /// Who may call what: other web pages are kept out first (see [`ui`]), then the token opens

@@ -21,7 +21,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Json;
 use ferry_kit::admin::{TradeCode, UiCode, UiSession};
 use ferry_kit::contract::ErrorCode;
 
@@ -79,7 +79,7 @@ pub async fn style() -> Response {
 /// `POST /v1/admin/ui-code` (token): a one-time code for the status page.
 pub async fn mint_code(
     State(gateway): State<Arc<Gateway>>,
-    Extension(sessions): Extension<SharedUiSessions>,
+    State(sessions): State<SharedUiSessions>,
 ) -> Result<Json<UiCode>, ApiError> {
     let code = random_hex()?;
     sessions
@@ -99,7 +99,7 @@ pub async fn mint_code(
 
 /// `POST /v1/ui/session` (no token): trades a code, once, for a read-only session.
 pub async fn trade_code(
-    Extension(sessions): Extension<SharedUiSessions>,
+    State(sessions): State<SharedUiSessions>,
     Json(body): Json<TradeCode>,
 ) -> Result<Json<UiSession>, ApiError> {
     let session = random_hex()?;

@@ -345,9 +345,17 @@ fn decide<'a>(
     if let Err(err) = names::check_key(key) {
         return refuse(RefusalCode::BadRequest, err.to_string());
     }
-    let current = records::live_revision(conn, &request.vault, key)?;
     let if_revision = match &request.verb {
         WriteVerb::Put { if_revision, .. } | WriteVerb::Delete { if_revision, .. } => *if_revision,
+    };
+    // Only a condition or a delete looks at the record now; a plain put, most writes, is
+    // decided without it (the upsert finds the record anyway), saving a lookup in the record
+    // table and its key index on every one.
+    let looks = if_revision.is_some() || matches!(request.verb, WriteVerb::Delete { .. });
+    let current = if looks {
+        records::live_revision(conn, &request.vault, key)?
+    } else {
+        0
     };
     if let Some(expected) = if_revision {
         if expected != current {

@@ -89,13 +89,14 @@ pub struct ValueOver;
 /// The revision a compare-and-swap compares against: 0 when the record does not exist
 /// (never written, or deleted).
 pub fn live_revision(conn: &Connection, vault: &str, key: &str) -> Result<u64, StoreError> {
-    Ok(match get(conn, vault, key)? {
-        Some(RecordRow {
-            revision,
-            value: Some(_),
-        }) => revision,
-        _ => 0,
-    })
+    // The revision alone: the value is not copied out just to learn it is there.
+    let revision: Option<i64> = conn
+        .prepare_cached(
+            "SELECT revision FROM records WHERE vault = ?1 AND key = ?2 AND value IS NOT NULL",
+        )?
+        .query_row(params![vault, key], |row| row.get(0))
+        .optional()?;
+    Ok(revision.map_or(0, |revision| revision as u64))
 }
 
 /// Writes `value` (or a tombstone when `None`) at `revision`.
@@ -307,6 +308,8 @@ mod tests {
         let keys: Vec<_> = page.iter().map(|k| k.key.as_str()).collect();
         assert_eq!((keys, more), (vec!["a/3"], false));
         assert_eq!(live_revision(&conn, "v", "a/2").unwrap(), 0);
+        assert_eq!(live_revision(&conn, "v", "a/3").unwrap(), 3);
+        assert_eq!(live_revision(&conn, "v", "never").unwrap(), 0);
         let (changes, more) = changes(&conn, "v", 3, 10).unwrap();
         assert!(!more);
         assert_eq!(

@@ -339,6 +339,19 @@ mod tests {
             (&rate["value"], &rate["target"], &rate["met"]),
             (&11_000.0.into(), &">= 10000".into(), &true.into())
         );
+        // The same 750 ms of CPU over 11,000 writes against the split relay's 20,000.
+        let cpu = by_name("cpu_per_write_ratio");
+        let ratio = cpu["value"].as_f64().expect("a CPU ratio");
+        assert!((ratio - 20_000.0 / 11_000.0).abs() < 1e-9, "{cpu}");
+        assert_eq!(
+            (&cpu["target"], &cpu["met"]),
+            (&"<= 1.5".into(), &false.into())
+        );
+        let share = by_name("scale_concurrent_throughput_share");
+        assert_eq!(
+            (&share["value"], &share["target"], &share["met"]),
+            (&0.55.into(), &">= 0.7".into(), &false.into())
+        );
         assert_met_agrees(&json, &report.render(), &report.target_lines());
     }
 
@@ -366,6 +379,8 @@ mod tests {
                 (Some("cache_hit_seq_p50_ratio"), Some(true)),
                 (Some("owner_read_seq_p50_ratio"), Some(false)),
                 (Some("owner_read_concurrent_throughput_share"), Some(false)),
+                // The fixture's reads carry no CPU figures: nothing to judge.
+                (Some("owner_read_cpu_ratio"), None),
             ]
         );
         assert_met_agrees(&json, &report.render(), &report.target_lines());
@@ -381,7 +396,7 @@ mod tests {
         assert!(json["systems"][2]["sequential"].is_null());
         assert_eq!(json["ferry_clean"], false);
         let unjudged = targets(&json);
-        assert_eq!(unjudged.len(), 3);
+        assert_eq!(unjudged.len(), 5);
         assert!(unjudged
             .iter()
             .all(|t| t["value"].is_null() && t["met"].is_null()));
@@ -394,7 +409,7 @@ mod tests {
         // The cache-hit target is still judged, here and in the markdown: only the owner reads
         // were lost.
         let met: Vec<_> = targets(&json).iter().map(|t| t["met"].as_bool()).collect();
-        assert_eq!(met, [Some(true), None, None]);
+        assert_eq!(met, [Some(true), None, None, None]);
         assert_met_agrees(&json, &report.render(), &report.target_lines());
     }
 }

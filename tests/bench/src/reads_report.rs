@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::bare_relay::Layout;
 use crate::figures::{cell, count};
 use crate::load::Sample;
-use crate::report::{self, against_each, sequential_ratio, throughput_share, Measured};
+use crate::report::{self, against_each, cpu_ratio, sequential_ratio, throughput_share, Measured};
 use crate::targets::{self, Bound, Line, Unit};
 
 /// Ferry's cache-hit p50 may be at most this many times the HTTP server's from memory.
@@ -16,6 +16,9 @@ const HIT_P50_RATIO_TARGET: f64 = 1.3;
 const OWNER_P50_RATIO_TARGET: f64 = 1.5;
 /// Ferry's 64-reader owner reads must be at least this share of the bare relay's.
 const OWNER_THROUGHPUT_SHARE_TARGET: f64 = 0.5;
+/// Ferry's CPU per owner read at most this many times the bare relay's (the scale issue,
+/// issue 15, done-when item 1).
+const OWNER_CPU_RATIO_TARGET: f64 = 1.5;
 /// The `X-Ferry-Source` of an answer from the read cache.
 const FROM_CACHE: &str = "cache";
 
@@ -163,6 +166,13 @@ impl ReadsReport {
                 Unit::Share,
                 Bound::AtLeast(OWNER_THROUGHPUT_SHARE_TARGET),
                 against(owner, &self.owner_reads, throughput_share),
+            ),
+            Line::judged_on_reference(
+                "CPU per owner read (scale)",
+                "owner_read_cpu_ratio",
+                Unit::Ratio,
+                Bound::AtMost(OWNER_CPU_RATIO_TARGET),
+                against(owner, &self.owner_reads, cpu_ratio),
             ),
         ]
     }

@@ -18,6 +18,11 @@ const P50_RATIO_TARGET: f64 = 2.0;
 const THROUGHPUT_SHARE_TARGET: f64 = 0.5;
 /// ...and at least this many durable writes per second.
 const THROUGHPUT_TARGET: f64 = 10_000.0;
+/// The scale issue's bar (issue 15, done-when item 1), stricter than the write path's above:
+/// Ferry's CPU per durable write at most this many times the bare relay's...
+const CPU_RATIO_TARGET: f64 = 1.5;
+/// ...and its 64-writer throughput at least this share of the bare relay's, in the same run.
+const SCALE_THROUGHPUT_SHARE_TARGET: f64 = 0.7;
 /// CPU figures below this are mostly rounding (`/proc` counts 10 ms ticks).
 const MIN_CPU_SHOWN: Duration = Duration::from_millis(100);
 /// Other work using more than this many cores on average makes the figures noisy.
@@ -227,6 +232,20 @@ impl Report {
                 ferry.map(|ferry| ferry.concurrent.per_second()),
                 self.bare.len(),
             ),
+            Line::judged_on_reference(
+                "CPU per durable write (scale)",
+                "cpu_per_write_ratio",
+                Unit::Ratio,
+                Bound::AtMost(CPU_RATIO_TARGET),
+                against_bare(cpu_ratio),
+            ),
+            Line::judged_on_reference(
+                "64-writer throughput (scale)",
+                "scale_concurrent_throughput_share",
+                Unit::Share,
+                Bound::AtLeast(SCALE_THROUGHPUT_SHARE_TARGET),
+                against_bare(throughput_share),
+            ),
         ]
     }
 
@@ -406,6 +425,13 @@ pub fn against_each<'a>(
 pub fn sequential_ratio(ferry: &Measured, yardstick: &Measured, p: f64) -> Option<f64> {
     let f = ferry.sequential.percentile(p)?.as_secs_f64();
     let y = yardstick.sequential.percentile(p)?.as_secs_f64();
+    (y > 0.0).then(|| f / y)
+}
+
+/// Ferry's CPU per request of the concurrent phase (both sides) over a yardstick's.
+pub fn cpu_ratio(ferry: &Measured, yardstick: &Measured) -> Option<f64> {
+    let f = ferry.cpu_per_request()?.total_us;
+    let y = yardstick.cpu_per_request()?.total_us;
     (y > 0.0).then(|| f / y)
 }
 
