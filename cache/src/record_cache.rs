@@ -23,9 +23,9 @@ pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 ///
 /// An estimate of what an entry really costs beyond its text: the LRU node (the stored key's
 /// text pointer and two part ends, the [`CachedRecord`], two list pointers: about 88 bytes on
-/// 64-bit), the allocator's rounding of that node and of the key's text, the hash-table slot and
-/// control byte, and the `Arc` counts in front of the value. Charging it keeps a flood of tiny or empty
-/// records from holding far more memory than `max_bytes` says.
+/// 64-bit), the allocator's rounding of that node and of the key's text, the hash-table slot
+/// and control byte, and the `Arc` counts in front of the value. Charging it keeps a flood of
+/// tiny or empty records from holding far more memory than `max_bytes` says.
 pub const ENTRY_OVERHEAD_BYTES: usize = 192;
 
 /// One cached answer about a record.

@@ -379,10 +379,16 @@ mod tests {
                 (Some("cache_hit_seq_p50_ratio"), Some(true)),
                 (Some("owner_read_seq_p50_ratio"), Some(false)),
                 (Some("owner_read_concurrent_throughput_share"), Some(false)),
-                // The fixture's reads carry no CPU figures: nothing to judge.
-                (Some("owner_read_cpu_ratio"), None),
+                (Some("owner_read_cpu_ratio"), Some(false)),
             ]
         );
+        let cpu = targets(&json)
+            .iter()
+            .find(|t| t["name"] == "owner_read_cpu_ratio")
+            .expect("the CPU target is there");
+        let ratio = cpu["value"].as_f64().expect("a CPU ratio");
+        assert!((ratio - 20_000.0 / 8_000.0).abs() < 1e-9, "{cpu}");
+        assert_eq!(cpu["target"], "<= 1.5");
         assert_met_agrees(&json, &report.render(), &report.target_lines());
     }
 
