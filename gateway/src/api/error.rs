@@ -142,12 +142,6 @@ pub async fn json_errors(response: Response) -> Response {
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return response;
     }
-    // Boxed: reading the router's body is most of this future's state, which every request's
-    // future would otherwise carry though nearly all pass untouched above.
-    Box::pin(rewritten(response)).await
-}
-
-async fn rewritten(response: Response) -> Response {
     let (parts, body) = response.into_parts();
     let said = axum::body::to_bytes(body, QUOTE_LIMIT)
         .await
