@@ -7,10 +7,11 @@
 //! - a write answered `outcome_unknown` settles to the truth, and never runs after that.
 //!
 //! How: one deterministic simulation per seed. The caller is the real [`WriteMachine`]. The
-//! owner is a real SQLite store driven through the real `verbs::admit`, `verbs::execute` and
-//! `verbs::status`, in the transactions `owner::executor` uses. Between them, the network fails
-//! sends before the first byte, drops requests, loses answers, delivers copies late and lets
-//! deadlines pass; the owner crashes between its two transactions and restarts. A small PRNG
+//! owner is a real SQLite store driven through the real `verbs::execute`, `verbs::status` and
+//! `verbs::fence_marks`, in the steps `owner::executor` uses: a batch's running marks, then its
+//! transaction. Between them, the network fails sends before the first byte, drops requests,
+//! loses answers, delivers copies late and lets deadlines pass; the owner crashes between a
+//! batch's marks and its transaction (or before a write reached a batch) and restarts. A small PRNG
 //! makes every choice and time is virtual (a fixed `Instant` plus simulated `Duration`s), so
 //! nothing sleeps and a seed replays exactly.
 //!
@@ -22,7 +23,8 @@
 
 use std::time::{Duration, Instant};
 
-use ferry_gateway::owner::verbs::{self, Admission, BatchVaults, Execution, WriteLimits};
+use ferry_gateway::owner::marks::Mark;
+use ferry_gateway::owner::verbs::{self, BatchVaults, Execution, WriteLimits};
 use ferry_gateway::store::{self, journal, records, vaults};
 use ferry_peer::call::WriteCall;
 use ferry_peer::outcome::{NotSentReason, Refusal, RefusalCode, UnknownReason, WriteOutcome};
@@ -112,7 +114,7 @@ enum Fate {
     /// Held up in the network and delivered at a later random point, perhaps after the caller
     /// has settled the id (the owner must then refuse to run it).
     Late,
-    /// The owner admits it and crashes before executing it.
+    /// The owner takes it and crashes before its batch commits.
     OwnerCrashes,
 }
 
@@ -129,9 +131,9 @@ const FATES: [(Fate, u64); 7] = [
 /// Why a caller is waiting after its send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
-    /// The owner admitted it; the answer comes back when its second transaction commits.
+    /// The owner took it; the answer comes back when its batch commits.
     ForAnswer,
-    /// The owner admitted it; the connection breaks when its second transaction commits.
+    /// The owner took it; the connection breaks when its batch commits.
     ForBreak,
     /// Nothing will come back: the caller learns only at its deadline.
     Silence,
@@ -216,9 +218,12 @@ struct Stats {
     /// `outcome_unknown` ids that had in fact run, and that had not.
     unknown_that_ran: u64,
     unknown_that_did_not: u64,
-    /// Settle queries answered `running` (they landed between the owner's two transactions).
-    running_answers: u64,
-    /// Late copies the owner admitted, and those it answered from the journal instead.
+    /// Settle queries that fenced a write the owner had taken and not run yet (it then ran
+    /// into its fence).
+    settled_before_run: u64,
+    /// Writes a crash took before their batch marked them (answered `never_arrived` after).
+    lost_unmarked: u64,
+    /// Late copies the owner ran, and those it answered from the journal instead.
     late_admitted: u64,
     late_refused: u64,
     crashes: u64,
@@ -239,7 +244,8 @@ impl Stats {
             unknown,
             unknown_that_ran,
             unknown_that_did_not,
-            running_answers,
+            settled_before_run,
+            lost_unmarked,
             late_admitted,
             late_refused,
             crashes,
@@ -255,7 +261,8 @@ impl Stats {
         self.unknown += unknown;
         self.unknown_that_ran += unknown_that_ran;
         self.unknown_that_did_not += unknown_that_did_not;
-        self.running_answers += running_answers;
+        self.settled_before_run += settled_before_run;
+        self.lost_unmarked += lost_unmarked;
         self.late_admitted += late_admitted;
         self.late_refused += late_refused;
         self.crashes += crashes;
@@ -268,9 +275,9 @@ impl Stats {
 struct Owner {
     _dir: TempDir,
     conn: Connection,
-    /// Writes admitted (transaction 1 committed) whose transaction 2 has not run yet.
-    admitted: Vec<usize>,
-    /// Writes admitted before a crash whose transaction 2 still lands after the restart's
+    /// Writes the owner took whose batch has not run yet (each with whether it is a late copy).
+    admitted: Vec<(usize, bool)>,
+    /// Writes marked before a crash whose batch transaction still lands after the restart's
     /// recovery. The executor never does this, but the commit-time check of SPEC 7 rule 5 (a
     /// request declared dead stays dead) must hold if it did, so the simulation makes it happen.
     zombies: Vec<usize>,
@@ -294,17 +301,9 @@ impl Owner {
         }
     }
 
-    /// Transaction 1, as `executor::admit_all` runs it: the `running` marker, or the journal's
-    /// answer for an id it holds.
-    fn admit(&mut self, caller: NodeId, call: &WriteCall, now_ms: u64) -> Admission {
-        let tx = self.conn.transaction().unwrap();
-        let admission = verbs::admit(&tx, caller, call, &LIMITS, now_ms).unwrap();
-        tx.commit().unwrap();
-        admission
-    }
-
-    /// Transaction 2, as `executor::execute_all` runs it: each write's answer recorded (and its
-    /// effect made) only if its id is still running, the vaults' revisions written back once.
+    /// A batch's transaction, as `executor::execute_all` runs it: each write's answer recorded
+    /// (and its effect made) only if the journal does not hold its id, the vaults' revisions
+    /// written back once.
     fn execute(&mut self, caller: NodeId, calls: &[WriteCall], now_ms: u64) -> Vec<Execution> {
         let tx = self.conn.transaction().unwrap();
         let mut batch_vaults = BatchVaults::default();
@@ -327,9 +326,14 @@ impl Owner {
         state
     }
 
-    /// The restart after a crash: whatever was running is now interrupted.
-    fn recover(&mut self, now_ms: u64) -> usize {
-        journal::recover_interrupted(&self.conn, now_ms).unwrap()
+    /// The restart after a crash, as `executor::recover` runs it: each marked id the journal
+    /// does not hold is now interrupted.
+    fn recover(&mut self, marks: &[Mark], now_ms: u64) -> usize {
+        let tx = self.conn.transaction().unwrap();
+        let interrupted = journal::recover_interrupted(&tx, now_ms).unwrap()
+            + verbs::fence_marks(&tx, marks, &LIMITS, now_ms).unwrap();
+        tx.commit().unwrap();
+        interrupted
     }
 
     fn vault_revision(&self) -> u64 {
@@ -349,9 +353,9 @@ impl Owner {
 enum Action {
     /// Perform one ready write's next step.
     Drive,
-    /// The owner runs transaction 2 for everything admitted.
+    /// The owner runs one batch of everything it took.
     Execute,
-    /// The owner crashes between its transactions and restarts.
+    /// The owner crashes (after marking its batch) and restarts.
     Crash,
     /// A late copy reaches the owner.
     Deliver,
@@ -605,14 +609,9 @@ impl Sim {
         }
     }
 
-    /// The owner's transaction 1 for write `w`; an admitted write joins the next batch.
-    fn admit(&mut self, w: usize) -> Admission {
-        let now_ms = self.now_ms();
-        let admission = self.owner.admit(self.caller, &self.writes[w].call, now_ms);
-        if admission == Admission::Run {
-            self.owner.admitted.push(w);
-        }
-        admission
+    /// Write `w` (or a late copy of it) reaches the owner and waits for the next batch.
+    fn arrive(&mut self, w: usize, late: bool) {
+        self.owner.admitted.push((w, late));
     }
 
     fn send(&mut self, w: usize, route: usize) {
@@ -649,33 +648,25 @@ impl Sim {
             }
             Fate::Answered => {
                 self.writes[w].left = true;
-                match self.admit(w) {
-                    Admission::Answer(answer) => self.feed(w, Event::Answered(answer)),
-                    Admission::Run => self.writes[w].phase = Phase::Waiting(Wait::ForAnswer),
-                }
+                self.arrive(w, false);
+                self.writes[w].phase = Phase::Waiting(Wait::ForAnswer);
             }
             Fate::AnswerLost => {
                 self.writes[w].left = true;
-                match self.admit(w) {
-                    Admission::Answer(_) => self.feed(w, connection_lost()),
-                    // The break comes before the owner runs it, when it answers, or never
-                    // (the caller times out).
-                    Admission::Run => match self.rng.below(3) {
-                        0 => self.feed(w, connection_lost()),
-                        1 => self.writes[w].phase = Phase::Waiting(Wait::ForBreak),
-                        _ => self.writes[w].phase = Phase::Waiting(Wait::Silence),
-                    },
+                self.arrive(w, false);
+                // The break comes before the owner runs it, when it answers, or never (the
+                // caller times out).
+                match self.rng.below(3) {
+                    0 => self.feed(w, connection_lost()),
+                    1 => self.writes[w].phase = Phase::Waiting(Wait::ForBreak),
+                    _ => self.writes[w].phase = Phase::Waiting(Wait::Silence),
                 }
             }
             Fate::OwnerCrashes => {
                 self.writes[w].left = true;
-                match self.admit(w) {
-                    Admission::Answer(answer) => self.feed(w, Event::Answered(answer)),
-                    Admission::Run => {
-                        self.writes[w].phase = Phase::Waiting(Wait::ForBreak);
-                        self.crash();
-                    }
-                }
+                self.arrive(w, false);
+                self.writes[w].phase = Phase::Waiting(Wait::ForBreak);
+                self.crash();
             }
         }
     }
@@ -692,23 +683,32 @@ impl Sim {
         let state = self
             .owner
             .status(self.caller, self.writes[w].call.request_id, now_ms);
-        // The executor answers a settle query for an id running in its own batch after the run;
-        // here a query can land between the two transactions and see `running`, an answer the
-        // SPEC allows and the machine must handle.
-        if matches!(state, CallState::Running { .. }) {
-            self.stats.running_answers += 1;
+        // A query about a write the owner took and has not run yet fences it (it never arrived,
+        // as far as any batch knows); its batch must then leave it unrun.
+        let waiting = self.owner.admitted.iter().any(|&(queued, _)| queued == w);
+        if waiting && matches!(state, CallState::NotCarriedOut { .. }) {
+            self.stats.settled_before_run += 1;
         }
         self.feed(w, Event::Settled(state));
     }
 
-    /// The owner's transaction 2 for everything admitted; the answers go back to whoever waits.
+    /// The owner's batch of everything it took; the answers go back to whoever waits.
     fn execute_admitted(&mut self) {
         let batch = std::mem::take(&mut self.owner.admitted);
-        let calls: Vec<WriteCall> = batch.iter().map(|&w| self.writes[w].call.clone()).collect();
+        let calls: Vec<WriteCall> = batch
+            .iter()
+            .map(|&(w, _)| self.writes[w].call.clone())
+            .collect();
         let now_ms = self.now_ms();
         let executions = self.owner.execute(self.caller, &calls, now_ms);
-        for (w, execution) in batch.into_iter().zip(executions) {
+        for ((w, late), execution) in batch.into_iter().zip(executions) {
             self.log(format!("owner ran w{w}: {execution:?}"));
+            if late {
+                match execution {
+                    Execution::Recorded(_) => self.stats.late_admitted += 1,
+                    Execution::Fenced(_) => self.stats.late_refused += 1,
+                }
+            }
             let answer = match execution {
                 Execution::Recorded(answer) | Execution::Fenced(answer) => answer,
             };
@@ -724,19 +724,32 @@ impl Sim {
         }
     }
 
-    /// The owner crashes between its transactions and restarts.
+    /// The owner crashes before its batch commits and restarts. Most of what it took was in
+    /// the batch and marked; the rest still waited in its queue, unmarked, and is gone.
     fn crash(&mut self) {
         self.stats.crashes += 1;
         let lost = std::mem::take(&mut self.owner.admitted);
-        for &w in &lost {
+        let mut marks = Vec::new();
+        for &(w, _) in &lost {
+            if self.rng.one_in(4) {
+                self.stats.lost_unmarked += 1;
+                continue;
+            }
+            let call = &self.writes[w].call;
+            marks.push(Mark {
+                caller: self.caller,
+                request_id: call.request_id,
+                vault: call.vault.clone(),
+            });
             if self.rng.one_in(3) {
                 self.owner.zombies.push(w);
             }
         }
         let now_ms = self.now_ms();
-        let interrupted = self.owner.recover(now_ms);
+        let interrupted = self.owner.recover(&marks, now_ms);
         self.log(format!(
-            "owner crashed before running {lost:?}; restart marked {interrupted} interrupted"
+            "owner crashed before running {lost:?} ({} marked); restart fenced {interrupted} as interrupted",
+            marks.len()
         ));
         // A restarted owner answers every old connection with a stateless reset: every caller
         // waiting on it sees its connection break.
@@ -752,18 +765,8 @@ impl Sim {
         let w = self
             .in_flight
             .swap_remove(self.rng.below(self.in_flight.len()));
-        match self.admit(w) {
-            Admission::Run => {
-                self.stats.late_admitted += 1;
-                self.log(format!("late copy of w{w} reached the owner: admitted"));
-            }
-            Admission::Answer(answer) => {
-                self.stats.late_refused += 1;
-                self.log(format!(
-                    "late copy of w{w} reached the owner: answered {answer:?}"
-                ));
-            }
-        }
+        self.arrive(w, true);
+        self.log(format!("late copy of w{w} reached the owner"));
     }
 
     fn run_zombie(&mut self) {
@@ -807,9 +810,8 @@ impl Sim {
     /// A very late duplicate of write `w`, whose outcome is settled: it must not run.
     fn send_once_more(&mut self, w: usize) {
         let before = self.owner.vault_revision();
-        if self.admit(w) == Admission::Run {
-            self.execute_admitted();
-        }
+        self.arrive(w, false);
+        self.execute_admitted();
         let after = self.owner.vault_revision();
         if after != before {
             self.fail(format!(
@@ -936,7 +938,11 @@ fn no_interleaving_runs_a_request_twice_or_misreports_its_outcome() {
         ("outcome_unknown", total.unknown),
         ("outcome_unknown that had run", total.unknown_that_ran),
         ("outcome_unknown that had not", total.unknown_that_did_not),
-        ("settle answered running", total.running_answers),
+        (
+            "settle fenced a write before it ran",
+            total.settled_before_run,
+        ),
+        ("write lost unmarked in a crash", total.lost_unmarked),
         ("late copy refused by the journal", total.late_refused),
         ("late copy admitted", total.late_admitted),
         ("owner crash", total.crashes),

@@ -1,19 +1,19 @@
 //! The owner's executor: one thread owns the writing SQLite connection and runs writes (and
 //! settle queries, which may write a tombstone) in batches, in arrival order.
 //!
-//! A batch runs in two transactions:
-//! 1. **admit** (`synchronous=NORMAL`: no fsync of its own): each new write is marked
-//!    `running` in the journal; a settle query about an id the journal already holds is
-//!    answered from it. The marker survives a crash of the process (WAL), so after a crash those
-//!    ids are `interrupted`, not forgotten. Nothing admit writes is ever answered by itself: a
-//!    `running` marker only says "ask again";
-//! 2. **execute** (`synchronous=FULL`): each write's checks, first answer and effect (nothing
-//!    written for a write whose id was fenced meanwhile; a store error in one write rolls the
-//!    transaction back, fences that write alone, and runs the rest again), the vaults'
-//!    revisions written once, and the tombstones of settle queries about ids never seen. One
-//!    fsync makes both transactions durable (group commit); answers are sent only after it. Every answer the owner gives about a journal entry it
-//!    wrote follows that durable commit: a tombstone answered `never_arrived` before its fsync
-//!    could be lost to a power cut, and the id could then run after all.
+//! A batch runs in two steps:
+//! 1. **mark**: the request ids of its writes are written to the running marks
+//!    (`owner::marks`, one `pwrite`, no fsync), so that a crash before the commit leaves each
+//!    of them `interrupted` at the next start (SPEC 7 rule 4), not unknown to the journal;
+//! 2. **execute**, one transaction (`synchronous=FULL`): each write's id checked against the
+//!    journal (a copy hears the first answer, an id settled meanwhile its fence), its checks,
+//!    first answer and effect (nothing written for a write whose id the journal holds; a store
+//!    error in one write rolls the transaction back, fences that write alone, and runs the rest
+//!    again), the vaults' revisions written once, then the settle queries (a tombstone for an
+//!    id never seen). One fsync makes it durable (group commit); answers are sent only after
+//!    it. Every answer the owner gives about a journal entry it wrote follows that durable
+//!    commit: a tombstone answered `never_arrived` before its fsync could be lost to a power
+//!    cut, and the id could then run after all.
 //!
 //! In front of the thread sits the capacity budget (SPEC 7 rule 7, decided in
 //! `ferry_core::capacity`): a write is admitted at arrival only within its caller's cap (node
@@ -32,7 +32,7 @@ use ferry_core::capacity::{self, CallerLoad, CapacityRules, ClassQueue, Gate, Se
 use ferry_core::clock::Clock;
 
 use ferry_peer::call::WriteCall;
-use ferry_peer::outcome::{NotCarriedOutReason, Refusal};
+use ferry_peer::outcome::Refusal;
 use ferry_peer::wire::{CallState, Priority, RequestId, WriteAnswer};
 use ferry_ticket::NodeId;
 use rusqlite::Connection;
@@ -40,7 +40,8 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
 
 use super::fault;
-use super::verbs::{self, Admission, Execution, WriteLimits};
+use super::marks::{Mark, MarkFile};
+use super::verbs::{self, Execution, WriteLimits};
 use crate::env::Blocking;
 use crate::metrics::Metrics;
 use crate::revisions::Revisions;
@@ -53,6 +54,12 @@ const OTHER_JOBS: usize = 1024;
 /// The most jobs in one batch: large enough to amortise the fsync, small enough that the first
 /// write in a batch does not wait long for the last.
 const MAX_BATCH: usize = 256;
+/// The most ids whose batch neither committed nor could be fenced that the executor carries
+/// (in its marks, answering their copies "running"). A store failing that often cannot keep
+/// any promise; past this the process stops, and the next start fences them from the marks.
+const MAX_STRANDED: usize = 65_536;
+/// The running marks' file, next to the database.
+const MARKS_FILE: &str = "owner.marks";
 
 /// A caller of the owner as the capacity budget counts it: its node and its app.
 pub type CallerKey = (NodeId, String);
@@ -235,6 +242,18 @@ impl Slot {
     fn refund(&self) {
         self.budget.with_gate(|gate| gate.refund(&self.caller));
     }
+
+    /// Its batch neither committed nor could be fenced: its place is given back, but its id
+    /// stays counted as in flight for the life of this process, so a copy the budget refuses
+    /// is never told "not carried out" about a write whose fate only a restart can settle.
+    fn strand(self) {
+        *self
+            .budget
+            .lock()
+            .admitted
+            .entry((self.caller.0, self.request_id))
+            .or_default() += 1;
+    }
 }
 
 impl Drop for Slot {
@@ -335,7 +354,7 @@ impl Executor {
             clock,
             metrics,
         } = settings;
-        let conn = store::open(db_path)?;
+        let mut conn = store::open(db_path)?;
         // Read on the runtime thread (a refusal's journal lookup): never wait for a lock there.
         // A busy database makes the lookup fail, and the copy's answer is withheld (settled by
         // id), never turned into a refusal.
@@ -345,13 +364,20 @@ impl Executor {
         limits.collected_before_ms = limits
             .collected_before_ms
             .max(store::meta::journal_collected_before(&conn)?);
-        let interrupted = journal::recover_interrupted(&conn, clock.unix_ms())?;
+        let (marks, left) = MarkFile::open(&db_path.with_file_name(MARKS_FILE))
+            .map_err(|source| StoreError::MarkFile { source })?;
+        let interrupted = recover(&mut conn, &left, &limits, clock.unix_ms())?;
         if interrupted > 0 {
             info!(
                 interrupted,
                 "writes left running by a crash are now not_carried_out: interrupted"
             );
         }
+        // Settled and durable: the marks are spent.
+        let mut marks = marks;
+        marks
+            .clear()
+            .map_err(|source| StoreError::MarkFile { source })?;
         let (tx, rx) = mpsc::channel(rules.queue_depth.saturating_add(OTHER_JOBS));
         let (done_tx, done_rx) = oneshot::channel();
         let budget = Arc::new(Budget {
@@ -364,6 +390,8 @@ impl Executor {
         let revisions = Arc::new(Revisions::default());
         let work = Work {
             conn,
+            marks,
+            stranded: Vec::new(),
             limits,
             clock: clock.clone(),
             waiting: ClassQueue::new(&rules),
@@ -773,6 +801,11 @@ fn journal_answer(
 /// writes waiting in their classes.
 struct Work {
     conn: Connection,
+    /// Where each batch marks the ids it may run before its transaction begins.
+    marks: MarkFile,
+    /// Ids whose batch neither committed nor could be fenced: marked again with every batch
+    /// until a restart settles them, their copies answered as running meanwhile.
+    stranded: Vec<Mark>,
     limits: WriteLimits,
     clock: Arc<dyn Clock>,
     waiting: ClassQueue<Job>,
@@ -836,10 +869,14 @@ impl Work {
                 // A copy of a write the journal already answered gets that answer, not busy;
                 // one the journal holds as running, or cannot say about, gets none (its caller
                 // settles it by id).
-                let answer = match journal_answer(&self.conn, slot.caller.0, request.request_id) {
-                    Ok(Some(answer)) => Some(answer),
-                    Ok(None) => Some(WriteAnswer::Refused(refusal.answer())),
-                    Err(_) => None,
+                let answer = if is_stranded(&self.stranded, slot.caller.0, request.request_id) {
+                    None
+                } else {
+                    match journal_answer(&self.conn, slot.caller.0, request.request_id) {
+                        Ok(Some(answer)) => Some(answer),
+                        Ok(None) => Some(WriteAnswer::Refused(refusal.answer())),
+                        Err(_) => None,
+                    }
                 };
                 if let Job::Write { reply, slot, .. } = job {
                     drop(slot);
@@ -864,29 +901,202 @@ impl Work {
         self.take_alone(batch);
         if !batch.is_empty() {
             let now_ms = self.clock.unix_ms();
-            run_batch(&mut self.conn, batch, &self.limits, now_ms, &self.revisions);
+            if let Some(pending) = self.mark_step(batch, now_ms) {
+                self.execute_step(batch, pending, now_ms);
+            }
         }
     }
 
-    /// As [`Work::take`], on a task: it yields between the batch's two transactions, so a
-    /// simulated crash can fall between them (as a power cut can between the thread's), leaving
-    /// `running` markers for recovery to fence.
+    /// As [`Work::take`], on a task: it yields between the batch's marks and its transaction,
+    /// so a simulated crash can fall between them (as a power cut can on the thread), leaving
+    /// marks for recovery to fence.
     async fn take_yielding(&mut self, batch: &mut Vec<Job>) {
         self.take_alone(batch);
         if batch.is_empty() {
             return;
         }
         let now_ms = self.clock.unix_ms();
-        if let Some(admitted) = admit_step(&mut self.conn, batch, &self.limits, now_ms) {
+        if let Some(pending) = self.mark_step(batch, now_ms) {
             tokio::task::yield_now().await;
-            execute_step(
+            self.execute_step(batch, pending, now_ms);
+        }
+    }
+
+    /// Step 1 of a batch: where each job starts, and the running marks of every write that may
+    /// run (with the stranded ids); `None` (every job answered, nothing ran) if the marks could
+    /// not be written.
+    fn mark_step(&mut self, batch: &mut Vec<Job>, now_ms: u64) -> Option<Vec<Pending>> {
+        let stranded = &self.stranded;
+        let pending = batch
+            .iter()
+            .map(|job| match job {
+                // A copy of an id whose fate only a restart can settle: "ask again", as for
+                // any id running now; a settle query hears it is running.
+                Job::Write {
+                    caller, request, ..
+                } if is_stranded(stranded, *caller, request.request_id) => {
+                    Pending::Answered(verbs::busy_duplicate())
+                }
+                Job::Status {
+                    caller, request_id, ..
+                } if is_stranded(stranded, *caller, *request_id) => {
+                    Pending::Status(Ok(CallState::Running {
+                        since_ms: now_ms,
+                        heartbeat_age_ms: 0,
+                    }))
+                }
+                Job::Write { .. } => Pending::Run,
+                Job::Status { .. } => Pending::StatusAfterRun,
+                Job::Collect { .. } | Job::Apply(_) => {
+                    Pending::Status(Err(StatusFailed::NotAQuery))
+                }
+            })
+            .collect::<Vec<_>>();
+        let limits = &self.limits;
+        let mut to_mark = batch
+            .iter()
+            .zip(&pending)
+            .filter_map(|(job, pending)| match (job, pending) {
+                (
+                    Job::Write {
+                        caller, request, ..
+                    },
+                    Pending::Run,
+                ) if verbs::may_run(request, limits, now_ms) => {
+                    Some((*caller, request.request_id, request.vault.as_str()))
+                }
+                _ => None,
+            })
+            .chain(
+                stranded
+                    .iter()
+                    .map(|mark| (mark.caller, mark.request_id, mark.vault.as_str())),
+            )
+            .peekable();
+        // Nothing that may run (settle queries alone): the last marks stay, harmless, since
+        // every id in them is in the journal by now.
+        if to_mark.peek().is_none() {
+            return Some(pending);
+        }
+        if let Err(err) = self.marks.write(to_mark) {
+            error!(%err, "the batch's running marks could not be written; none of it ran");
+            answer_all_failed(batch);
+            return None;
+        }
+        Some(pending)
+    }
+
+    /// Step 2 of a batch: its one transaction, then every answer.
+    fn execute_step(&mut self, batch: &mut Vec<Job>, pending: Vec<Pending>, now_ms: u64) {
+        // Where each job stood before the transaction (answered copies of stranded ids, and
+        // any write fenced below); kept in case the transaction fails.
+        let mut admitted = pending;
+        let pending = loop {
+            match execute_all(
                 &mut self.conn,
                 batch,
-                admitted,
+                admitted.clone(),
                 &self.limits,
                 now_ms,
-                &self.revisions,
+            ) {
+                Ok(pending) => break pending,
+                // One write's error rolled the whole transaction back, so nothing of the batch
+                // ran. That write alone is fenced (its own durable transaction), and the rest run
+                // again: each round takes one write out, so this ends.
+                Err(ExecuteFailure::Write { index, err }) => {
+                    let fenced = match batch.get(index) {
+                        Some(Job::Write {
+                            caller, request, ..
+                        }) => {
+                            error!(%err, request_id = %request.request_id, "a write failed in the store; fenced as interrupted, the rest of its batch runs again");
+                            fence_one(&mut self.conn, *caller, request, &self.limits, now_ms).ok()
+                        }
+                        _ => None,
+                    };
+                    match fenced {
+                        Some(answer) => admitted[index] = Pending::Answered(answer),
+                        None => return self.after_failed_commit(batch, admitted, now_ms),
+                    }
+                }
+                Err(ExecuteFailure::Batch(err)) => {
+                    error!(%err, "write batch did not commit; none of its verbs happened");
+                    return self.after_failed_commit(batch, admitted, now_ms);
+                }
+            }
+        };
+        if batch.iter().any(|job| matches!(job, Job::Write { .. })) {
+            fault::point("after_commit");
+        }
+        // Committed: the change feed's waiters may read it now.
+        for (job, outcome) in batch.iter().zip(&pending) {
+            if let (Job::Write { request, .. }, Pending::Answered(WriteAnswer::Done { revision })) =
+                (job, outcome)
+            {
+                self.revisions.advanced(&request.vault, *revision);
+            }
+        }
+        answer_batch(batch, pending);
+    }
+
+    /// After the batch's transaction failed: its writes that were to run did not. Each is
+    /// fenced `interrupted` now (a copy of an earlier write keeps its first answer), so settle
+    /// queries learn the truth at once. If the fence fails too, nothing definite can be said (a
+    /// commit that failed in its fsync may yet be replayed from the WAL at the next start):
+    /// their replies are dropped, which their callers take as a lost answer to settle by id,
+    /// and their ids are stranded: marked with every later batch, answered as running, until
+    /// a restart settles them.
+    fn after_failed_commit(&mut self, batch: &mut Vec<Job>, admitted: Vec<Pending>, now_ms: u64) {
+        match fence_batch(&mut self.conn, batch, &admitted, &self.limits, now_ms) {
+            Ok(fenced) => answer_after_fence(batch, fenced),
+            Err(err) => {
+                error!(%err, "the failed batch could not be fenced either; its writes' answers are withheld until a restart settles them");
+                self.strand(batch, admitted, now_ms);
+            }
+        }
+    }
+
+    fn strand(&mut self, batch: &mut Vec<Job>, admitted: Vec<Pending>, now_ms: u64) {
+        for (job, admitted) in batch.drain(..).zip(admitted) {
+            match (job, admitted) {
+                (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
+                    drop(slot);
+                    let _ = reply.send(answer);
+                }
+                (
+                    Job::Write {
+                        caller,
+                        request,
+                        slot,
+                        reply,
+                        ..
+                    },
+                    _,
+                ) => {
+                    if verbs::may_run(&request, &self.limits, now_ms) {
+                        slot.strand();
+                        self.stranded.push(Mark {
+                            caller,
+                            request_id: request.request_id,
+                            vault: request.vault,
+                        });
+                    }
+                    drop(reply);
+                }
+                (Job::Status { reply, .. }, Pending::Status(state)) => {
+                    let _ = reply.send(state);
+                }
+                (Job::Status { reply, .. }, _) => {
+                    let _ = reply.send(Err(StatusFailed::Store));
+                }
+                (Job::Collect { .. } | Job::Apply(_), _) => {}
+            }
+        }
+        if self.stranded.len() > MAX_STRANDED {
+            error!(
+                stranded = self.stranded.len(),
+                "the store keeps failing to commit and to fence; stopping, so the next start settles every stranded write from the marks"
             );
+            std::process::abort();
         }
     }
 
@@ -998,93 +1208,26 @@ enum Pending {
     StatusAfterRun,
 }
 
-fn run_batch(
+/// Settles what a crash left, in one durable transaction before the owner serves: `running`
+/// rows an older release wrote, and the ids of the running marks the journal does not hold.
+fn recover(
     conn: &mut Connection,
-    batch: &mut Vec<Job>,
+    marks: &[Mark],
     limits: &WriteLimits,
     now_ms: u64,
-    revisions: &Revisions,
-) {
-    if let Some(admitted) = admit_step(conn, batch, limits, now_ms) {
-        execute_step(conn, batch, admitted, limits, now_ms, revisions);
-    }
+) -> Result<usize, StoreError> {
+    let tx = Immediate::begin(conn)?;
+    let interrupted = journal::recover_interrupted(&tx, now_ms)?
+        + verbs::fence_marks(&tx, marks, limits, now_ms)?;
+    tx.commit()?;
+    Ok(interrupted)
 }
 
-/// Transaction 1 of a batch; `None` (every job answered) if it failed.
-fn admit_step(
-    conn: &mut Connection,
-    batch: &mut Vec<Job>,
-    limits: &WriteLimits,
-    now_ms: u64,
-) -> Option<Vec<Pending>> {
-    match admit_all(conn, batch, limits, now_ms) {
-        Ok(pending) => Some(pending),
-        Err(err) => {
-            error!(%err, "write batch could not be admitted; none of it ran");
-            answer_all_failed(batch);
-            None
-        }
-    }
-}
-
-/// Transaction 2 of a batch, then every answer.
-fn execute_step(
-    conn: &mut Connection,
-    batch: &mut Vec<Job>,
-    pending: Vec<Pending>,
-    limits: &WriteLimits,
-    now_ms: u64,
-    revisions: &Revisions,
-) {
-    // What is durable so far (transaction 1's answers from the journal and stale ids, and
-    // any write fenced below); kept in case transaction 2 fails.
-    let mut admitted = pending;
-    let pending = loop {
-        match execute_all(conn, batch, admitted.clone(), limits, now_ms) {
-            Ok(pending) => break pending,
-            // One write's error rolled the whole transaction back, so nothing of the batch
-            // ran. That write alone is fenced (its own durable transaction), and the rest run
-            // again: each round takes one write out, so this ends.
-            Err(ExecuteFailure::Write { index, err }) => {
-                let failed = match batch.get(index) {
-                    Some(Job::Write {
-                        caller, request, ..
-                    }) => Some((*caller, request.request_id)),
-                    _ => None,
-                };
-                error!(%err, ?failed, "a write failed in the store; fenced as interrupted, the rest of its batch runs again");
-                let fenced_alone = failed.is_some_and(|(caller, request_id)| {
-                    fence_one(conn, caller, request_id, now_ms).is_ok()
-                });
-                if !fenced_alone {
-                    let fenced = fence_batch(conn, batch, now_ms).is_ok();
-                    return answer_after_failed_commit(batch, admitted, fenced);
-                }
-                admitted[index] = Pending::Answered(WriteAnswer::NotCarriedOut {
-                    reason: NotCarriedOutReason::Interrupted,
-                });
-            }
-            Err(ExecuteFailure::Batch(err)) => {
-                error!(%err, "write batch did not commit; none of its verbs happened");
-                // Its `running` markers did commit (transaction 1): fence them, so settle
-                // queries learn the truth now rather than after a restart.
-                let fenced = fence_batch(conn, batch, now_ms).is_ok();
-                return answer_after_failed_commit(batch, admitted, fenced);
-            }
-        }
-    };
-    if batch.iter().any(|job| matches!(job, Job::Write { .. })) {
-        fault::point("after_commit");
-    }
-    // Committed: the change feed's waiters may read it now.
-    for (job, outcome) in batch.iter().zip(&pending) {
-        if let (Job::Write { request, .. }, Pending::Answered(WriteAnswer::Done { revision })) =
-            (job, outcome)
-        {
-            revisions.advanced(&request.vault, *revision);
-        }
-    }
-    answer_batch(batch, pending);
+fn is_stranded(stranded: &[Mark], caller: NodeId, request_id: RequestId) -> bool {
+    !stranded.is_empty()
+        && stranded
+            .iter()
+            .any(|mark| mark.caller == caller && mark.request_id == request_id)
 }
 
 /// Sends every job of `batch` its answer (taking the jobs out). A caller that went away (its
@@ -1110,22 +1253,6 @@ fn answer_batch(batch: &mut Vec<Job>, pending: Vec<Pending>) {
     }
 }
 
-/// Transaction 1: journal lookups, `running` markers, tombstones for settle queries.
-///
-/// Every transaction here is `IMMEDIATE`: it takes the write lock at `BEGIN`, so the one other
-/// writing connection (the call log's, or the CLI's with no gateway running) makes it wait out
-/// the busy timeout instead of failing at its first write on a stale snapshot.
-fn admit_all(
-    conn: &mut Connection,
-    batch: &[Job],
-    limits: &WriteLimits,
-    now_ms: u64,
-) -> Result<Vec<Pending>, StoreError> {
-    without_fsync(conn, |conn| {
-        admit_in_transaction(conn, batch, limits, now_ms)
-    })
-}
-
 /// Runs `work` on the writing connection with `synchronous=NORMAL` (its commits are not
 /// fsynced), then puts `FULL` back.
 fn without_fsync<R>(
@@ -1135,9 +1262,9 @@ fn without_fsync<R>(
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     let result = work(conn);
     // Back to FULL on every path, failed ones included: every later commit on this connection
-    // (the execute step, tickets, trust, vaults) answers as durable. A connection that cannot
-    // be put back can make no durable promise at all, so the process stops rather than lie;
-    // recovery fences what was running.
+    // (the batches, tickets, trust, vaults) answers as durable. A connection that cannot be
+    // put back can make no durable promise at all, so the process stops rather than lie;
+    // recovery fences what was marked.
     if let Err(err) = conn.pragma_update(None, "synchronous", "FULL") {
         error!(%err, "cannot restore synchronous=FULL on the writing connection; stopping");
         std::process::abort();
@@ -1145,42 +1272,10 @@ fn without_fsync<R>(
     result
 }
 
-fn admit_in_transaction(
-    conn: &mut Connection,
-    batch: &[Job],
-    limits: &WriteLimits,
-    now_ms: u64,
-) -> Result<Vec<Pending>, StoreError> {
-    let tx = Immediate::begin(conn)?;
-    let mut pending = Vec::with_capacity(batch.len());
-    for job in batch {
-        pending.push(match job {
-            // The budget's deadline check ran when the write left the queue (`Work::pick`).
-            Job::Write {
-                caller, request, ..
-            } => match verbs::admit(&tx, *caller, request, limits, now_ms)? {
-                Admission::Answer(answer) => Pending::Answered(answer),
-                Admission::Run => Pending::Run,
-            },
-            Job::Status {
-                caller, request_id, ..
-            } => match journal::lookup(&tx, *caller, *request_id)? {
-                // Running means it is in this batch: answer after it ran. Never seen: the
-                // tombstone is written in the durable transaction, and answered after it.
-                None | Some(journal::JournalEntry::Running { .. }) => Pending::StatusAfterRun,
-                Some(entry) => Pending::Status(Ok(entry.to_call_state())),
-            },
-            Job::Collect { .. } | Job::Apply(_) => Pending::Status(Err(StatusFailed::NotAQuery)),
-        });
-    }
-    tx.commit()?;
-    Ok(pending)
-}
-
 /// How long the injected bug `AnswerBeforeCommit` holds a batch's commit after its answers left.
 const BUGGY_COMMIT_DELAY: Duration = Duration::from_millis(200);
 
-/// Why transaction 2 did not commit (it was rolled back whole either way).
+/// Why the batch's transaction did not commit (it was rolled back whole either way).
 #[derive(Debug)]
 enum ExecuteFailure {
     /// The write at this index of the batch failed in the store.
@@ -1202,8 +1297,11 @@ impl From<rusqlite::Error> for ExecuteFailure {
     }
 }
 
-/// Transaction 2: each admitted write's effect and answer, then the deferred settle queries;
-/// one durable commit.
+/// The batch's transaction: each write's journal check, answer and effect, then the settle
+/// queries; one durable commit. Every transaction here is `IMMEDIATE`: it takes the write lock
+/// at `BEGIN`, so the one other writing connection (the call log's, or the CLI's with no
+/// gateway running) makes it wait out the busy timeout instead of failing at its first write
+/// on a stale snapshot.
 fn execute_all(
     conn: &mut Connection,
     batch: &mut Vec<Job>,
@@ -1269,61 +1367,69 @@ fn execute_all(
     Ok(pending)
 }
 
-/// Marks one write that is still `running` as interrupted, in a durable transaction of its own.
+/// Fences one write whose statement failed, in a durable transaction of its own; what its
+/// caller is told.
 fn fence_one(
     conn: &mut Connection,
     caller: NodeId,
-    request_id: RequestId,
+    request: &WriteCall,
+    limits: &WriteLimits,
     now_ms: u64,
-) -> Result<(), StoreError> {
+) -> Result<WriteAnswer, StoreError> {
     let tx = Immediate::begin(conn)?;
-    journal::fence_interrupted(&tx, caller, request_id, now_ms)?;
+    let answer = verbs::fence(&tx, caller, request, limits, now_ms)?;
     tx.commit()?;
-    Ok(())
+    Ok(answer)
 }
 
-/// Marks every write of a failed batch that is still `running` as interrupted.
-fn fence_batch(conn: &mut Connection, batch: &[Job], now_ms: u64) -> Result<(), StoreError> {
+/// Fences every write of a failed batch that was to run, in one durable transaction; where
+/// each job stands after.
+fn fence_batch(
+    conn: &mut Connection,
+    batch: &[Job],
+    admitted: &[Pending],
+    limits: &WriteLimits,
+    now_ms: u64,
+) -> Result<Vec<Pending>, StoreError> {
     let tx = Immediate::begin(conn)?;
-    for job in batch {
-        if let Job::Write {
-            caller, request, ..
-        } = job
-        {
-            journal::fence_interrupted(&tx, *caller, request.request_id, now_ms)?;
-        }
+    let mut fenced = Vec::with_capacity(batch.len());
+    for (job, pending) in batch.iter().zip(admitted) {
+        fenced.push(match (job, pending) {
+            (
+                Job::Write {
+                    caller, request, ..
+                },
+                Pending::Run,
+            ) => Pending::Answered(verbs::fence(&tx, *caller, request, limits, now_ms)?),
+            (_, other) => other.clone(),
+        });
     }
     tx.commit()?;
-    Ok(())
+    Ok(fenced)
 }
 
-/// After transaction 2 failed: admitted answers stand; writes that were to run did not, and
-/// are `interrupted` if the fence held. If it did not, nothing definite can be said (a commit
-/// that failed in its fsync may yet be replayed from the WAL at the next start): their replies
-/// are dropped, which their callers take as a lost answer, to be settled by request id.
-fn answer_after_failed_commit(batch: &mut Vec<Job>, admitted: Vec<Pending>, fenced: bool) {
-    for (job, admitted) in batch.drain(..).zip(admitted) {
-        match (job, admitted) {
+/// Answers a failed batch after its fence: each write what the fence said, each settle query
+/// answered before the failure its state, the rest of them a store failure.
+fn answer_after_fence(batch: &mut Vec<Job>, fenced: Vec<Pending>) {
+    for (job, fenced) in batch.drain(..).zip(fenced) {
+        match (job, fenced) {
             // The caller's place in the budget is given back before its answer leaves (as in
             // `answer_batch`), so a copy sent at once is not refused by its own last one.
             (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
                 drop(slot);
                 let _ = reply.send(answer);
             }
-            (Job::Write { reply, slot, .. }, _) if fenced => {
-                drop(slot);
-                let _ = reply.send(WriteAnswer::NotCarriedOut {
-                    reason: NotCarriedOutReason::Interrupted,
-                });
-            }
-            (Job::Write { reply, .. }, _) => drop(reply),
             (Job::Status { reply, .. }, Pending::Status(state)) => {
                 let _ = reply.send(state);
             }
             (Job::Status { reply, .. }, _) => {
                 let _ = reply.send(Err(StatusFailed::Store));
             }
-            (Job::Collect { .. } | Job::Apply(_), _) => {}
+            (job, fenced) => error!(
+                ?job,
+                ?fenced,
+                "owner bookkeeping mismatch after a fence; job dropped unanswered"
+            ),
         }
     }
 }
@@ -1349,6 +1455,7 @@ fn answer_all_failed(batch: &mut Vec<Job>) {
 mod tests {
     use super::*;
     use crate::store::{records, vaults};
+    use ferry_peer::outcome::NotCarriedOutReason;
     use ferry_peer::outcome::RefusalCode;
     use ferry_peer::wire::{Priority, WriteVerb};
     use ferry_ticket::NodeKey;
@@ -1413,9 +1520,8 @@ mod tests {
             // A write that ran eight days ago, when the id was fresh.
             let conn = store::open(&db).unwrap();
             vaults::create_owned(&conn, "v", me, 0).unwrap();
-            journal::mark_running(&conn, me, old, "v", now - 8 * DAY_MS).unwrap();
-            journal::record_answer(&conn, me, old, &WriteAnswer::Done { revision: 1 }, now)
-                .unwrap();
+            let done = WriteAnswer::Done { revision: 1 };
+            journal::record_first_answer(&conn, me, old, "v", &done, now - 8 * DAY_MS).unwrap();
         }
         let executor = start(&db, limits(), CapacityRules::default());
         assert_eq!(executor.collect(now - 7 * DAY_MS).await.unwrap(), 1);
@@ -1881,14 +1987,122 @@ mod tests {
         assert!(executor.drain(Duration::from_secs(5)).await);
     }
 
-    #[tokio::test]
-    async fn a_copy_sent_while_the_owner_stops_hears_the_truth_about_its_id() {
-        let dir = tempfile::tempdir().unwrap();
-        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+    /// An executor on a fresh store that has run one write (key `ran`), and its answer.
+    async fn after_one_write(dir: &Path) -> (Arc<Executor>, NodeId, WriteCall, WriteAnswer) {
+        let (executor, me) = started_with(dir, CapacityRules::default(), clock());
         let far = Instant::now() + Duration::from_secs(60);
         let ran = put(RequestId::generate(), "ran");
         let done = executor.submit(me, ran.clone(), far).await.unwrap();
         assert_eq!(done, WriteAnswer::Done { revision: 1 });
+        (executor, me, ran, done)
+    }
+
+    /// Makes the store refuse every statement of `kind` on `table` (a failing disk, as far as
+    /// those statements can tell), through a connection of its own.
+    fn refuse(dir: &Path, table: &str, kind: &str) {
+        store::open(&dir.join("ferry.db"))
+            .unwrap()
+            .execute_batch(&format!(
+                "CREATE TRIGGER boom BEFORE {kind} ON {table}
+                 BEGIN SELECT RAISE(ABORT, 'the disk said no'); END;"
+            ))
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_tells_a_copy_its_first_answer_and_its_new_writes_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me, ran, done) = after_one_write(dir.path()).await;
+        let far = Instant::now() + Duration::from_secs(60);
+        // The batch's commit fails at the vault's revision, after every write in it went.
+        refuse(dir.path(), "vaults", "UPDATE");
+        let release = hold(&executor).await;
+        let new = put(RequestId::generate(), "new");
+        let copy = spawn_put(&executor, me, ran.clone(), far);
+        let first = spawn_put(&executor, me, new.clone(), far);
+        until_queued(&executor, 2, 0).await;
+        drop(release);
+        assert_eq!(
+            copy.await.unwrap(),
+            Ok(done.clone()),
+            "the copy of a write that ran is never told it was cut short"
+        );
+        let interrupted = WriteAnswer::NotCarriedOut {
+            reason: NotCarriedOutReason::Interrupted,
+        };
+        assert_eq!(first.await.unwrap(), Ok(interrupted));
+        assert_eq!(
+            executor.status(me, new.request_id, None).await.unwrap(),
+            CallState::NotCarriedOut {
+                reason: NotCarriedOutReason::Interrupted
+            }
+        );
+        let stored = executor
+            .apply(|conn| records::get(conn, "v", "new"))
+            .await
+            .unwrap();
+        assert_eq!(stored, None, "the cut-short write left nothing");
+        assert!(executor.drain(Duration::from_secs(5)).await);
+    }
+
+    #[tokio::test]
+    async fn a_write_whose_batch_and_fence_both_failed_stays_running_until_a_restart_fences_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+        let far = Instant::now() + Duration::from_secs(60);
+        // Every journal insert fails: the write's answer, then both fences.
+        refuse(dir.path(), "journal", "INSERT");
+        let call = put(RequestId::generate(), "k");
+        assert_eq!(
+            executor.submit(me, call.clone(), far).await,
+            Err(SubmitError::Lost),
+            "nothing definite can be said: its answer is withheld"
+        );
+        // Its fate is only known after a restart: asked, the owner says it is running...
+        assert!(matches!(
+            executor.status(me, call.request_id, None).await.unwrap(),
+            CallState::Running { .. }
+        ));
+        // ...and a copy is told to ask again, never "not carried out".
+        let again = executor.submit(me, call.clone(), far).await.unwrap();
+        assert!(
+            matches!(&again, WriteAnswer::Refused(r) if r.code == RefusalCode::Busy),
+            "{again:?}"
+        );
+        assert!(executor.drain(Duration::from_secs(5)).await);
+        drop(executor);
+        // The disk recovers; the restart fences it from its mark.
+        store::open(&dir.path().join("ferry.db"))
+            .unwrap()
+            .execute_batch("DROP TRIGGER boom")
+            .unwrap();
+        let restarted = start(
+            &dir.path().join("ferry.db"),
+            limits(),
+            CapacityRules::default(),
+        );
+        let interrupted = NotCarriedOutReason::Interrupted;
+        assert_eq!(
+            restarted.status(me, call.request_id, None).await.unwrap(),
+            CallState::NotCarriedOut {
+                reason: interrupted
+            }
+        );
+        assert_eq!(
+            restarted.submit(me, call, far).await,
+            Ok(WriteAnswer::NotCarriedOut {
+                reason: interrupted
+            }),
+            "it never runs afterwards"
+        );
+        assert!(restarted.drain(Duration::from_secs(5)).await);
+    }
+
+    #[tokio::test]
+    async fn a_copy_sent_while_the_owner_stops_hears_the_truth_about_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me, ran, done) = after_one_write(dir.path()).await;
+        let far = Instant::now() + Duration::from_secs(60);
         // A write still queued when the stop comes.
         let release = hold(&executor).await;
         let queued = put(RequestId::generate(), "queued");

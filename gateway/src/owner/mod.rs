@@ -7,10 +7,13 @@
 //! - [`executor`]: a single writer that runs verbs in group-committed SQLite transactions,
 //!   each verb together with its journal record.
 //! - [`fault`]: test-only crash and stall points (cargo feature `fault-injection`).
+//! - [`marks`]: the running marks, the ids a batch may run, written before its transaction so
+//!   a crash leaves them `interrupted`.
 //! - [`verbs`]: what one write does to the store, as a plain function of the store and time.
 
 pub mod executor;
 pub mod fault;
+pub mod marks;
 pub mod verbs;
 
 use std::collections::BTreeMap;

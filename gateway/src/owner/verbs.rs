@@ -1,11 +1,13 @@
-//! One write against the store, in two steps the executor runs in two transactions:
-//! 1. [`admit`]: a known request id is answered from the journal; a stale one is refused; a new
-//!    one is marked `running`;
-//! 2. [`execute`]: the checks, the first answer and the effect, the answer recorded first and
-//!    only if the id is still `running` (a request declared dead meanwhile stays dead), and the
-//!    effect made only if it was. Nothing is written before that record, so a fenced write needs
-//!    no savepoint to undo; a store error fails the whole transaction (the executor fences that
-//!    write and runs the rest of its batch again).
+//! One write against the store, in the batch's one transaction ([`execute`]): the id's date,
+//! the checks and the first answer, the answer recorded only if the journal does not hold the
+//! id (a copy hears the first answer, an id settled meanwhile its fence: a request declared dead
+//! stays dead), and the effect made only if it was. Nothing is written before that record, so a
+//! fenced write needs no savepoint to undo; a store error fails the whole transaction (the
+//! executor fences that write and runs the rest of its batch again).
+//!
+//! The crash marker that once took a transaction of its own (a `running` row) is the
+//! executor's running marks now (`owner::marks`), written before the transaction begins and
+//! settled by [`fence`] at the next start.
 //!
 //! The vaults a batch writes to are read once per batch ([`BatchVaults`]) and their revisions
 //! written back once, before its commit: a batch of 64 writes to one vault reads and updates the
@@ -85,88 +87,77 @@ pub fn check_id(
     Ok(())
 }
 
-/// What step 1 decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admission {
-    /// Answer now without running anything (a repeat, a fenced id, a stale id).
-    Answer(WriteAnswer),
-    /// New: marked running; run it in step 2.
-    Run,
+/// Whether `request` may run at all at `now_ms`: the executor marks only these (a write with
+/// an unusable id is refused, or answered from the journal, and never runs).
+pub fn may_run(request: &WriteCall, limits: &WriteLimits, now_ms: u64) -> bool {
+    limits.check_id(request.request_id, now_ms).is_ok()
 }
 
-/// Step 1: the id's date, then the `running` marker unless the journal holds the id (then
-/// its answer from the journal).
-pub fn admit(
+/// The answer to a write whose id the journal holds, or that cannot be acted on: the first
+/// answer or the fence; a refusal for a stale, future or malformed id the journal does not
+/// hold.
+fn answer_without_running(
     conn: &Connection,
     caller: NodeId,
     request: &WriteCall,
     limits: &WriteLimits,
-    now_ms: u64,
-) -> Result<Admission, StoreError> {
-    let problem = limits.check_id(request.request_id, now_ms).err();
-    // The common case in one statement: a good id the journal does not hold is marked running.
-    if problem.is_none()
-        && journal::mark_running(conn, caller, request.request_id, &request.vault, now_ms)?
-    {
-        return Ok(Admission::Run);
-    }
+    problem: Option<IdProblem>,
+) -> Result<WriteAnswer, StoreError> {
     // A known id is answered from the journal, whatever its date says now.
     if let Some(entry) = journal::lookup(conn, caller, request.request_id)? {
-        // A `running` row here is the same id twice in one batch: the copy is told to ask
-        // again, and gets the first's answer from the journal then.
-        return Ok(Admission::Answer(
-            entry.to_write_answer().unwrap_or_else(busy_duplicate),
-        ));
+        // A `running` row is one an older release's crash left before recovery ran (it runs
+        // before the owner serves): the copy is told to ask again.
+        return Ok(entry.to_write_answer().unwrap_or_else(busy_duplicate));
     }
     // An id older than the journal keeps might have run and been forgotten: refuse it rather
     // than risk running it twice. Not journaled: this same check refuses it every time.
-    match problem {
-        None => Err(StoreError::Corrupt {
-            detail: format!(
-                "journal entry for {} neither inserted nor found",
-                request.request_id
-            ),
-        }),
-        Some(IdProblem::Stale) => Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
+    Ok(match problem {
+        None => {
+            return Err(StoreError::Corrupt {
+                detail: format!(
+                    "journal entry for {} neither recorded nor found",
+                    request.request_id
+                ),
+            })
+        }
+        Some(IdProblem::Stale) => WriteAnswer::Refused(Refusal::new(
             RefusalCode::StaleRequestId,
             format!(
                 "request id {} is older than the owner's journal keeps ({} days); send the write under a new request id",
                 request.request_id,
                 limits.journal_retention.as_secs() / 86_400
             ),
-        )))),
-        Some(IdProblem::FromTheFuture) => {
-            Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
-                RefusalCode::BadRequest,
-                format!(
-                    "request id {} is dated more than {} minutes ahead of the owner's clock; check the clocks, and send the write under a new request id",
-                    request.request_id,
-                    MAX_FUTURE_SKEW.as_secs() / 60
-                ),
-            ))))
-        }
-        Some(IdProblem::Malformed) => {
-            Ok(Admission::Answer(WriteAnswer::Refused(Refusal::new(
-                RefusalCode::BadRequest,
-                "the request id is not a UUIDv7 with the RFC 9562 variant",
-            ))))
-        }
-    }
+        )),
+        Some(IdProblem::FromTheFuture) => WriteAnswer::Refused(Refusal::new(
+            RefusalCode::BadRequest,
+            format!(
+                "request id {} is dated more than {} minutes ahead of the owner's clock; check the clocks, and send the write under a new request id",
+                request.request_id,
+                MAX_FUTURE_SKEW.as_secs() / 60
+            ),
+        )),
+        Some(IdProblem::Malformed) => WriteAnswer::Refused(Refusal::new(
+            RefusalCode::BadRequest,
+            "the request id is not a UUIDv7 with the RFC 9562 variant",
+        )),
+    })
 }
 
-fn busy_duplicate() -> WriteAnswer {
+/// The answer a copy of an id that is running now gets (ask again for its answer).
+pub fn busy_duplicate() -> WriteAnswer {
     WriteAnswer::Refused(Refusal::busy(
         "the same request id is already running; send it again with the same id to get its answer",
         Duration::from_millis(100),
     ))
 }
 
-/// What step 2 did.
+/// What [`execute`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Execution {
     /// Carried out or refused; the answer is recorded. Commit.
     Recorded(WriteAnswer),
-    /// The id was settled while it waited: nothing was written. Answer this.
+    /// The journal held the id (a copy, or an id settled while it waited) or the id cannot be
+    /// acted on: nothing was written. Answer this.
     Fenced(WriteAnswer),
 }
 
@@ -226,9 +217,9 @@ enum Decision<'a> {
     },
 }
 
-/// Step 2: the checks, the recorded first answer, then the effect. Nothing is written unless
-/// the answer was recorded (the id still `running`); an error leaves the transaction to be
-/// rolled back whole.
+/// One write in the batch's transaction: the id's date, the checks, the first answer recorded
+/// unless the journal holds the id, then the effect. Nothing is written unless the answer was
+/// recorded; an error leaves the transaction to be rolled back whole.
 pub fn execute(
     conn: &Connection,
     vaults: &mut BatchVaults,
@@ -237,6 +228,10 @@ pub fn execute(
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<Execution, StoreError> {
+    if let Err(problem) = limits.check_id(request.request_id, now_ms) {
+        return answer_without_running(conn, caller, request, limits, Some(problem))
+            .map(Execution::Fenced);
+    }
     let decision = decide(conn, vaults, request, limits)?;
     let answer = match &decision {
         Decision::Refuse(answer) => answer.clone(),
@@ -244,13 +239,17 @@ pub fn execute(
             revision: *revision,
         },
     };
-    if !journal::record_answer(conn, caller, request.request_id, &answer, now_ms)? {
-        let fence = journal::lookup(conn, caller, request.request_id)?
-            .and_then(|entry| entry.to_write_answer())
-            .unwrap_or(WriteAnswer::NotCarriedOut {
-                reason: NotCarriedOutReason::Interrupted,
-            });
-        return Ok(Execution::Fenced(fence));
+    // The common case in one statement: the answer of an id the journal does not hold.
+    let recorded = journal::record_first_answer(
+        conn,
+        caller,
+        request.request_id,
+        &request.vault,
+        &answer,
+        now_ms,
+    )?;
+    if !recorded {
+        return answer_without_running(conn, caller, request, limits, None).map(Execution::Fenced);
     }
     if let Decision::Write {
         key,
@@ -264,6 +263,47 @@ pub fn execute(
         vault.moved = true;
     }
     Ok(Execution::Recorded(answer))
+}
+
+/// Fences a write whose batch did not commit (or that a crash cut short: its running mark),
+/// and says what its caller may be told now: `interrupted` if the journal did not hold it,
+/// else what the journal holds (a copy's first answer stands); for an id that cannot be acted
+/// on, its refusal (nothing is filed for it).
+pub fn fence(
+    conn: &Connection,
+    caller: NodeId,
+    request: &WriteCall,
+    limits: &WriteLimits,
+    now_ms: u64,
+) -> Result<WriteAnswer, StoreError> {
+    let problem = limits.check_id(request.request_id, now_ms).err();
+    if problem.is_none() {
+        journal::fence_interrupted(conn, caller, request.request_id, &request.vault, now_ms)?;
+    }
+    answer_without_running(conn, caller, request, limits, problem)
+}
+
+/// Settles the running marks a crash left (at start, before the owner serves): each id the
+/// journal does not hold is fenced `interrupted`. A mark of an id too old for the journal is
+/// left alone: its row may have been collected after it ran, and a fence would then lie.
+/// Returns how many were fenced.
+pub fn fence_marks(
+    conn: &Connection,
+    marks: &[super::marks::Mark],
+    limits: &WriteLimits,
+    now_ms: u64,
+) -> Result<usize, StoreError> {
+    let mut fenced = 0;
+    for mark in marks {
+        if limits.check_id(mark.request_id, now_ms).is_err()
+            || journal::lookup(conn, mark.caller, mark.request_id)?.is_some()
+        {
+            continue;
+        }
+        journal::fence_interrupted(conn, mark.caller, mark.request_id, &mark.vault, now_ms)?;
+        fenced += 1;
+    }
+    Ok(fenced)
 }
 
 /// A settle query: the journal's answer, or a tombstone for an id never seen.
@@ -395,9 +435,9 @@ fn decide<'a>(
     })
 }
 
-/// Both steps in one transaction (the caller's, or one of its own), for tests and callers that
-/// need no crash marker in between. One transaction, because step 2 records the answer before
-/// the effect: only the commit makes the two one.
+/// One write in a transaction of its own (the caller's, or one it opens), for tests and
+/// callers that need no crash marker. One transaction, because [`execute`] records the answer
+/// before the effect: only the commit makes the two one.
 pub fn apply(
     conn: &Connection,
     caller: NodeId,
@@ -406,16 +446,11 @@ pub fn apply(
     now_ms: u64,
 ) -> Result<WriteAnswer, StoreError> {
     crate::store::in_transaction(conn, |conn| {
-        match admit(conn, caller, request, limits, now_ms)? {
-            Admission::Answer(answer) => Ok(answer),
-            Admission::Run => {
-                let mut vaults = BatchVaults::default();
-                let execution = execute(conn, &mut vaults, caller, request, limits, now_ms)?;
-                vaults.write_back(conn)?;
-                match execution {
-                    Execution::Recorded(answer) | Execution::Fenced(answer) => Ok(answer),
-                }
-            }
+        let mut vaults = BatchVaults::default();
+        let execution = execute(conn, &mut vaults, caller, request, limits, now_ms)?;
+        vaults.write_back(conn)?;
+        match execution {
+            Execution::Recorded(answer) | Execution::Fenced(answer) => Ok(answer),
         }
     })
 }
@@ -423,6 +458,7 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::owner::marks::Mark;
     use crate::store::open_temp;
     use ferry_peer::wire::Priority;
     use ferry_ticket::NodeKey;
@@ -475,10 +511,6 @@ mod tests {
         let (_dir, conn, me, now) = setup();
         let mut batch = BatchVaults::default();
         let run = |batch: &mut BatchVaults, request: &WriteCall| {
-            assert_eq!(
-                admit(&conn, me, request, &LIMITS, now).unwrap(),
-                Admission::Run
-            );
             execute(&conn, batch, me, request, &LIMITS, now).unwrap()
         };
         let first = put("a", b"1", None);
@@ -490,10 +522,9 @@ mod tests {
         );
         // Settled while it waited (a crash, recovery): it writes nothing, spends no revision.
         assert_eq!(
-            admit(&conn, me, &fenced, &LIMITS, now).unwrap(),
-            Admission::Run
+            fence_marks(&conn, &[mark(me, &fenced)], &LIMITS, now).unwrap(),
+            1
         );
-        journal::recover_interrupted(&conn, now).unwrap();
         let execution = execute(&conn, &mut batch, me, &fenced, &LIMITS, now).unwrap();
         assert!(matches!(execution, Execution::Fenced(_)), "{execution:?}");
         assert_eq!(records::get(&conn, "v", "b").unwrap(), None);
@@ -610,23 +641,63 @@ mod tests {
         assert_eq!(journal::lookup(&conn, me, wrong_variant).unwrap(), None);
     }
 
+    fn mark(caller: NodeId, request: &WriteCall) -> Mark {
+        Mark {
+            caller,
+            request_id: request.request_id,
+            vault: request.vault.clone(),
+        }
+    }
+
     #[test]
-    fn a_request_settled_between_admission_and_execution_stays_dead() {
+    fn a_request_marked_before_a_crash_stays_dead_and_a_mark_never_rewrites_history() {
         let (_dir, conn, me, now) = setup();
-        let request = put("k", b"a", None);
-        assert_eq!(
-            admit(&conn, me, &request, &LIMITS, now).unwrap(),
-            Admission::Run
-        );
-        // A crash and recovery between the two steps fences it.
-        journal::recover_interrupted(&conn, now).unwrap();
+        let cut_short = put("k", b"a", None);
+        let ran = put("r", b"b", None);
+        let done = apply(&conn, me, &ran, &LIMITS, now).unwrap();
+        // Dated past the journal's retention at recovery: its row may have been collected
+        // after it ran, so no fence may claim it never did.
+        let mut old = put("o", b"c", None);
+        old.request_id.0[..6].copy_from_slice(&(now - 8 * 86_400_000).to_be_bytes()[2..]);
+        let marks = [mark(me, &cut_short), mark(me, &ran), mark(me, &old)];
+        assert_eq!(fence_marks(&conn, &marks, &LIMITS, now).unwrap(), 1);
+        assert_eq!(journal::lookup(&conn, me, old.request_id).unwrap(), None);
+        // The cut-short write's execution, landing late anyway, is fenced and writes nothing.
         let mut batch = BatchVaults::default();
-        let fenced = execute(&conn, &mut batch, me, &request, &LIMITS, now).unwrap();
+        let fenced = execute(&conn, &mut batch, me, &cut_short, &LIMITS, now).unwrap();
         assert_eq!(
             fenced,
             Execution::Fenced(WriteAnswer::NotCarriedOut {
                 reason: NotCarriedOutReason::Interrupted
             })
+        );
+        assert_eq!(records::get(&conn, "v", "k").unwrap(), None);
+        // The one that ran keeps its first answer.
+        assert_eq!(apply(&conn, me, &ran, &LIMITS, now).unwrap(), done);
+    }
+
+    #[test]
+    fn a_fence_after_a_failed_batch_tells_each_write_the_truth() {
+        let (_dir, conn, me, now) = setup();
+        let ran = put("r", b"b", None);
+        let done = apply(&conn, me, &ran, &LIMITS, now).unwrap();
+        let lost = put("k", b"a", None);
+        let interrupted = WriteAnswer::NotCarriedOut {
+            reason: NotCarriedOutReason::Interrupted,
+        };
+        assert_eq!(fence(&conn, me, &lost, &LIMITS, now).unwrap(), interrupted);
+        // A copy of a write that ran in an earlier batch was never cut short.
+        assert_eq!(fence(&conn, me, &ran, &LIMITS, now).unwrap(), done);
+        let mut malformed = put("m", b"c", None);
+        malformed.request_id.0[8] &= 0x3f;
+        let WriteAnswer::Refused(refusal) = fence(&conn, me, &malformed, &LIMITS, now).unwrap()
+        else {
+            panic!("a malformed id is refused, and nothing is filed for it")
+        };
+        assert_eq!(refusal.code, RefusalCode::BadRequest);
+        assert_eq!(
+            journal::lookup(&conn, me, malformed.request_id).unwrap(),
+            None
         );
     }
 }

@@ -2,11 +2,10 @@
 //! statement cache.
 //!
 //! `rusqlite::Transaction` runs its `BEGIN` and `COMMIT` as fresh SQL text, which SQLite
-//! parses and plans every time; the executor opens two transactions a batch, so a batch paid
-//! four parses for them. Here each is a prepared statement reused from the cache. (Not so the
-//! executor's `PRAGMA synchronous` switches: SQLite applies a pragma while preparing it and
-//! marks it to run once, so a cached one is parsed again at each use anyway; they stay
-//! `pragma_update`.) The rest is `Transaction`'s contract: the guard borrows the connection
+//! parses and plans every time, two parses a batch. Here each is a prepared statement reused
+//! from the cache. (Not so the `PRAGMA synchronous` switches of a replica's pages: SQLite
+//! applies a pragma while preparing it and marks it to run once, so a cached one is parsed
+//! again at each use anyway; they stay `pragma_update`.) The rest is `Transaction`'s contract: the guard borrows the connection
 //! mutably (nothing else can begin one meanwhile), derefs to it, and a guard dropped without a
 //! successful commit rolls back.
 

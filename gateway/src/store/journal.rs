@@ -1,9 +1,9 @@
 //! The owner's journal: every write it received, by (caller node, request id).
 //!
 //! States:
-//! - `running`: the owner started it. Written (without an fsync of its own) before the verb
-//!   runs, so a crash leaves a trace; [`recover_interrupted`] turns every such row into
-//!   `not_carried_out: interrupted` when the owner starts again.
+//! - `running`: written by releases before the owner's running marks (`owner::marks`), which
+//!   now keep that trace outside the journal; [`recover_interrupted`] turns every such row an
+//!   older release's crash left into `not_carried_out: interrupted` when the owner starts.
 //! - `answered`: carried out or refused; the first answer, replayed verbatim for a repeat.
 //! - `not_carried_out`: a tombstone with its reason; that id can never run afterwards.
 
@@ -90,36 +90,14 @@ pub fn lookup(
     })
 }
 
-/// Marks a new request as running (before its verb runs). Returns false, and changes nothing,
-/// if the journal already holds the id.
-pub fn mark_running(
+/// Records the first answer of a request the journal does not hold yet, with its vault.
+/// Returns false, and records nothing, if the journal holds the id (a copy, or an id settled
+/// meanwhile: a dead request stays dead).
+pub fn record_first_answer(
     conn: &Connection,
     caller: NodeId,
     request_id: RequestId,
     vault: &str,
-    now_ms: u64,
-) -> Result<bool, StoreError> {
-    let inserted = conn
-        .prepare_cached(
-            "INSERT INTO journal (caller, request_id, vault, state, created_ms, updated_ms)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?4)
-             ON CONFLICT (caller, request_id) DO NOTHING",
-        )?
-        .execute(params![
-            caller.to_string(),
-            &request_id.0[..],
-            vault,
-            now_ms as i64
-        ])?;
-    Ok(inserted == 1)
-}
-
-/// Records the first answer of a request that is running. Returns false, and records nothing,
-/// if the id is no longer running (it was settled meanwhile: a dead request stays dead).
-pub fn record_answer(
-    conn: &Connection,
-    caller: NodeId,
-    request_id: RequestId,
     answer: &WriteAnswer,
     now_ms: u64,
 ) -> Result<bool, StoreError> {
@@ -127,18 +105,41 @@ pub fn record_answer(
         what: "answer",
         source,
     })?;
-    let changed = conn
+    let inserted = conn
         .prepare_cached(
-            "UPDATE journal SET state = 'answered', answer = ?3, updated_ms = ?4
-             WHERE caller = ?1 AND request_id = ?2 AND state = 'running'",
+            "INSERT INTO journal (caller, request_id, vault, state, answer, created_ms, updated_ms)
+             VALUES (?1, ?2, ?3, 'answered', ?4, ?5, ?5)
+             ON CONFLICT (caller, request_id) DO NOTHING",
         )?
         .execute(params![
             caller.to_string(),
             &request_id.0[..],
+            vault,
             answer,
             now_ms as i64
         ])?;
-    Ok(changed == 1)
+    Ok(inserted == 1)
+}
+
+/// A `running` row, as releases before the running marks (`owner::marks`) wrote them: what
+/// a crash of such a release leaves for [`recover_interrupted`].
+#[cfg(test)]
+pub(crate) fn insert_running(
+    conn: &Connection,
+    caller: NodeId,
+    request_id: RequestId,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO journal (caller, request_id, vault, state, created_ms, updated_ms)
+         VALUES (?1, ?2, 'v', 'running', ?3, ?3)",
+    )?
+    .execute(params![
+        caller.to_string(),
+        &request_id.0[..],
+        now_ms as i64
+    ])?;
+    Ok(())
 }
 
 /// Fences an id the owner has never seen: it can never run afterwards. `vault` is the one the
@@ -166,26 +167,34 @@ pub fn tombstone(
     Ok(())
 }
 
-/// Fences one running id whose verb failed: not carried out (its effect rolled back).
+/// Fences an id whose verb did not commit (its batch failed, or a crash came first): not
+/// carried out, `interrupted`. An id the journal holds keeps its row (a first answer stands),
+/// except a `running` row an older release left, which is fenced too.
 pub fn fence_interrupted(
     conn: &Connection,
     caller: NodeId,
     request_id: RequestId,
+    vault: &str,
     now_ms: u64,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "UPDATE journal SET state = 'not_carried_out', reason = 'interrupted', updated_ms = ?3
-         WHERE caller = ?1 AND request_id = ?2 AND state = 'running'",
+        "INSERT INTO journal (caller, request_id, vault, state, reason, created_ms, updated_ms)
+         VALUES (?1, ?2, ?3, 'not_carried_out', 'interrupted', ?4, ?4)
+         ON CONFLICT (caller, request_id) DO UPDATE
+             SET state = 'not_carried_out', reason = 'interrupted', updated_ms = ?4
+             WHERE state = 'running'",
     )?
     .execute(params![
         caller.to_string(),
         &request_id.0[..],
+        vault,
         now_ms as i64
     ])?;
     Ok(())
 }
 
-/// After a crash: every id that was running without a committed answer was interrupted.
+/// After a crash of a release that wrote `running` rows (before the running marks): every id
+/// that was running without a committed answer was interrupted.
 pub fn recover_interrupted(conn: &Connection, now_ms: u64) -> Result<usize, StoreError> {
     Ok(conn.execute(
         "UPDATE journal SET state = 'not_carried_out', reason = 'interrupted', updated_ms = ?1
@@ -233,15 +242,8 @@ mod tests {
         let (old, edge, young) = (id_at(1_000), id_at(2_000), id_at(3_000));
         // Created "now": collection must not go by when the row was written.
         for id in [old, edge, young] {
-            mark_running(&conn, caller, id, "v", 10_000).unwrap();
-            record_answer(
-                &conn,
-                caller,
-                id,
-                &WriteAnswer::Done { revision: 1 },
-                10_000,
-            )
-            .unwrap();
+            let done = WriteAnswer::Done { revision: 1 };
+            assert!(record_first_answer(&conn, caller, id, "v", &done, 10_000).unwrap());
         }
         assert_eq!(collect(&conn, 2_000, 100).unwrap(), 1);
         assert_eq!(lookup(&conn, caller, old).unwrap(), None);
@@ -264,9 +266,11 @@ mod tests {
             )
             .unwrap();
         assert_eq!(vault, "v");
-        // A late copy of the request cannot start, and cannot record an answer.
-        assert!(!mark_running(&conn, caller, id, "v", 2).unwrap());
-        assert!(!record_answer(&conn, caller, id, &WriteAnswer::Done { revision: 1 }, 3).unwrap());
+        // A late copy of the request cannot record an answer (so its verb never runs), and a
+        // fence after a failed batch leaves the first fence as it was.
+        let done = WriteAnswer::Done { revision: 1 };
+        assert!(!record_first_answer(&conn, caller, id, "v", &done, 3).unwrap());
+        fence_interrupted(&conn, caller, id, "v", 4).unwrap();
         assert_eq!(
             lookup(&conn, caller, id).unwrap(),
             Some(JournalEntry::NotCarriedOut(
@@ -276,20 +280,39 @@ mod tests {
     }
 
     #[test]
+    fn a_fence_takes_an_unknown_or_running_id_and_leaves_an_answered_one() {
+        let (_dir, conn) = open_temp();
+        let caller = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let (unknown, running, answered) = (
+            RequestId::generate(),
+            RequestId::generate(),
+            RequestId::generate(),
+        );
+        insert_running(&conn, caller, running, 1).unwrap();
+        let done = WriteAnswer::Done { revision: 7 };
+        assert!(record_first_answer(&conn, caller, answered, "v", &done, 1).unwrap());
+        for id in [unknown, running, answered] {
+            fence_interrupted(&conn, caller, id, "v", 2).unwrap();
+        }
+        let interrupted = Some(JournalEntry::NotCarriedOut(
+            NotCarriedOutReason::Interrupted,
+        ));
+        assert_eq!(lookup(&conn, caller, unknown).unwrap(), interrupted);
+        assert_eq!(lookup(&conn, caller, running).unwrap(), interrupted);
+        assert_eq!(
+            lookup(&conn, caller, answered).unwrap(),
+            Some(JournalEntry::Answered(done))
+        );
+    }
+
+    #[test]
     fn running_rows_become_interrupted_on_recovery() {
         let (_dir, conn) = open_temp();
         let caller = NodeKey::from_secret_bytes([1; 32]).node_id();
         let (running, answered) = (RequestId::generate(), RequestId::generate());
-        mark_running(&conn, caller, running, "v", 1).unwrap();
-        mark_running(&conn, caller, answered, "v", 1).unwrap();
-        assert!(record_answer(
-            &conn,
-            caller,
-            answered,
-            &WriteAnswer::Done { revision: 4 },
-            2
-        )
-        .unwrap());
+        insert_running(&conn, caller, running, 1).unwrap();
+        let done = WriteAnswer::Done { revision: 4 };
+        assert!(record_first_answer(&conn, caller, answered, "v", &done, 2).unwrap());
         assert_eq!(recover_interrupted(&conn, 3).unwrap(), 1);
         assert_eq!(
             lookup(&conn, caller, running).unwrap(),

@@ -68,6 +68,10 @@ pub enum StoreError {
     /// directory's disk and permissions.
     #[error("the call log's slot file: {source}")]
     SlotFile { source: std::io::Error },
+    /// The owner's running marks (`owner.marks`) could not be opened, read or cleared; check
+    /// the state directory's disk and permissions.
+    #[error("the owner's running marks (owner.marks): {source}")]
+    MarkFile { source: std::io::Error },
     /// The home's sent mark (`calls.sent`) could not be opened or written; check the state
     /// directory's disk and permissions.
     #[error("the sent mark (calls.sent): {source}")]

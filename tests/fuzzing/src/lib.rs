@@ -21,6 +21,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("config", config),
     ("tailnet_status", tailnet_status),
     ("api_inputs", api_inputs),
+    ("state_files", state_files),
 ];
 
 /// A request frame as it arrives on a stream (header included). What decodes must encode to
@@ -179,5 +180,36 @@ pub fn api_inputs(data: &[u8]) {
         _ => {
             let _ = ferry_core::routes::Route::parse(&text);
         }
+    }
+}
+
+/// A file the gateway wrote and reads back at its next start, damaged by a crash or by hand:
+/// the first byte picks the call log's slot (`calls.slots`) or the owner's running marks
+/// (`owner.marks`); the rest is the file. A record that decodes encodes to bytes that decode
+/// to the same record.
+pub fn state_files(data: &[u8]) {
+    use ferry_gateway::call_log::slots;
+    use ferry_gateway::owner::marks;
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    if selector % 2 == 0 {
+        if let Some(row) = slots::decode(rest) {
+            let again = slots::decode(&slots::encode(&row));
+            assert_eq!(again.as_ref(), Some(&row), "a slot does not round-trip");
+        }
+    } else if let Some(found) = marks::decode(rest) {
+        let mut bytes = Vec::new();
+        marks::encode_into(
+            &mut bytes,
+            found
+                .iter()
+                .map(|mark| (mark.caller, mark.request_id, mark.vault.as_str())),
+        );
+        assert_eq!(
+            marks::decode(&bytes),
+            Some(found),
+            "marks do not round-trip"
+        );
     }
 }

@@ -107,6 +107,33 @@ fn write_the_seed_corpus() {
         "self",
         br#"{"Self": {"TailscaleIPs": ["100.101.102.103", "fd7a:115c:a1e0::1"]}, "Peer": {}}"#,
     );
+    {
+        use ferry_gateway::call_log::slots;
+        use ferry_gateway::store::calls::{CallRow, RowState};
+        let row = CallRow {
+            request_id: ferry_core::wire::RequestId::generate(),
+            owner: id,
+            owner_label: "studio".into(),
+            vault: "alpha".into(),
+            app: "notes".into(),
+            state: RowState::InFlight,
+            since_ms: 1_764_600_000_000,
+        };
+        let mut slot = vec![0u8];
+        slot.extend_from_slice(&slots::encode(&row));
+        seed("state_files", "slot", &slot);
+        let mut marks = vec![1u8];
+        let mut file = Vec::new();
+        ferry_gateway::owner::marks::encode_into(
+            &mut file,
+            [
+                (id, row.request_id, "alpha"),
+                (holder, ferry_core::wire::RequestId::generate(), ""),
+            ],
+        );
+        marks.extend_from_slice(&file);
+        seed("state_files", "marks", &marks);
+    }
     for (selector, text) in [
         (0u8, "alpha"),
         (1, "notes"),
