@@ -11,7 +11,11 @@
 //! `verbs::fence_marks`, in the steps `owner::executor` uses: a batch's running marks, then its
 //! transaction. Between them, the network fails sends before the first byte, drops requests,
 //! loses answers, delivers copies late and lets deadlines pass; the owner crashes between a
-//! batch's marks and its transaction (or before a write reached a batch) and restarts. A small PRNG
+//! batch's marks and its transaction (or before a write reached a batch) and restarts. Settle
+//! queries run between batches, in transactions of their own (the executor answers those in a
+//! batch after its writes: the simulation's order is the harsher one), so none hears `running`
+//! here; a batch whose commit and fence both fail (its ids stranded, answered `running`) is
+//! tested in `owner/executor.rs`. A small PRNG
 //! makes every choice and time is virtual (a fixed `Instant` plus simulated `Duration`s), so
 //! nothing sleeps and a seed replays exactly.
 //!

@@ -585,8 +585,10 @@ impl Executor {
     /// The answer to a write the budget refuses: a copy of a write the journal already answered
     /// gets that answer (SPEC 7 rule 2), not a refusal saying it was not carried out; any other
     /// is counted and refused (`busy` or `rate_limited`).
-    /// A journal that cannot be read cannot say the copy never ran: its answer is lost
-    /// (`SubmitError::Lost`, settled by id), never a refusal.
+    /// A copy of a write still queued or running (or stranded), which may yet run, and a copy
+    /// the journal cannot be read for, cannot be told the id never ran: its answer is lost
+    /// (`SubmitError::Lost`, settled by id), never a refusal. The refused copy's own place in
+    /// the budget is given back before this look.
     fn budget_refusal(
         &self,
         caller: NodeId,
@@ -594,7 +596,7 @@ impl Executor {
         request_id: RequestId,
         refusal: capacity::Refusal,
     ) -> Result<WriteAnswer, SubmitError> {
-        if let Some(answer) = self.journal_answer(caller, request_id)? {
+        if let Some(answer) = self.answer_unless_in_flight(caller, request_id)? {
             return Ok(answer);
         }
         self.budget
@@ -613,7 +615,22 @@ impl Executor {
         request_id: RequestId,
         stopping: SubmitError,
     ) -> Result<WriteAnswer, SubmitError> {
-        // In flight first: one that finishes after this look is in the journal by the next.
+        match self.answer_unless_in_flight(caller, request_id)? {
+            Some(answer) => Ok(answer),
+            None => Err(stopping),
+        }
+    }
+
+    /// What the owner may say of a copy of `request_id` it will not run: `Lost` while another
+    /// copy is queued, running or stranded (it may yet run, so "not carried out" would be
+    /// false); else the journal's answer, if it holds one. In flight first: one that finishes
+    /// after this look is in the journal by the next (its place in the budget is given back
+    /// only after its commit).
+    fn answer_unless_in_flight(
+        &self,
+        caller: NodeId,
+        request_id: RequestId,
+    ) -> Result<Option<WriteAnswer>, SubmitError> {
         if self
             .budget
             .lock()
@@ -622,10 +639,7 @@ impl Executor {
         {
             return Err(SubmitError::Lost);
         }
-        match self.journal_answer(caller, request_id)? {
-            Some(answer) => Ok(answer),
-            None => Err(stopping),
-        }
+        self.journal_answer(caller, request_id)
     }
 
     /// The journal's answer for a copy of `request_id` that the owner is about to refuse: the
@@ -867,9 +881,12 @@ impl Work {
                 slot.refund();
                 self.metrics.owner_refusal(refusal.why, &request.app);
                 // A copy of a write the journal already answered gets that answer, not busy;
-                // one the journal holds as running, or cannot say about, gets none (its caller
-                // settles it by id).
-                let answer = if is_stranded(&self.stranded, slot.caller.0, request.request_id) {
+                // one with another copy in flight (taken into this batch, still waiting, or
+                // stranded), or the journal cannot say about, gets none (its caller settles it
+                // by id).
+                let id = (slot.caller.0, request.request_id);
+                let copies = slot.budget.lock().admitted.get(&id).copied().unwrap_or(0);
+                let answer = if copies > 1 || is_stranded(&self.stranded, id.0, id.1) {
                     None
                 } else {
                     match journal_answer(&self.conn, slot.caller.0, request.request_id) {
@@ -980,8 +997,15 @@ impl Work {
         }
         if let Err(err) = self.marks.write(to_mark) {
             error!(%err, "the batch's running marks could not be written; none of it ran");
-            answer_all_failed(batch);
+            answer_unmarked(&self.conn, batch, pending);
             return None;
+        }
+        // Ids whose fate only a restart can settle: their marks go to the disk now, as their
+        // `running` rows did with the next durable commit.
+        if !self.stranded.is_empty() {
+            if let Err(err) = self.marks.sync() {
+                error!(%err, "the stranded writes' marks could not be synced");
+            }
         }
         Some(pending)
     }
@@ -1090,6 +1114,10 @@ impl Work {
                 }
                 (Job::Collect { .. } | Job::Apply(_), _) => {}
             }
+        }
+        // This batch's marks hold them: on the disk now (later batches mark them again).
+        if let Err(err) = self.marks.sync() {
+            error!(%err, "the stranded writes' marks could not be synced");
         }
         if self.stranded.len() > MAX_STRANDED {
             error!(
@@ -1434,19 +1462,51 @@ fn answer_after_fence(batch: &mut Vec<Job>, fenced: Vec<Pending>) {
     }
 }
 
-fn answer_all_failed(batch: &mut Vec<Job>) {
-    for job in batch.drain(..) {
-        match job {
-            Job::Write { reply, slot, .. } => {
-                // Nothing ran: its rate budget back, its place given up before the answer.
-                slot.refund();
+/// Answers a batch whose marks could not be written (none of it ran): a write the journal
+/// holds gets its answer from it (a copy of one that ran is never told "not carried out"),
+/// one it does not hold `busy` (nothing ran; the same id may be sent again), one it cannot say
+/// about nothing (settled by id); what the batch had answered already (a stranded id's copy)
+/// stands.
+fn answer_unmarked(conn: &Connection, batch: &mut Vec<Job>, pending: Vec<Pending>) {
+    for (job, pending) in batch.drain(..).zip(pending) {
+        match (job, pending) {
+            (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
                 drop(slot);
-                let _ = reply.send(busy("the owner could not commit", Duration::from_secs(1)));
+                let _ = reply.send(answer);
             }
-            Job::Status { reply, .. } => {
+            (
+                Job::Write {
+                    caller,
+                    request,
+                    reply,
+                    slot,
+                    ..
+                },
+                _,
+            ) => {
+                let answer = match journal_answer(conn, caller, request.request_id) {
+                    Ok(Some(answer)) => Some(answer),
+                    Ok(None) => {
+                        slot.refund();
+                        Some(busy(
+                            "the owner could not record the write before running it",
+                            Duration::from_secs(1),
+                        ))
+                    }
+                    Err(_) => None,
+                };
+                drop(slot);
+                if let Some(answer) = answer {
+                    let _ = reply.send(answer);
+                }
+            }
+            (Job::Status { reply, .. }, Pending::Status(state)) => {
+                let _ = reply.send(state);
+            }
+            (Job::Status { reply, .. }, _) => {
                 let _ = reply.send(Err(StatusFailed::Store));
             }
-            Job::Collect { .. } | Job::Apply(_) => {}
+            (Job::Collect { .. } | Job::Apply(_), _) => {}
         }
     }
 }
@@ -1792,6 +1852,36 @@ mod tests {
             crate::store::records::get(&conn, "v", "late").unwrap(),
             None
         );
+    }
+
+    #[tokio::test]
+    async fn a_copy_withdrawn_while_its_original_waits_is_never_told_it_was_not_carried_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me) = started_with(dir.path(), CapacityRules::default(), clock());
+        let release = hold(&executor).await;
+        let call = put(RequestId::generate(), "once");
+        let far = Instant::now() + Duration::from_secs(60);
+        let original = spawn_put(&executor, me, call.clone(), far);
+        until_queued(&executor, 1, 0).await;
+        // The copy's deadline comes while both wait: it is withdrawn, but the id may yet run.
+        let copy = executor
+            .submit(
+                me,
+                call.clone(),
+                Instant::now() + Duration::from_millis(200),
+            )
+            .await;
+        assert_eq!(
+            copy,
+            Err(SubmitError::Lost),
+            "never 'busy' while its original may run"
+        );
+        drop(release);
+        assert_eq!(
+            original.await.unwrap(),
+            Ok(WriteAnswer::Done { revision: 1 })
+        );
+        assert!(executor.drain(Duration::from_secs(5)).await);
     }
 
     #[tokio::test]

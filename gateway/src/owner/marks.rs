@@ -12,7 +12,8 @@
 //! simply overwrites the last one's; marks of ids the journal holds are ignored at recovery.
 //!
 //! Layout: `FRM1` (4 bytes), payload length (u32 LE), FNV-1a 64 of the payload (u64 LE), then
-//! the payload: per mark, caller node id (32), request id (16), vault as u16 LE length + UTF-8.
+//! the payload: per mark, caller node id (32), request id (16), vault as u16 LE length + UTF-8
+//! (at most 128 bytes).
 //! A file whose checksum does not match (a write torn by a power cut) holds no marks.
 
 use std::fs::File;
@@ -30,8 +31,10 @@ const HEADER: usize = 16;
 /// The largest payload read back: far more than a batch's marks and the ids a failing store
 /// can leave unsettled (the executor stops before its list outgrows this).
 pub const MAX_PAYLOAD: usize = 16 * 1024 * 1024;
-/// Vault names are at most 128 bytes (`names`); a longer one is cut so a mark stays bounded.
-const MAX_VAULT: usize = 255;
+/// Vault names are at most 128 bytes (`names::check_vault`); a mark of a write naming a longer
+/// one (which cannot be a vault here, so its fence is filed under none) keeps `""`, so a mark
+/// stays bounded and every mark the file holds decodes.
+const MAX_VAULT: usize = 128;
 
 /// One id a batch may have run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +94,11 @@ impl MarkFile {
         platform::write_all_at(&self.file, &self.buffer, 0)
     }
 
+    /// Puts the marks on the disk (for ids whose fate only a restart can settle).
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+
     /// Forgets every mark (after recovery settled them).
     pub fn clear(&mut self) -> std::io::Result<()> {
         self.file.set_len(0)
@@ -107,7 +115,7 @@ pub fn encode_into<'a>(
     for (caller, request_id, vault) in marks {
         out.extend_from_slice(caller.as_bytes());
         out.extend_from_slice(&request_id.0);
-        let vault = &vault.as_bytes()[..vault.len().min(MAX_VAULT)];
+        let vault = if vault.len() <= MAX_VAULT { vault } else { "" }.as_bytes();
         out.extend_from_slice(&(vault.len() as u16).to_le_bytes());
         out.extend_from_slice(vault);
     }
@@ -139,6 +147,9 @@ pub fn decode(bytes: &[u8]) -> Option<Vec<Mark>> {
         let (request_id, tail) = tail.split_at_checked(16)?;
         let (vault_len, tail) = tail.split_at_checked(2)?;
         let vault_len = u16::from_le_bytes(vault_len.try_into().ok()?) as usize;
+        if vault_len > MAX_VAULT {
+            return None;
+        }
         let (vault, tail) = tail.split_at_checked(vault_len)?;
         marks.push(Mark {
             caller: NodeId::from_bytes(caller.try_into().ok()?),
@@ -211,7 +222,7 @@ mod tests {
     fn a_torn_or_damaged_record_holds_no_marks() {
         let all = marks();
         let bytes = encoded(&all);
-        assert_eq!(decode(&bytes), Some(all));
+        assert_eq!(decode(&bytes), Some(all.clone()));
         for cut in [0, 3, HEADER - 1, HEADER + 10, bytes.len() - 1] {
             assert_eq!(decode(&bytes[..cut]), None, "cut at {cut}");
         }
@@ -222,6 +233,29 @@ mod tests {
         let mut huge = bytes;
         huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(decode(&huge), None);
+        // A vault name no vault here can have is marked as none, so the record still decodes;
+        // a record claiming a longer one is refused.
+        let long = Mark {
+            vault: "é".repeat(100),
+            ..all[0].clone()
+        };
+        let bytes = encoded(std::slice::from_ref(&long));
+        assert_eq!(
+            decode(&bytes),
+            Some(vec![Mark {
+                vault: String::new(),
+                ..long
+            }])
+        );
+        let mut claims_long = encoded(&all[..1]);
+        let at = HEADER + 48;
+        claims_long[at..at + 2].copy_from_slice(&200u16.to_le_bytes());
+        claims_long.extend_from_slice(&[b'v'; 200 - 5]);
+        let len = (claims_long.len() - HEADER) as u32;
+        claims_long[4..8].copy_from_slice(&len.to_le_bytes());
+        let sum = fnv1a(&claims_long[HEADER..]);
+        claims_long[8..HEADER].copy_from_slice(&sum.to_le_bytes());
+        assert_eq!(decode(&claims_long), None);
         // An empty batch is a valid record with no marks.
         assert_eq!(decode(&encoded(&[])), Some(Vec::new()));
     }

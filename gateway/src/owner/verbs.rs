@@ -285,8 +285,9 @@ pub fn fence(
 
 /// Settles the running marks a crash left (at start, before the owner serves): each id the
 /// journal does not hold is fenced `interrupted`. A mark of an id too old for the journal is
-/// left alone: its row may have been collected after it ran, and a fence would then lie.
-/// Returns how many were fenced.
+/// left alone: its row may have been collected after it ran, and a fence would then lie (as a
+/// settle query does, [`status`]; a malformed id can never run and needs none). Returns how
+/// many were fenced.
 pub fn fence_marks(
     conn: &Connection,
     marks: &[super::marks::Mark],
@@ -295,9 +296,11 @@ pub fn fence_marks(
 ) -> Result<usize, StoreError> {
     let mut fenced = 0;
     for mark in marks {
-        if limits.check_id(mark.request_id, now_ms).is_err()
-            || journal::lookup(conn, mark.caller, mark.request_id)?.is_some()
-        {
+        let unusable = matches!(
+            limits.check_id(mark.request_id, now_ms),
+            Err(IdProblem::Stale | IdProblem::Malformed)
+        );
+        if unusable || journal::lookup(conn, mark.caller, mark.request_id)?.is_some() {
             continue;
         }
         journal::fence_interrupted(conn, mark.caller, mark.request_id, &mark.vault, now_ms)?;

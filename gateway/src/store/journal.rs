@@ -28,9 +28,9 @@ impl JournalEntry {
         match self {
             Self::Running { since_ms } => CallState::Running {
                 since_ms: *since_ms,
-                // The executor is one thread that runs a verb from start to commit, and a settle
-                // query runs on that same thread, so a running row it sees is being worked on
-                // now (a crashed owner's rows are `interrupted` before it serves again).
+                // Only an older release wrote `running` rows, and recovery fences them before
+                // the owner serves; the executor answers its stranded ids (`owner::marks`) so
+                // too: being worked on as far as anyone can say until a restart settles them.
                 heartbeat_age_ms: 0,
             },
             Self::Answered(answer) => CallState::Answered(answer.clone()),
