@@ -496,12 +496,15 @@ impl Executor {
             Arrival::Admitted => {}
             Arrival::CopyInFlight => return Err(SubmitError::Lost),
             Arrival::Refused(refusal) => {
+                // Decided before the injected bug queues the copy anyway: that copy, now in
+                // flight, would otherwise withhold this answer instead of refusing it.
+                let answer = self.budget_refusal(caller, &caller_key, request_id, refusal);
                 if refusal.why == capacity::Refused::CallerCap
                     && ferry_core::bugs::on(ferry_core::bugs::Bug::RunAfterBusy)
                 {
                     self.queue_unanswered(caller, request.clone(), deadline, now);
                 }
-                return self.budget_refusal(caller, &caller_key, request_id, refusal);
+                return answer;
             }
         }
         let claim = Arc::new(Claim::default());
@@ -1464,9 +1467,9 @@ fn answer_after_fence(batch: &mut Vec<Job>, fenced: Vec<Pending>) {
 
 /// Answers a batch whose marks could not be written (none of it ran): a write the journal
 /// holds gets its answer from it (a copy of one that ran is never told "not carried out"),
-/// one it does not hold `busy` (nothing ran; the same id may be sent again), one it cannot say
-/// about nothing (settled by id); what the batch had answered already (a stranded id's copy)
-/// stands.
+/// one it does not hold `busy` (nothing ran; the same id may be sent again) unless another
+/// copy of it still waits, one it cannot say about nothing (settled by id); what the batch had
+/// answered already (a stranded id's copy) stands.
 fn answer_unmarked(conn: &Connection, batch: &mut Vec<Job>, pending: Vec<Pending>) {
     for (job, pending) in batch.drain(..).zip(pending) {
         match (job, pending) {
@@ -1484,8 +1487,13 @@ fn answer_unmarked(conn: &Connection, batch: &mut Vec<Job>, pending: Vec<Pending
                 },
                 _,
             ) => {
+                // Another copy of the id still waiting may run in a later batch: nothing
+                // may be said of it (this job's own place is one of the count).
+                let id = (caller, request.request_id);
+                let copies = slot.budget.lock().admitted.get(&id).copied().unwrap_or(0);
                 let answer = match journal_answer(conn, caller, request.request_id) {
                     Ok(Some(answer)) => Some(answer),
+                    Ok(None) if copies > 1 => None,
                     Ok(None) => {
                         slot.refund();
                         Some(busy(
