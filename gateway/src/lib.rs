@@ -24,6 +24,7 @@
 pub mod admin;
 pub mod api;
 pub mod call_log;
+pub mod checksum;
 pub mod cli;
 pub mod config;
 pub mod daemon;

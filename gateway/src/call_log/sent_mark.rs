@@ -98,7 +98,7 @@ fn encode(mark_ms: u64) -> [u8; BYTES] {
     let mut bytes = [0u8; BYTES];
     bytes[..4].copy_from_slice(MAGIC);
     bytes[8..16].copy_from_slice(&mark_ms.to_le_bytes());
-    bytes[16..].copy_from_slice(&super::slots::fnv1a(&mark_ms.to_le_bytes()).to_le_bytes());
+    bytes[16..].copy_from_slice(&crate::checksum::fnv1a(&mark_ms.to_le_bytes()).to_le_bytes());
     bytes
 }
 
@@ -108,7 +108,7 @@ fn decode(bytes: &[u8; BYTES]) -> Option<u64> {
     }
     let mark: [u8; 8] = bytes[8..16].try_into().ok()?;
     let sum: [u8; 8] = bytes[16..].try_into().ok()?;
-    (super::slots::fnv1a(&mark) == u64::from_le_bytes(sum)).then(|| u64::from_le_bytes(mark))
+    (crate::checksum::fnv1a(&mark) == u64::from_le_bytes(sum)).then(|| u64::from_le_bytes(mark))
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use std::sync::Mutex;
 use ferry_peer::wire::RequestId;
 use ferry_ticket::NodeId;
 
+use crate::checksum::fnv1a;
 use crate::platform;
 use crate::store::calls::{CallRow, RowState};
 
@@ -112,12 +113,6 @@ impl SlotFile {
             .unwrap_or_else(|p| p.into_inner())
             .push(index);
     }
-}
-
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 fn push_text(out: &mut Vec<u8>, text: &str) {

@@ -23,7 +23,7 @@ use ferry_peer::wire::RequestId;
 use ferry_ticket::NodeId;
 use tracing::warn;
 
-use crate::call_log::slots::fnv1a;
+use crate::checksum::fnv1a;
 use crate::platform;
 
 const MAGIC: &[u8; 4] = b"FRM1";
