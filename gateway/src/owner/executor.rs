@@ -243,6 +243,17 @@ impl Slot {
         self.budget.with_gate(|gate| gate.refund(&self.caller));
     }
 
+    /// Whether another copy of its request id is queued, running or stranded (its own place
+    /// is one of the count): such a copy may yet run, so nothing may be said of this one.
+    fn other_copies_in_flight(&self) -> bool {
+        let id = (self.caller.0, self.request_id);
+        self.budget
+            .lock()
+            .admitted
+            .get(&id)
+            .is_some_and(|&copies| copies > 1)
+    }
+
     /// Its batch neither committed nor could be fenced: its place is given back, but its id
     /// stays counted as in flight for the life of this process, so a copy the budget refuses
     /// is never told "not carried out" about a write whose fate only a restart can settle.
@@ -887,9 +898,9 @@ impl Work {
                 // one with another copy in flight (taken into this batch, still waiting, or
                 // stranded), or the journal cannot say about, gets none (its caller settles it
                 // by id).
-                let id = (slot.caller.0, request.request_id);
-                let copies = slot.budget.lock().admitted.get(&id).copied().unwrap_or(0);
-                let answer = if copies > 1 || is_stranded(&self.stranded, id.0, id.1) {
+                let answer = if slot.other_copies_in_flight()
+                    || is_stranded(&self.stranded, slot.caller.0, request.request_id)
+                {
                     None
                 } else {
                     match journal_answer(&self.conn, slot.caller.0, request.request_id) {
@@ -987,11 +998,7 @@ impl Work {
                 }
                 _ => None,
             })
-            .chain(
-                stranded
-                    .iter()
-                    .map(|mark| (mark.caller, mark.request_id, mark.vault.as_str())),
-            )
+            .chain(stranded.iter().map(Mark::parts))
             .peekable();
         // Nothing that may run (settle queries alone): the last marks stay, harmless, since
         // every id in them is in the journal by now.
@@ -1084,12 +1091,9 @@ impl Work {
 
     fn strand(&mut self, batch: &mut Vec<Job>, admitted: Vec<Pending>, now_ms: u64) {
         for (job, admitted) in batch.drain(..).zip(admitted) {
-            match (job, admitted) {
-                (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
-                    drop(slot);
-                    let _ = reply.send(answer);
-                }
-                (
+            match send_decided(job, admitted) {
+                None => {}
+                Some((
                     Job::Write {
                         caller,
                         request,
@@ -1098,7 +1102,7 @@ impl Work {
                         ..
                     },
                     _,
-                ) => {
+                )) => {
                     if verbs::may_run(&request, &self.limits, now_ms) {
                         slot.strand();
                         self.stranded.push(Mark {
@@ -1109,13 +1113,8 @@ impl Work {
                     }
                     drop(reply);
                 }
-                (Job::Status { reply, .. }, Pending::Status(state)) => {
-                    let _ = reply.send(state);
-                }
-                (Job::Status { reply, .. }, _) => {
-                    let _ = reply.send(Err(StatusFailed::Store));
-                }
-                (Job::Collect { .. } | Job::Apply(_), _) => {}
+                Some((Job::Status { reply, .. }, _)) => status_failed(reply),
+                Some(_) => {}
             }
         }
         // This batch's marks hold them: on the disk now (later batches mark them again).
@@ -1265,23 +1264,39 @@ fn is_stranded(stranded: &[Mark], caller: NodeId, request_id: RequestId) -> bool
 /// connection broke) finds the answer in the journal.
 fn answer_batch(batch: &mut Vec<Job>, pending: Vec<Pending>) {
     for (job, outcome) in batch.drain(..).zip(pending) {
-        match (job, outcome) {
-            // The caller's place in the budget is given back before the answer leaves, so
-            // its next write cannot arrive to find its own last one still counted.
-            (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
-                drop(slot);
-                let _ = reply.send(answer);
-            }
-            (Job::Status { reply, .. }, Pending::Status(state)) => {
-                let _ = reply.send(state);
-            }
-            (job, outcome) => error!(
+        if let Some((job, outcome)) = send_decided(job, outcome) {
+            error!(
                 ?job,
                 ?outcome,
                 "owner bookkeeping mismatch; job dropped unanswered"
-            ),
+            );
         }
     }
+}
+
+/// Sends `job` the answer its batch decided (a write's answer, a settle query's state) and
+/// gives back the job that has none yet. A collection or change has nothing to hear here.
+fn send_decided(job: Job, pending: Pending) -> Option<(Job, Pending)> {
+    match (job, pending) {
+        // The caller's place in the budget is given back before the answer leaves, so its
+        // next write cannot arrive to find its own last one still counted.
+        (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
+            drop(slot);
+            let _ = reply.send(answer);
+            None
+        }
+        (Job::Status { reply, .. }, Pending::Status(state)) => {
+            let _ = reply.send(state);
+            None
+        }
+        (Job::Collect { .. } | Job::Apply(_), _) => None,
+        undecided => Some(undecided),
+    }
+}
+
+/// Tells a settle query its batch failed before it was answered.
+fn status_failed(reply: oneshot::Sender<Result<CallState, StatusFailed>>) {
+    let _ = reply.send(Err(StatusFailed::Store));
 }
 
 /// Runs `work` on the writing connection with `synchronous=NORMAL` (its commits are not
@@ -1443,20 +1458,10 @@ fn fence_batch(
 /// answered before the failure its state, the rest of them a store failure.
 fn answer_after_fence(batch: &mut Vec<Job>, fenced: Vec<Pending>) {
     for (job, fenced) in batch.drain(..).zip(fenced) {
-        match (job, fenced) {
-            // The caller's place in the budget is given back before its answer leaves (as in
-            // `answer_batch`), so a copy sent at once is not refused by its own last one.
-            (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
-                drop(slot);
-                let _ = reply.send(answer);
-            }
-            (Job::Status { reply, .. }, Pending::Status(state)) => {
-                let _ = reply.send(state);
-            }
-            (Job::Status { reply, .. }, _) => {
-                let _ = reply.send(Err(StatusFailed::Store));
-            }
-            (job, fenced) => error!(
+        match send_decided(job, fenced) {
+            None => {}
+            Some((Job::Status { reply, .. }, _)) => status_failed(reply),
+            Some((job, fenced)) => error!(
                 ?job,
                 ?fenced,
                 "owner bookkeeping mismatch after a fence; job dropped unanswered"
@@ -1472,12 +1477,9 @@ fn answer_after_fence(batch: &mut Vec<Job>, fenced: Vec<Pending>) {
 /// answered already (a stranded id's copy) stands.
 fn answer_unmarked(conn: &Connection, batch: &mut Vec<Job>, pending: Vec<Pending>) {
     for (job, pending) in batch.drain(..).zip(pending) {
-        match (job, pending) {
-            (Job::Write { reply, slot, .. }, Pending::Answered(answer)) => {
-                drop(slot);
-                let _ = reply.send(answer);
-            }
-            (
+        match send_decided(job, pending) {
+            None => {}
+            Some((
                 Job::Write {
                     caller,
                     request,
@@ -1486,14 +1488,11 @@ fn answer_unmarked(conn: &Connection, batch: &mut Vec<Job>, pending: Vec<Pending
                     ..
                 },
                 _,
-            ) => {
-                // Another copy of the id still waiting may run in a later batch: nothing
-                // may be said of it (this job's own place is one of the count).
-                let id = (caller, request.request_id);
-                let copies = slot.budget.lock().admitted.get(&id).copied().unwrap_or(0);
+            )) => {
                 let answer = match journal_answer(conn, caller, request.request_id) {
                     Ok(Some(answer)) => Some(answer),
-                    Ok(None) if copies > 1 => None,
+                    // Another copy still waiting may run in a later batch.
+                    Ok(None) if slot.other_copies_in_flight() => None,
                     Ok(None) => {
                         slot.refund();
                         Some(busy(
@@ -1508,13 +1507,8 @@ fn answer_unmarked(conn: &Connection, batch: &mut Vec<Job>, pending: Vec<Pending
                     let _ = reply.send(answer);
                 }
             }
-            (Job::Status { reply, .. }, Pending::Status(state)) => {
-                let _ = reply.send(state);
-            }
-            (Job::Status { reply, .. }, _) => {
-                let _ = reply.send(Err(StatusFailed::Store));
-            }
-            (Job::Collect { .. } | Job::Apply(_), _) => {}
+            Some((Job::Status { reply, .. }, _)) => status_failed(reply),
+            Some(_) => {}
         }
     }
 }

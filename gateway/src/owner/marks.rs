@@ -45,6 +45,13 @@ pub struct Mark {
     pub vault: String,
 }
 
+impl Mark {
+    /// The mark as [`MarkFile::write`] and [`encode_into`] take it.
+    pub fn parts(&self) -> (NodeId, RequestId, &str) {
+        (self.caller, self.request_id, &self.vault)
+    }
+}
+
 /// The marks file, with a buffer reused by every batch.
 #[derive(Debug)]
 pub struct MarkFile {
@@ -178,12 +185,7 @@ mod tests {
 
     fn encoded(marks: &[Mark]) -> Vec<u8> {
         let mut out = Vec::new();
-        encode_into(
-            &mut out,
-            marks
-                .iter()
-                .map(|mark| (mark.caller, mark.request_id, mark.vault.as_str())),
-        );
+        encode_into(&mut out, marks.iter().map(Mark::parts));
         out
     }
 
@@ -195,18 +197,8 @@ mod tests {
         {
             let (mut file, left) = MarkFile::open(&path).unwrap();
             assert!(left.is_empty(), "a new file holds no marks");
-            let as_parts = |marks: &[Mark]| {
-                marks
-                    .iter()
-                    .map(|mark| (mark.caller, mark.request_id, mark.vault.clone()))
-                    .collect::<Vec<_>>()
-            };
-            let parts = as_parts(&all);
-            file.write(parts.iter().map(|(c, r, v)| (*c, *r, v.as_str())))
-                .unwrap();
-            let one = as_parts(&all[..1]);
-            file.write(one.iter().map(|(c, r, v)| (*c, *r, v.as_str())))
-                .unwrap();
+            file.write(all.iter().map(Mark::parts)).unwrap();
+            file.write(all[..1].iter().map(Mark::parts)).unwrap();
         }
         let (mut file, left) = MarkFile::open(&path).unwrap();
         assert_eq!(

@@ -70,7 +70,7 @@ pub enum StoreError {
     SlotFile { source: std::io::Error },
     /// The owner's running marks (`owner.marks`) could not be opened, read or cleared; check
     /// the state directory's disk and permissions.
-    #[error("the owner's running marks (owner.marks): {source}")]
+    #[error("the owner's running marks (owner.marks in the state directory): {source}; check that directory's disk and permissions")]
     MarkFile { source: std::io::Error },
     /// The home's sent mark (`calls.sent`) could not be opened or written; check the state
     /// directory's disk and permissions.

@@ -200,12 +200,7 @@ pub fn state_files(data: &[u8]) {
         }
     } else if let Some(found) = marks::decode(rest) {
         let mut bytes = Vec::new();
-        marks::encode_into(
-            &mut bytes,
-            found
-                .iter()
-                .map(|mark| (mark.caller, mark.request_id, mark.vault.as_str())),
-        );
+        marks::encode_into(&mut bytes, found.iter().map(marks::Mark::parts));
         assert_eq!(
             marks::decode(&bytes),
             Some(found),
