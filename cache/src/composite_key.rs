@@ -7,11 +7,32 @@
 //! `dyn KeyParts<N>`, whose `Hash` and `Eq` look only at the parts, so either finds the same entry.
 
 use std::borrow::Borrow;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::OnceLock;
 
 /// Anything that is `N` strings in a fixed order: a stored key or a borrowed probe.
 pub(crate) trait KeyParts<const N: usize> {
     fn parts(&self) -> [&str; N];
+
+    /// What the key presents to a hash table (see [`parts_hash`]).
+    fn parts_hash(&self) -> u64 {
+        parts_hash(self.parts())
+    }
+}
+
+/// The hash of a key's parts, the only thing any form of a key feeds a table's hasher.
+///
+/// An [`OwnedKey`] works it out once, when made, and keeps it: a table that grows (a cache
+/// filling to its bound, 100,000 keys by default) rehashes every key it holds, which walked
+/// each key's text through the hasher again and took 3% of the calling gateway's CPU per
+/// write while the caches filled (`performance.md`, "The call log's slots in mapped
+/// memory"), in pauses of milliseconds on the one runtime thread. Now a rehash reads a number.
+///
+/// Keyed at random once per process: apps choose keys, and a hash they could predict would let
+/// one choose keys that all collide.
+fn parts_hash<const N: usize>(parts: [&str; N]) -> u64 {
+    static KEYED: OnceLock<lru::DefaultHasher> = OnceLock::new();
+    KEYED.get_or_init(Default::default).hash_one(parts)
 }
 
 /// The stored form of a composite key: its parts end to end in one allocation, and where each
@@ -24,6 +45,8 @@ pub(crate) trait KeyParts<const N: usize> {
 pub(crate) struct OwnedKey<const N: usize> {
     text: Box<str>,
     ends: [usize; N],
+    /// [`parts_hash`] of the parts.
+    hash: u64,
 }
 
 impl<const N: usize> OwnedKey<N> {
@@ -36,6 +59,7 @@ impl<const N: usize> OwnedKey<N> {
         Self {
             text: text.into_boxed_str(),
             ends,
+            hash: parts_hash(parts),
         }
     }
 }
@@ -51,6 +75,10 @@ impl<const N: usize> KeyParts<N> for OwnedKey<N> {
             part
         })
     }
+
+    fn parts_hash(&self) -> u64 {
+        self.hash
+    }
 }
 
 impl<const N: usize> KeyParts<N> for [&str; N] {
@@ -60,11 +88,11 @@ impl<const N: usize> KeyParts<N> for [&str; N] {
 }
 
 // `Borrow` requires the owned and the borrowed form to hash and compare alike, so all four impls
-// below go through `parts()` and nothing else.
+// below go through `parts()` (or `parts_hash()`, which is the hash of the parts) and nothing else.
 
 impl<const N: usize> Hash for dyn KeyParts<N> + '_ {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.parts().hash(state);
+        state.write_u64(self.parts_hash());
     }
 }
 
@@ -78,7 +106,7 @@ impl<const N: usize> Eq for dyn KeyParts<N> + '_ {}
 
 impl<const N: usize> Hash for OwnedKey<N> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.parts().hash(state);
+        state.write_u64(self.hash);
     }
 }
 
@@ -114,6 +142,38 @@ mod tests {
         let key = OwnedKey::new(["ünï", "", "ключ/ü"]);
         assert_eq!(key.parts(), ["ünï", "", "ключ/ü"]);
         assert_eq!(OwnedKey::new(["", ""]).parts(), ["", ""]);
+    }
+
+    #[test]
+    fn an_owned_key_keeps_the_hash_its_borrowed_probe_presents() {
+        let hash_of = |key: &dyn KeyParts<3>| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            key.hash(&mut hasher);
+            hasher.finish()
+        };
+        let owned = OwnedKey::new(["app", "notes", "ключ"]);
+        let probe: &dyn KeyParts<3> = &["app", "notes", "ключ"];
+        assert_eq!(owned.parts_hash(), probe.parts_hash());
+        assert_eq!(hash_of(&owned), hash_of(probe));
+        // Its `Hash` as an owned key (how the table stores it) is its `Hash` as a probe.
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        owned.hash(&mut hasher);
+        assert_eq!(hasher.finish(), hash_of(probe));
+        let other: &dyn KeyParts<3> = &["app", "notes", "ключи"];
+        assert_ne!(owned.parts_hash(), other.parts_hash());
+    }
+
+    #[test]
+    fn a_table_that_grows_still_finds_every_key() {
+        let mut map = HashMap::new();
+        for n in 0..5_000 {
+            map.insert(OwnedKey::new(["vault", &format!("key-{n}")]), n);
+        }
+        for n in 0..5_000 {
+            let key = format!("key-{n}");
+            let probe: &dyn KeyParts<2> = &["vault", &key];
+            assert_eq!(map.get(probe), Some(&n));
+        }
     }
 
     #[test]

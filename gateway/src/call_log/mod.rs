@@ -14,6 +14,9 @@
 //! them except `flush`. When every slot is taken (4,096 writes in flight), a write is recorded
 //! as an `in_flight` row instead, through the same thread, which the caller then waits for.
 
+// The one module allowed `unsafe`, with its proof (see its docs).
+#[allow(unsafe_code)]
+pub mod danger_mapped;
 pub mod sent_mark;
 pub mod slots;
 
