@@ -3,7 +3,9 @@
 //!   decision can sleep, dial, or touch a disk;
 //! - `ferry-kit` (the app library) pulls in none of the gateway's rusqlite, axum or quinn;
 //! - within each crate, no two top-level modules import each other, directly or around a
-//!   circle (what `cargo modules` would show, checked here without it).
+//!   circle (what `cargo modules` would show, checked here without it);
+//! - `unsafe` is allowed in one module only, `gateway/src/call_log/danger_mapped.rs` (the
+//!   workspace denies it; a second `allow` would otherwise go in unnoticed).
 
 // Tests may unwrap: a panic here is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -224,6 +226,39 @@ fn no_crate_has_an_import_circle() {
             "{src}: modules import each other: {found:?}"
         );
     }
+}
+
+#[test]
+fn unsafe_is_allowed_in_one_module_only() {
+    let root = workspace();
+    let mut files = Vec::new();
+    for dir in ["ticket", "cache", "peer", "gateway", "tests", "fuzz"] {
+        if root.join(dir).is_dir() {
+            sources(&root.join(dir), &mut files);
+        }
+    }
+    assert!(files.len() > 100, "the sources were read: {}", files.len());
+    let allows: Vec<String> = files
+        .iter()
+        .filter(|file| !file.components().any(|part| part.as_os_str() == "target"))
+        .filter(|file| {
+            std::fs::read_to_string(file).unwrap().lines().any(|line| {
+                line.trim_start().starts_with("#[allow(unsafe_code)]")
+                    || line.trim_start().starts_with("#![allow(unsafe_code)]")
+            })
+        })
+        .map(|file| file.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert_eq!(
+        allows,
+        vec!["gateway/src/call_log/mod.rs".to_string()],
+        "only `call_log::danger_mapped` may be allowed `unsafe` (its `mod` line is in call_log/mod.rs)"
+    );
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("unsafe_code = \"deny\""),
+        "the workspace denies unsafe code"
+    );
 }
 
 #[test]

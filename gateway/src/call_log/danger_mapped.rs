@@ -2,7 +2,7 @@
 //! only `unsafe` code in Ferry, kept to one block whose invariant is proved below.
 //!
 //! Why: the call log writes a slot before each write leaves and clears it when the write ends.
-//! As two `pwrite`s that cost about 2.5 us of the calling gateway's CPU per write in the
+//! As two `pwrite`s that cost 2-4 us of the calling gateway's CPU per write in the
 //! benchmark (and 7 us on this machine's ext4 in a tight loop: each `pwrite` dirties the inode's
 //! times and joins the filesystem's journal); as copies into a shared mapping they cost tens of
 //! nanoseconds (`performance.md`, "The call log's slots in mapped memory").
@@ -12,14 +12,46 @@
 //! `pwrite` would be. Neither survives a power cut before that; the call log never claimed so.
 //!
 //! **The danger**, and why it is named so: if another process shrinks the file while it is
-//! mapped, the next copy into the cut part kills this process with `SIGBUS` (an I/O error
-//! reading a page back does the same). The file is this gateway's own (mode 0600, in its home);
-//! a gateway killed there is the crash the call log exists for: the next start settles every
-//! write it had in flight.
+//! mapped, the next copy into the cut part kills this process with `SIGBUS`; so does a page the
+//! filesystem cannot give back or give room to. The file is this gateway's own (mode 0600, in
+//! its home), and a gateway killed there is the crash the call log exists for: the next start
+//! settles every write whose slot it finds, and a write whose slot was cut away is still
+//! settled when its app asks by its id (the gateway then asks every owner).
+//!
+//! So a file is mapped only where a copy into it can need nothing from the disk
+//! ([`overwrites_in_place`]): on Linux, on a filesystem that overwrites a written page where it
+//! is (ext4, XFS, tmpfs), after every page was written once. A copy-on-write filesystem
+//! (btrfs, ZFS, bcachefs) needs new room for every overwrite, so a full disk would kill the
+//! gateway where a `pwrite` refuses one write (`503 cannot_record`, nothing sent); and Windows
+//! documents no coherence between a mapped view and `ReadFile` of the same file, which the next
+//! start reads the slots with. Everywhere else the slot file `pwrite`s.
 
 use std::fs::File;
 
 use memmap2::MmapRaw;
+
+/// Whether `file` is on a filesystem where a copy into an already written page of its mapping
+/// needs no new room on the disk and is read back by a plain read at the next start (see the
+/// module docs): ext4 (and ext2/3), XFS and tmpfs, on Linux. Anything else, or a filesystem
+/// that cannot be asked, is no.
+pub fn overwrites_in_place(file: &File) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const EXT4: u64 = 0xEF53;
+        const XFS: u64 = 0x5846_5342;
+        const TMPFS: u64 = 0x0102_1994;
+        match rustix::fs::fstatfs(file) {
+            // `f_type` is a signed word on some targets; the magic numbers are all positive.
+            Ok(fs) => matches!(fs.f_type as u64, EXT4 | XFS | TMPFS),
+            Err(_) => false,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        false
+    }
+}
 
 /// A whole file mapped shared and writable, of the length it had when mapped.
 #[derive(Debug)]
@@ -70,9 +102,11 @@ impl MappedFile {
         // which lives as long as `self.map`, borrowed here. This process never makes a
         // reference into the mapping (this type hands out none), so the source slice cannot
         // overlap it and no Rust reference aliases the bytes written; and `&mut self` means no
-        // other thread of this process copies into it meanwhile. (Another process writing the
-        // file is the module's documented danger: it can change the file's bytes, never this
-        // process's memory outside the mapping.)
+        // other thread copies through this mapping meanwhile. Another mapping of the same file
+        // (another process, or a second `SlotFile` of one home in this process, which only a
+        // test makes: one gateway runs per home) writes the file's bytes, never this
+        // process's memory outside the mapping; at worst two writers tear one slot, which its
+        // checksum reads as empty.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
@@ -88,6 +122,18 @@ impl MappedFile {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// tmpfs overwrites in place; where this machine has one at /dev/shm, it is recognised.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_file_on_tmpfs_is_one_to_map() {
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            eprintln!("SKIPPED: no /dev/shm to make a file on tmpfs in");
+            return;
+        };
+        let file = std::fs::File::create(dir.path().join("f")).unwrap();
+        assert!(overwrites_in_place(&file));
+    }
 
     #[test]
     fn copies_land_in_the_file_and_out_of_bounds_ones_are_refused() {

@@ -27,7 +27,7 @@ use ferry_ticket::NodeId;
 
 use tracing::warn;
 
-use super::danger_mapped::MappedFile;
+use super::danger_mapped::{overwrites_in_place, MappedFile};
 use crate::checksum::fnv1a;
 use crate::platform;
 use crate::store::calls::{CallRow, RowState};
@@ -38,6 +38,12 @@ pub const SLOT_BYTES: usize = 512;
 pub const SLOTS: u32 = 4096;
 /// The file's length once cleared: every slot.
 const FILE_BYTES: u64 = SLOTS as u64 * SLOT_BYTES as u64;
+/// Zeros written at a time when the file is cleared.
+const ZERO_CHUNK: u64 = 64 * 1024;
+const _: () = assert!(
+    FILE_BYTES.is_multiple_of(ZERO_CHUNK),
+    "the file is cleared in whole chunks"
+);
 const MAGIC: &[u8; 4] = b"FCL1";
 const HEADER: usize = 16;
 
@@ -95,30 +101,63 @@ impl SlotFile {
         self.found
     }
 
-    /// Clears every slot (after their calls were moved to the calls table), and maps the file
-    /// the first time.
+    /// Clears every slot (after their calls were moved to the calls table, before any slot is
+    /// taken), and maps the file the first time where that is safe
+    /// ([`overwrites_in_place`]).
     ///
-    /// Zeros are written, not the file truncated and regrown: a mapped file must keep its
-    /// length (see [`danger_mapped`](super::danger_mapped)), and zeros written have their disk
-    /// blocks, so a later copy into the mapping never needs a block a full disk cannot give.
-    pub fn clear_all(&self) -> std::io::Result<()> {
+    /// A file to be mapped is cleared by writing zeros over it, not by truncating and regrowing
+    /// it: a mapped file must keep its length (see [`danger_mapped`](super::danger_mapped)),
+    /// and zeros written have their disk blocks, so a later copy into the mapping never needs a
+    /// block a full disk cannot give. If the zeros cannot be written (a full disk), or the
+    /// filesystem is not one to map, the file is emptied the old way, which needs no blocks,
+    /// and slots are `pwrite`n: each then gets its own error (`503 cannot_record`).
+    pub(super) fn clear_all(&self) -> std::io::Result<()> {
         let mut slots = self.lock();
-        if slots.mapped.is_none() && self.file.metadata()?.len() != FILE_BYTES {
+        debug_assert_eq!(
+            slots.free.len(),
+            SLOTS as usize,
+            "cleared before any slot is taken"
+        );
+        if slots.mapped.is_some() {
+            return self.write_zeros();
+        }
+        if overwrites_in_place(&self.file) {
+            match self.zero_whole() {
+                Ok(()) => {
+                    match MappedFile::map(&self.file) {
+                        Ok(mapped) if mapped.len() as u64 == FILE_BYTES => {
+                            slots.mapped = Some(mapped)
+                        }
+                        Ok(mapped) => warn!(
+                            mapped = mapped.len(),
+                            "the call log's slot file changed length while mapped; writing slots with pwrite"
+                        ),
+                        Err(err) => warn!(%err, "cannot map the call log's slot file; writing slots with pwrite"),
+                    }
+                    return Ok(());
+                }
+                Err(err) => warn!(
+                    %err,
+                    "cannot write the call log's slot file whole (a full disk?); writing slots with pwrite"
+                ),
+            }
+        }
+        self.file.set_len(0)?;
+        self.file.set_len(FILE_BYTES)
+    }
+
+    /// The file at its full length, every byte a written zero.
+    fn zero_whole(&self) -> std::io::Result<()> {
+        if self.file.metadata()?.len() != FILE_BYTES {
             self.file.set_len(FILE_BYTES)?;
         }
-        let zeros = vec![0u8; 64 * 1024];
-        for chunk in 0..FILE_BYTES / zeros.len() as u64 {
-            platform::write_all_at(&self.file, &zeros, chunk * zeros.len() as u64)?;
-        }
-        if slots.mapped.is_none() {
-            match MappedFile::map(&self.file) {
-                Ok(mapped) if mapped.len() as u64 == FILE_BYTES => slots.mapped = Some(mapped),
-                Ok(mapped) => warn!(
-                    mapped = mapped.len(),
-                    "the call log's slot file changed length while mapped; writing slots with pwrite"
-                ),
-                Err(err) => warn!(%err, "cannot map the call log's slot file; writing slots with pwrite"),
-            }
+        self.write_zeros()
+    }
+
+    fn write_zeros(&self) -> std::io::Result<()> {
+        let zeros = vec![0u8; ZERO_CHUNK as usize];
+        for chunk in 0..FILE_BYTES / ZERO_CHUNK {
+            platform::write_all_at(&self.file, &zeros, chunk * ZERO_CHUNK)?;
         }
         Ok(())
     }
@@ -285,7 +324,11 @@ mod tests {
         let (slots, found) = SlotFile::open(&path).unwrap();
         assert!(found.is_empty());
         slots.clear_all().unwrap();
-        assert!(slots.is_mapped(), "a cleared file is mapped");
+        assert_eq!(
+            slots.is_mapped(),
+            overwrites_in_place(&slots.file),
+            "a cleared file is mapped where its filesystem overwrites in place"
+        );
         let (slots, _) = leave_one_and_reopen(slots, &path);
         slots.clear_all().unwrap();
         drop(slots);
@@ -298,16 +341,16 @@ mod tests {
         let path = dir.path().join("calls.slots");
         let (slots, _) = SlotFile::open(&path).unwrap();
         assert!(!slots.is_mapped());
-        let (slots, left) = leave_one_and_reopen(slots, &path);
+        let (slots, _) = leave_one_and_reopen(slots, &path);
         // Clearing a file longer than the slots' (garbage appended) gives it their length.
         platform::write_all_at(&slots.file, &[7u8; 10], FILE_BYTES + 100).unwrap();
         slots.clear_all().unwrap();
-        assert!(slots.is_mapped());
+        let mapped = slots.is_mapped();
+        assert_eq!(mapped, overwrites_in_place(&slots.file));
         assert_eq!(std::fs::metadata(&path).unwrap().len(), FILE_BYTES);
-        // A second clear keeps the mapping (the file is not truncated under it) and empties it.
-        slots.take(&left).unwrap().unwrap();
+        // A second clear keeps the mapping (the file is not truncated under it).
         slots.clear_all().unwrap();
-        assert!(slots.is_mapped());
+        assert_eq!(slots.is_mapped(), mapped);
         drop(slots);
         assert!(SlotFile::open(&path).unwrap().1.is_empty());
     }
@@ -338,7 +381,9 @@ mod tests {
     fn take_a_slot_and_die(path: &Path) -> ! {
         let (slots, _) = SlotFile::open(path).unwrap();
         slots.clear_all().unwrap();
-        assert!(slots.is_mapped());
+        // Where the file is not mapped (a filesystem that does not overwrite in place) the
+        // slot is `pwrite`n, which must survive the same death.
+        assert_eq!(slots.is_mapped(), overwrites_in_place(&slots.file));
         let mut row = row();
         row.request_id = RequestId([0x5a; 16]);
         slots.take(&row).unwrap().unwrap();
