@@ -14,9 +14,12 @@ use tokio::sync::watch;
 /// instead of asking the owner (which would fence a write still on its way).
 #[derive(Debug, Default)]
 pub struct InFlight {
-    // foldhash: keyed per process, faster than SipHash on a request id (see `send_gate`).
-    calls: std::sync::Mutex<HashMap<RequestId, InFlightCall, foldhash::fast::RandomState>>,
+    calls: std::sync::Mutex<Calls>,
 }
+
+/// The calls by request id. foldhash: keyed per process, faster than SipHash on a request id
+/// (see `ferry_core::capacity::send_gate`).
+type Calls = HashMap<RequestId, InFlightCall, foldhash::fast::RandomState>;
 
 /// One call in flight, as a settle query sees it.
 #[derive(Debug, Clone)]
@@ -36,10 +39,7 @@ pub struct InFlightGuard {
 }
 
 impl InFlight {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<RequestId, InFlightCall, foldhash::fast::RandomState>>
-    {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Calls> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 

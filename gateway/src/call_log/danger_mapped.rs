@@ -82,11 +82,6 @@ impl MappedFile {
         self.map.len()
     }
 
-    /// Whether nothing is mapped (an empty file).
-    pub fn is_empty(&self) -> bool {
-        self.map.len() == 0
-    }
-
     /// Copies `bytes` into the file at `offset`.
     pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<(), OutOfBounds> {
         let out_of_bounds = OutOfBounds {
@@ -149,7 +144,6 @@ mod tests {
         file.write_all(&[0u8; 4096]).unwrap();
         let mut mapped = MappedFile::map(&file).unwrap();
         assert_eq!(mapped.len(), 4096);
-        assert!(!mapped.is_empty());
         mapped.write_at(100, b"ferry").unwrap();
         mapped.write_at(4091, b"edge!").unwrap();
         for (offset, len) in [(4092, 5), (4096, 1), (usize::MAX, 2)] {

@@ -16,7 +16,7 @@
 
 // The one module allowed `unsafe`, with its proof (see its docs).
 #[allow(unsafe_code)]
-pub mod danger_mapped;
+pub(crate) mod danger_mapped;
 pub mod sent_mark;
 pub mod slots;
 

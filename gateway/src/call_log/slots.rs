@@ -124,16 +124,7 @@ impl SlotFile {
         if overwrites_in_place(&self.file) {
             match self.zero_whole() {
                 Ok(()) => {
-                    match MappedFile::map(&self.file) {
-                        Ok(mapped) if mapped.len() as u64 == FILE_BYTES => {
-                            slots.mapped = Some(mapped)
-                        }
-                        Ok(mapped) => warn!(
-                            mapped = mapped.len(),
-                            "the call log's slot file changed length while mapped; writing slots with pwrite"
-                        ),
-                        Err(err) => warn!(%err, "cannot map the call log's slot file; writing slots with pwrite"),
-                    }
+                    slots.mapped = self.map_whole();
                     return Ok(());
                 }
                 Err(err) => warn!(
@@ -144,6 +135,25 @@ impl SlotFile {
         }
         self.file.set_len(0)?;
         self.file.set_len(FILE_BYTES)
+    }
+
+    /// The zeroed file mapped, at its full length; `None` (said in the log) if it cannot be.
+    fn map_whole(&self) -> Option<MappedFile> {
+        match MappedFile::map(&self.file) {
+            Ok(mapped) if mapped.len() as u64 == FILE_BYTES => Some(mapped),
+            Ok(mapped) => {
+                warn!(
+                    mapped = mapped.len(),
+                    expected = FILE_BYTES,
+                    "the call log's slot file mapped at another length than it was written to; writing slots with pwrite"
+                );
+                None
+            }
+            Err(err) => {
+                warn!(%err, "cannot map the call log's slot file; writing slots with pwrite");
+                None
+            }
+        }
     }
 
     /// The file at its full length, every byte a written zero.

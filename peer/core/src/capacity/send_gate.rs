@@ -26,6 +26,11 @@
 //! before it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+use super::{Refusal, Refused, BUSY_RETRY};
+use crate::wire::RequestId;
 
 /// The maps' hasher: seeded at random per process, and several times faster on these short
 /// keys than the standard library's SipHash, which came to 1% of the calling gateway's CPU per
@@ -34,11 +39,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 /// which is enough here: the keys are request ids and app names that local apps holding the
 /// gateway's token choose.
 type FastKeyed = foldhash::fast::RandomState;
-use std::hash::Hash;
-use std::time::{Duration, Instant};
-
-use super::{Refusal, Refused, BUSY_RETRY};
-use crate::wire::RequestId;
 
 /// How long a refusal's lesson holds before the caller sends past it again to learn afresh.
 pub const LESSON_LASTS: Duration = Duration::from_secs(10);
