@@ -23,6 +23,7 @@ pub fn measured(p50_us: u64, per_second: u64, source: Option<&str>) -> Measured 
     let many = vec![Duration::from_micros(p50_us); per_second as usize];
     Measured {
         sequential: with_sources(Sample::from_latencies(latencies, Duration::from_secs(1))),
+        sequential_by_placement: Vec::new(),
         concurrent: with_sources(Sample::from_latencies(many, Duration::from_secs(1))),
         cpu: None,
         notes: Vec::new(),

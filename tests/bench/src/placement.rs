@@ -83,11 +83,53 @@ impl Placements {
         placement: Option<Placement>,
         gateways: &[u32],
     ) -> Result<Option<Pinned<'_>>, String> {
+        self.pin_with_threads(placement, gateways, &[])
+    }
+
+    /// As [`Placements::pin`], with `threads` of this process (a yardstick served from this
+    /// process, by thread id) on the gateways' core rather than the client's.
+    pub fn pin_with_threads(
+        &self,
+        placement: Option<Placement>,
+        gateways: &[u32],
+        threads: &[u32],
+    ) -> Result<Option<Pinned<'_>>, String> {
         match (placement, &self.cores) {
-            (Some(placement), Some(cores)) => cores.pin(placement, gateways).map(Some),
+            (Some(placement), Some(cores)) => cores
+                .pin_with_threads(placement, gateways, threads)
+                .map(Some),
             _ => Ok(None),
         }
     }
+}
+
+/// The ids of this process's threads whose names start with one of `prefixes` (a name as the
+/// kernel keeps it: its first 15 bytes).
+pub fn threads_named(prefixes: &[&str]) -> Result<Vec<u32>, String> {
+    let tasks =
+        std::fs::read_dir("/proc/self/task").map_err(|err| format!("/proc/self/task: {err}"))?;
+    let mut ids = Vec::new();
+    for task in tasks.flatten() {
+        let Some(id) = task
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(name) = std::fs::read_to_string(task.path().join("comm")) else {
+            // The thread ended meanwhile.
+            continue;
+        };
+        let name = name.trim_end();
+        if prefixes
+            .iter()
+            .any(|prefix| name.starts_with(&prefix[..prefix.len().min(15)]))
+        {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
 }
 
 /// Its name in reports.
@@ -140,7 +182,15 @@ impl Cores {
     /// Pins every thread of this process (threads started later inherit it) to the first
     /// allowed core and every thread of each of `gateways` to the same core or the second,
     /// until the returned guard is dropped.
-    pub fn pin(&self, placement: Placement, gateways: &[u32]) -> Result<Pinned<'_>, String> {
+    ///
+    /// Each of `threads` (ids of this process's threads) goes on the gateways' core too;
+    /// dropping the guard gives them every allowed core with the rest of this process.
+    pub fn pin_with_threads(
+        &self,
+        placement: Placement,
+        gateways: &[u32],
+        threads: &[u32],
+    ) -> Result<Pinned<'_>, String> {
         let client = self.allowed[0];
         let server = match placement {
             Placement::Together => client,
@@ -156,6 +206,9 @@ impl Cores {
         set_affinity(std::process::id(), &client.to_string())?;
         for gateway in gateways {
             set_affinity(*gateway, &server.to_string())?;
+        }
+        for thread in threads {
+            set_thread_affinity(*thread, &server.to_string())?;
         }
         Ok(pinned)
     }
@@ -191,15 +244,25 @@ impl Drop for Pinned<'_> {
 
 /// Every thread of `pid` to the cores in `list` (`taskset -a`).
 fn set_affinity(pid: u32, list: &str) -> Result<(), String> {
+    taskset(&["-a", "-p", "-c", list, &pid.to_string()])
+}
+
+/// One thread of this process to the cores in `list` (`taskset` without `-a`).
+fn set_thread_affinity(thread: u32, list: &str) -> Result<(), String> {
+    taskset(&["-p", "-c", list, &thread.to_string()])
+}
+
+fn taskset(args: &[&str]) -> Result<(), String> {
     let out = Command::new("taskset")
-        .args(["-a", "-p", "-c", list, &pid.to_string()])
+        .args(args)
         .output()
         .map_err(|err| format!("taskset: {err}"))?;
     if out.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "taskset -a -p -c {list} {pid}: {}",
+            "taskset {}: {}",
+            args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
@@ -226,6 +289,30 @@ fn parse_list(list: &str) -> Option<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_is_found_by_the_start_of_its_name() {
+        let (started, has_started) = std::sync::mpsc::channel::<()>();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("pin-probe-with-a-long-name".into())
+            .spawn(move || {
+                // Named before this runs: said once it does, then held until the test is done.
+                let _ = started.send(());
+                let _ = stopped.recv();
+            })
+            .expect("spawning a thread");
+        has_started
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the probe thread did not start in 10 s");
+        let ids = threads_named(&["pin-probe-with-a-long-name"]).expect("reading /proc/self/task");
+        let others = threads_named(&["no-such-thread"]).expect("reading /proc/self/task");
+        drop(stop);
+        let _ = thread.join();
+        // The kernel keeps 15 bytes of a name: the prefix is cut to match.
+        assert_eq!(ids.len(), 1, "{ids:?}");
+        assert!(others.is_empty(), "{others:?}");
+    }
 
     #[test]
     fn cpu_lists_read_as_the_kernel_writes_them() {

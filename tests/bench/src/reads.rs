@@ -17,6 +17,17 @@
 //! Order: build the `ferry` binary, start every system and fill the owners, then every
 //! system's sequential cache hits, sequential owner reads, concurrent cache hits, concurrent
 //! owner reads, one system at a time, so the figures compared are taken seconds apart.
+//!
+//! The sequential cache hits are taken in each placement of the load generator against the
+//! server ([`crate::placement`]: on one core, then on two, every thread pinned): a request
+//! across cores wakes an idle core each way, which on a VM is most of a cache hit's time, and
+//! which placement a run got was the kernel's choice, so yardstick and Ferry landed in
+//! different modes and the ratio swung from 0.5x to 4x. Both placements are real ones for an
+//! app and its gateway; the ratio is taken placement by placement and judged on the worse.
+//! The owner reads stay unpinned: they cross two gateways that in use run on two machines,
+//! and on one core the comparison would be Ferry's two processes switching against the
+//! relay's threads of one process, which no deployment has. The concurrent phases run
+//! unpinned, on every core.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -27,6 +38,7 @@ use crate::bare_relay::{BareHttp, BareRelay, Layout, Records, RelayError};
 use crate::cpu::{self, Machine, Sides};
 use crate::ferry_procs::{self, Pair, ProcError};
 use crate::load::{self, Keys, LoadError, Sample, Target, Verb};
+use crate::placement::{self, Pinned, Placement, Placements};
 use crate::progress;
 use crate::reads_report::{ReadsReport, Row};
 use crate::report::Measured;
@@ -36,6 +48,8 @@ const VAULT: &str = "bench";
 const APP: &str = "bench";
 /// Every key read: `r-<n:010>`.
 const PREFIX: &str = "r-";
+/// The owner reads' sequential phase: one, unpinned (see the module's docs).
+const OWNER_READ_PLACEMENTS: usize = 1;
 /// Writers filling the owner.
 const FILL_WRITERS: usize = 64;
 /// How long `b` may take to read from `a` once both are up, and how often to try.
@@ -97,18 +111,19 @@ impl Plan {
     }
 
     /// The first key of the sequential owner reads (warm-up included).
-    fn sequential_first(&self) -> u64 {
-        self.hot
+    fn sequential_first(&self, placement_index: usize) -> u64 {
+        self.hot + (placement_index * (self.warmup + self.sequential)) as u64
     }
 
-    /// The first key of the concurrent owner reads.
-    fn concurrent_first(&self) -> u64 {
-        self.hot + (self.warmup + self.sequential) as u64
+    /// The first key of the concurrent owner reads, after those of the sequential ones in
+    /// each of `placements`.
+    fn concurrent_first(&self, placements: usize) -> u64 {
+        self.hot + (placements * (self.warmup + self.sequential)) as u64
     }
 
     /// How many owner reads the concurrent phase may make: one per key left.
-    fn concurrent_owner_reads(&self) -> u64 {
-        self.keys.saturating_sub(self.concurrent_first())
+    fn concurrent_owner_reads(&self, placements: usize) -> u64 {
+        self.keys.saturating_sub(self.concurrent_first(placements))
     }
 
     /// Warm-up reads of the cache-hit keys: enough to read each once.
@@ -117,17 +132,18 @@ impl Plan {
             .max(usize::try_from(self.hot).unwrap_or(usize::MAX))
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self, placements: &[Option<Placement>]) -> String {
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
         format!(
             "{} run on {cores} cores. Each read: `GET /v1/vaults/{VAULT}/records/<key>` of a \
              {}-byte value, on keep-alive HTTP/1.1 from a load generator on its own thread; \
              only `200` with the value counts. {} keys on every owner. **Cache hits**: the same \
              {} keys over and over, each read once first ({} warm-up reads); sequential: {} \
-             reads (bound {:?}); concurrent: {} readers, each on its own connection, until {:?} \
-             or {} reads. **Owner reads**: every read a key never read before on that system; \
-             sequential: {} reads after {} warm-up (bound {:?}); concurrent: {} readers until \
-             {:?} or {} reads (the keys left).",
+             reads in each placement (bound {:?}): {}; concurrent: {} readers, each on its own \
+             connection, until {:?} or {} reads. **Owner reads**: every read a key never read \
+             before on that system; sequential: {} reads after {} warm-up (bound {:?}); \
+             concurrent: {} readers until {:?} or {} reads (the keys left). Owner reads and \
+             concurrent reads unpinned.",
             if self.quick { "Quick" } else { "Full" },
             load::VALUE_BYTES,
             self.keys,
@@ -135,6 +151,7 @@ impl Plan {
             self.hit_warmup(),
             self.sequential,
             self.sequential_bound,
+            Placements::describe(placements),
             self.readers,
             self.concurrent_bound,
             self.concurrent_max,
@@ -143,7 +160,7 @@ impl Plan {
             self.sequential_bound,
             self.readers,
             self.concurrent_bound,
-            self.concurrent_owner_reads(),
+            self.concurrent_owner_reads(OWNER_READ_PLACEMENTS),
         )
     }
 }
@@ -205,8 +222,11 @@ struct Subject {
     layout: Option<Layout>,
     target: Target,
     sides: Option<Sides>,
-    sequential: Option<Result<Sample, LoadError>>,
+    /// One sequential run per placement, in the order they were taken.
+    sequential: Vec<(Option<Placement>, Result<Sample, LoadError>)>,
     concurrent: Option<Result<(Sample, Option<cpu::Usage>), LoadError>>,
+    /// Placements this subject could not be pinned in, and why.
+    notes: Vec<String>,
 }
 
 impl Subject {
@@ -216,8 +236,9 @@ impl Subject {
             layout,
             target,
             sides,
-            sequential: None,
+            sequential: Vec::new(),
             concurrent: None,
+            notes: Vec::new(),
         }
     }
 
@@ -232,16 +253,73 @@ impl Subject {
         }
     }
 
-    /// The keys of the sequential phase (its warm-up first).
-    fn sequential_keys(&self, plan: &Plan) -> Keys {
+    /// The keys of the sequential phase in the placement numbered `placement_index` (its
+    /// warm-up first): owner reads never read a key twice.
+    fn sequential_keys(&self, plan: &Plan, placement_index: usize) -> Keys {
         match self.kind {
             Kind::Hits => Keys::cycling(PREFIX, 0, plan.hot),
-            Kind::OwnerReads => Keys::starting_at(PREFIX, plan.sequential_first()),
+            Kind::OwnerReads => Keys::starting_at(PREFIX, plan.sequential_first(placement_index)),
+        }
+    }
+
+    /// Pins the load generator and this subject's serving side as `placement` says, until the
+    /// guard drops: Ferry's two processes, or the yardstick's threads in this process.
+    fn pin<'a>(
+        &self,
+        placements: &'a Placements,
+        placement: Option<Placement>,
+    ) -> Result<Option<Pinned<'a>>, String> {
+        match &self.sides {
+            _ if placement.is_none() => Ok(None),
+            Some(Sides::Processes { caller, owner }) => {
+                placements.pin(placement, &[*caller, *owner])
+            }
+            Some(Sides::Threads { caller, owner }) => {
+                let names: Vec<&str> = caller.iter().chain(owner).copied().collect();
+                let threads = placement::threads_named(&names)?;
+                if threads.is_empty() {
+                    return Err(format!("no thread of this process is named {names:?}"));
+                }
+                placements.pin_with_threads(placement, &[], &threads)
+            }
+            None => Err("its processes are not known".into()),
         }
     }
 
     fn measured(self) -> (Kind, Option<Layout>, Result<Measured, LoadError>) {
-        let measured = Measured::from_phases(self.sequential, self.concurrent);
+        let mut pooled = Vec::new();
+        let mut by_placement = Vec::new();
+        let mut failed = None;
+        let mut notes = self.notes;
+        for (placement, sample) in self.sequential {
+            match sample {
+                Ok(sample) => {
+                    notes.push(format!(
+                        "sequential, {}: p50 {}, p99 {}",
+                        placement::name(placement),
+                        figure_us(sample.percentile(50.0)),
+                        figure_us(sample.percentile(99.0)),
+                    ));
+                    if let Some(placement) = placement {
+                        by_placement.push((placement, sample.clone()));
+                    }
+                    pooled.push(sample);
+                }
+                Err(err) => {
+                    failed.get_or_insert(err);
+                }
+            }
+        }
+        let sequential = match failed {
+            Some(err) => Some(Err(err)),
+            None if pooled.is_empty() => None,
+            None => Some(Ok(Sample::pooled(pooled))),
+        };
+        let measured = Measured::from_phases(sequential, self.concurrent).map(|mut measured| {
+            measured.sequential_by_placement = by_placement;
+            measured.notes = notes;
+            measured
+        });
         (self.kind, self.layout, measured)
     }
 }
@@ -258,6 +336,7 @@ struct Systems {
 /// bare figures of the same run are not lost.
 pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
     let plan = options.plan;
+    let placements = Placements::here("reads");
     let load_before = cpu::load_average();
     let (binary, ready) = ferry_procs::prepare_binary(options.ferry_binary.clone(), options.build);
 
@@ -325,25 +404,37 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
         Err(why) => Some(why),
     };
 
+    // Each placement in turn, every system of a kind in it, so the figures compared are taken
+    // in the same placement seconds apart.
     for kind in [Kind::Hits, Kind::OwnerReads] {
-        for subject in subjects.iter_mut().filter(|s| s.kind == kind) {
-            progress(&format!(
-                "{}: {} reads one at a time",
-                subject.name(),
-                plan.sequential
-            ));
-            let warmup = match kind {
-                Kind::Hits => plan.hit_warmup(),
-                Kind::OwnerReads => plan.warmup,
-            };
-            subject.sequential = Some(load::sequential(
-                &subject.target,
-                Verb::Read,
-                &subject.sequential_keys(&plan),
-                warmup,
-                plan.sequential,
-                plan.sequential_bound,
-            ));
+        for (index, &placement) in pinned_placements(kind, &placements).iter().enumerate() {
+            for subject in subjects.iter_mut().filter(|s| s.kind == kind) {
+                progress(&format!(
+                    "{}: {} reads one at a time, {}",
+                    subject.name(),
+                    plan.sequential,
+                    placement::name(placement)
+                ));
+                let _pinned = subject.pin(&placements, placement).unwrap_or_else(|why| {
+                    let note = format!("not pinned {}: {why}", placement::name(placement));
+                    progress(&format!("{}: {note}", subject.name()));
+                    subject.notes.push(note);
+                    None
+                });
+                let warmup = match kind {
+                    Kind::Hits => plan.hit_warmup(),
+                    Kind::OwnerReads => plan.warmup,
+                };
+                let sample = load::sequential(
+                    &subject.target,
+                    Verb::Read,
+                    &subject.sequential_keys(&plan, index),
+                    warmup,
+                    plan.sequential,
+                    plan.sequential_bound,
+                );
+                subject.sequential.push((placement, sample));
+            }
         }
     }
     for kind in [Kind::Hits, Kind::OwnerReads] {
@@ -352,8 +443,8 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
             let (keys, max) = match kind {
                 Kind::Hits => (Keys::cycling(PREFIX, 0, plan.hot), plan.concurrent_max),
                 Kind::OwnerReads => (
-                    Keys::starting_at(PREFIX, plan.concurrent_first()),
-                    plan.concurrent_owner_reads(),
+                    Keys::starting_at(PREFIX, plan.concurrent_first(OWNER_READ_PLACEMENTS)),
+                    plan.concurrent_owner_reads(OWNER_READ_PLACEMENTS),
                 ),
             };
             let keys = Arc::new(keys);
@@ -380,7 +471,7 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
 
     let mut report = ReadsReport {
         quick: plan.quick,
-        plan: plan.describe(),
+        plan: plan.describe(&placements.each),
         hits: Vec::new(),
         owner_reads: Vec::new(),
         ferry_hits: Err(ferry_failed.clone().unwrap_or_default()),
@@ -415,6 +506,21 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
         }
     }
     Ok(report)
+}
+
+/// The placements a kind's sequential reads are taken in (see the module's docs).
+fn pinned_placements(kind: Kind, placements: &Placements) -> Vec<Option<Placement>> {
+    match kind {
+        Kind::Hits => placements.each.clone(),
+        Kind::OwnerReads => vec![None; OWNER_READ_PLACEMENTS],
+    }
+}
+
+fn figure_us(latency: Option<Duration>) -> String {
+    latency.map_or_else(
+        || "-".into(),
+        |l| format!("{:.1} us", l.as_secs_f64() * 1e6),
+    )
 }
 
 fn bare_target(api: &std::net::SocketAddr) -> Target {

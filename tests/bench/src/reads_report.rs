@@ -287,7 +287,19 @@ impl ReadsReport {
                     "Ferry, owner reads".to_string(),
                     self.ferry_owner_reads.as_ref(),
                 ),
-            ]);
+            ])
+            .collect::<Vec<_>>();
+        let _ = writeln!(
+            out,
+            "Sequential reads by placement (ratios taken placement by placement, judged on the \
+             worse):"
+        );
+        for (name, measured) in &systems {
+            for note in measured.iter().flat_map(|m| &m.notes) {
+                let _ = writeln!(out, "- {name}: {note}");
+            }
+        }
+        let _ = writeln!(out);
         for (name, measured) in systems {
             let measured = match measured {
                 Ok(measured) => measured,

@@ -10,6 +10,7 @@ use crate::bare_relay::Layout;
 use crate::cpu;
 use crate::figures::{cell, latency, rate};
 use crate::load::{LoadError, Sample};
+use crate::placement::Placement;
 use crate::targets::{self, Bound, Line, Unit};
 
 /// Ferry's p50 may be at most this many times the bare relay's.
@@ -33,7 +34,11 @@ const MIN_THREAD_SHOWN: Duration = Duration::from_millis(30);
 /// One system's figures.
 #[derive(Debug)]
 pub struct Measured {
+    /// Every sequential request, in whichever placements they were taken.
     pub sequential: Sample,
+    /// The same requests by placement, where the client and the measured side were pinned
+    /// (`ferry-bench reads`); empty where they were not.
+    pub sequential_by_placement: Vec<(Placement, Sample)>,
     pub concurrent: Sample,
     /// CPU used by each side during the concurrent phase, where `/proc` could tell.
     pub cpu: Option<cpu::Usage>,
@@ -51,6 +56,7 @@ impl Measured {
         match (sequential, concurrent) {
             (Some(Ok(sequential)), Some(Ok((concurrent, cpu)))) => Ok(Self {
                 sequential,
+                sequential_by_placement: Vec::new(),
                 concurrent,
                 cpu,
                 notes: Vec::new(),
@@ -423,8 +429,25 @@ pub fn against_each<'a>(
 
 /// Ferry's sequential `p`th percentile over a yardstick's.
 pub fn sequential_ratio(ferry: &Measured, yardstick: &Measured, p: f64) -> Option<f64> {
-    let f = ferry.sequential.percentile(p)?.as_secs_f64();
-    let y = yardstick.sequential.percentile(p)?.as_secs_f64();
+    // Taken pinned: compared placement by placement (a request across cores costs both sides
+    // the same wake-ups, which one side alone must not be charged), judged on the worse.
+    let placed = ferry
+        .sequential_by_placement
+        .iter()
+        .filter_map(|(placement, f)| {
+            let (_, y) = yardstick
+                .sequential_by_placement
+                .iter()
+                .find(|(other, _)| other == placement)?;
+            percentile_ratio(f, y, p)
+        })
+        .reduce(f64::max);
+    placed.or_else(|| percentile_ratio(&ferry.sequential, &yardstick.sequential, p))
+}
+
+fn percentile_ratio(ferry: &Sample, yardstick: &Sample, p: f64) -> Option<f64> {
+    let f = ferry.percentile(p)?.as_secs_f64();
+    let y = yardstick.percentile(p)?.as_secs_f64();
     (y > 0.0).then(|| f / y)
 }
 
@@ -443,6 +466,38 @@ pub fn throughput_share(ferry: &Measured, yardstick: &Measured) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::sequential_ratio;
+    use crate::fixtures::measured;
+    use crate::load::Sample;
+    use crate::placement::Placement;
+
+    fn placed(together_us: u64, apart_us: u64) -> Vec<(Placement, Sample)> {
+        let sample = |us| {
+            Sample::from_latencies(vec![Duration::from_micros(us); 10], Duration::from_secs(1))
+        };
+        vec![
+            (Placement::Together, sample(together_us)),
+            (Placement::Apart, sample(apart_us)),
+        ]
+    }
+
+    #[test]
+    fn pinned_sequential_figures_are_compared_placement_by_placement_and_judged_on_the_worse() {
+        let mut ferry = measured(50, 1000, None);
+        let mut yardstick = measured(40, 1000, None);
+        // Pooled, 50 over 40 would say 1.25x; by placement it is 1.3x together, 1.1x apart.
+        ferry.sequential_by_placement = placed(26, 66);
+        yardstick.sequential_by_placement = placed(20, 60);
+        let ratio = sequential_ratio(&ferry, &yardstick, 50.0).unwrap_or_default();
+        assert!((ratio - 1.3).abs() < 1e-9, "{ratio}");
+        // A yardstick taken unpinned: the pooled figures, as before.
+        yardstick.sequential_by_placement.clear();
+        let ratio = sequential_ratio(&ferry, &yardstick, 50.0).unwrap_or_default();
+        assert!((ratio - 1.25).abs() < 1e-9, "{ratio}");
+    }
+
     #[test]
     fn targets_are_judged_against_the_first_bare_layout() {
         let report = crate::fixtures::writes_report();
