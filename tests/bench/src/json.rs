@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::load::Sample;
+use crate::placement::Placement;
 use crate::reads_report::{ReadsReport, Row};
 use crate::report::{CpuPerRequest, Measured, Report};
 use crate::targets::Judged;
@@ -123,6 +124,9 @@ struct System<'a> {
     /// Why there are no figures; `null` when measured.
     not_measured: Option<&'a str>,
     sequential: Option<Phase<'a>>,
+    /// The sequential phase by placement where it was pinned (`sequential` then pools them);
+    /// empty where it was not.
+    sequential_by_placement: Vec<Placed<'a>>,
     concurrent: Option<Phase<'a>>,
     /// Of the concurrent phase; `null` where `/proc` could not tell or the phase was too short.
     cpu_per_request: Option<CpuPerRequest>,
@@ -143,6 +147,14 @@ impl<'a> System<'a> {
                 layout,
                 not_measured: None,
                 sequential: Some(Phase::of(&m.sequential)),
+                sequential_by_placement: m
+                    .sequential_by_placement
+                    .iter()
+                    .map(|(placement, sample)| Placed {
+                        placement: *placement,
+                        phase: Phase::of(sample),
+                    })
+                    .collect(),
                 concurrent: Some(Phase::of(&m.concurrent)),
                 cpu_per_request: m.cpu_per_request(),
                 failures: Some(m.sequential.failures() + m.concurrent.failures()),
@@ -153,6 +165,7 @@ impl<'a> System<'a> {
                 layout,
                 not_measured: Some(why),
                 sequential: None,
+                sequential_by_placement: Vec::new(),
                 concurrent: None,
                 cpu_per_request: None,
                 failures: None,
@@ -160,6 +173,14 @@ impl<'a> System<'a> {
             },
         }
     }
+}
+
+/// One phase of one system, taken pinned in `placement`.
+#[derive(Debug, Serialize)]
+struct Placed<'a> {
+    placement: Placement,
+    #[serde(flatten)]
+    phase: Phase<'a>,
 }
 
 /// One phase of one system.
@@ -390,6 +411,50 @@ mod tests {
         assert!((ratio - 20_000.0 / 8_000.0).abs() < 1e-9, "{cpu}");
         assert_eq!(cpu["target"], "<= 1.5");
         assert_met_agrees(&json, &report.render(), &report.target_lines());
+    }
+
+    #[test]
+    fn pinned_cache_hits_are_judged_on_the_worse_placement_in_both_outputs() {
+        let sample = |us| {
+            Sample::from_latencies(vec![Duration::from_micros(us); 10], Duration::from_secs(1))
+        };
+        let placed = |together, apart| {
+            vec![
+                (Placement::Together, sample(together)),
+                (Placement::Apart, sample(apart)),
+            ]
+        };
+        let mut report = reads_report("cache");
+        for row in &mut report.hits {
+            row.measured.sequential_by_placement = placed(100, 300);
+        }
+        if let Ok(hits) = report.ferry_hits.as_mut() {
+            // 1.1x together, 1.4x apart: judged 1.4x, missed, where the pooled 1.2x would pass.
+            hits.sequential_by_placement = placed(110, 420);
+        }
+        let json = parsed(reads(&report));
+        let hit = targets(&json)
+            .iter()
+            .find(|t| t["name"] == "cache_hit_seq_p50_ratio")
+            .expect("the cache-hit target is there");
+        let ratio = hit["value"].as_f64().expect("a cache-hit ratio");
+        assert!((ratio - 1.4).abs() < 1e-9, "{hit}");
+        assert_eq!(hit["met"], false);
+        assert_eq!(
+            json["cache_hits"][2]["sequential_by_placement"][1]["placement"],
+            "apart"
+        );
+        assert_eq!(
+            json["cache_hits"][2]["sequential_by_placement"][1]["p50_us"],
+            420.0
+        );
+        let text = report.render();
+        assert!(text.contains("together 110 us, apart 420 us"), "{text}");
+        assert!(
+            text.contains("Sequential cache hits by placement"),
+            "{text}"
+        );
+        assert_met_agrees(&json, &text, &report.target_lines());
     }
 
     #[test]

@@ -122,10 +122,11 @@ pub fn threads_named(prefixes: &[&str]) -> Result<Vec<u32>, String> {
             continue;
         };
         let name = name.trim_end();
-        if prefixes
-            .iter()
-            .any(|prefix| name.starts_with(&prefix[..prefix.len().min(15)]))
-        {
+        // Byte-wise: a name cut at 15 bytes may end inside a character.
+        if prefixes.iter().any(|prefix| {
+            let prefix = prefix.as_bytes();
+            name.as_bytes().starts_with(&prefix[..prefix.len().min(15)])
+        }) {
             ids.push(id);
         }
     }

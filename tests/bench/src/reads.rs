@@ -415,12 +415,17 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
                     plan.sequential,
                     placement::name(placement)
                 ));
-                let _pinned = subject.pin(&placements, placement).unwrap_or_else(|why| {
-                    let note = format!("not pinned {}: {why}", placement::name(placement));
-                    progress(&format!("{}: {note}", subject.name()));
-                    subject.notes.push(note);
-                    None
-                });
+                // A run that could not be pinned is filed as unpinned, and so is not compared
+                // placement by placement.
+                let (_pinned, taken_in) = match subject.pin(&placements, placement) {
+                    Ok(pinned) => (pinned, placement),
+                    Err(why) => {
+                        let note = format!("not pinned {}: {why}", placement::name(placement));
+                        progress(&format!("{}: {note}", subject.name()));
+                        subject.notes.push(note);
+                        (None, None)
+                    }
+                };
                 let warmup = match kind {
                     Kind::Hits => plan.hit_warmup(),
                     Kind::OwnerReads => plan.warmup,
@@ -433,7 +438,7 @@ pub fn run(options: &Options) -> Result<ReadsReport, ReadsError> {
                     plan.sequential,
                     plan.sequential_bound,
                 );
-                subject.sequential.push((placement, sample));
+                subject.sequential.push((taken_in, sample));
             }
         }
     }

@@ -289,11 +289,16 @@ impl ReadsReport {
                 ),
             ])
             .collect::<Vec<_>>();
-        let _ = writeln!(
-            out,
-            "Sequential reads by placement (ratios taken placement by placement, judged on the \
-             worse):"
-        );
+        let pinned = systems
+            .iter()
+            .any(|(_, m)| m.is_ok_and(|m| !m.sequential_by_placement.is_empty()));
+        if pinned {
+            let _ = writeln!(
+                out,
+                "Sequential cache hits by placement (ratios taken placement by placement, judged \
+                 on the worse):"
+            );
+        }
         for (name, measured) in &systems {
             for note in measured.iter().flat_map(|m| &m.notes) {
                 let _ = writeln!(out, "- {name}: {note}");

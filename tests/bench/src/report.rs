@@ -399,8 +399,8 @@ pub fn row(out: &mut String, system: &str, layout: &str, m: &Measured, last: Opt
     let _ = write!(
         out,
         "| {system} | {layout} | {} | {} | {} | {} | {} | {} | {} / {} |",
-        latency(m.sequential.percentile(50.0)),
-        latency(m.sequential.percentile(99.0)),
+        sequential_latency(m, 50.0),
+        sequential_latency(m, 99.0),
         rate(m.sequential.per_second()),
         rate(m.concurrent.per_second()),
         latency(m.concurrent.percentile(50.0)),
@@ -429,20 +429,44 @@ pub fn against_each<'a>(
 
 /// Ferry's sequential `p`th percentile over a yardstick's.
 pub fn sequential_ratio(ferry: &Measured, yardstick: &Measured, p: f64) -> Option<f64> {
+    let (f, y) = (
+        &ferry.sequential_by_placement,
+        &yardstick.sequential_by_placement,
+    );
+    if f.is_empty() && y.is_empty() {
+        return percentile_ratio(&ferry.sequential, &yardstick.sequential, p);
+    }
     // Taken pinned: compared placement by placement (a request across cores costs both sides
-    // the same wake-ups, which one side alone must not be charged), judged on the worse.
-    let placed = ferry
-        .sequential_by_placement
+    // the same wake-ups, which one side alone must not be charged), judged on the worse; and
+    // only when both were taken in the same placements, each with a figure: else no ratio.
+    let same_placements = f.len() == y.len()
+        && f.iter()
+            .all(|(placement, _)| y.iter().any(|(other, _)| other == placement));
+    if !same_placements {
+        return None;
+    }
+    let mut worst: Option<f64> = None;
+    for (placement, f) in f {
+        let (_, y) = y.iter().find(|(other, _)| other == placement)?;
+        let ratio = percentile_ratio(f, y, p)?;
+        worst = Some(worst.map_or(ratio, |w| w.max(ratio)));
+    }
+    worst
+}
+
+/// A system's sequential latency at percentile `p` for a table: by placement where it was
+/// pinned (a pooled figure of two placements would mean neither), else the one figure.
+pub fn sequential_latency(m: &Measured, p: f64) -> String {
+    if m.sequential_by_placement.is_empty() {
+        return latency(m.sequential.percentile(p));
+    }
+    m.sequential_by_placement
         .iter()
-        .filter_map(|(placement, f)| {
-            let (_, y) = yardstick
-                .sequential_by_placement
-                .iter()
-                .find(|(other, _)| other == placement)?;
-            percentile_ratio(f, y, p)
+        .map(|(placement, sample)| {
+            format!("{} {}", placement.name(), latency(sample.percentile(p)))
         })
-        .reduce(f64::max);
-    placed.or_else(|| percentile_ratio(&ferry.sequential, &yardstick.sequential, p))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn percentile_ratio(ferry: &Sample, yardstick: &Sample, p: f64) -> Option<f64> {
@@ -492,10 +516,30 @@ mod tests {
         yardstick.sequential_by_placement = placed(20, 60);
         let ratio = sequential_ratio(&ferry, &yardstick, 50.0).unwrap_or_default();
         assert!((ratio - 1.3).abs() < 1e-9, "{ratio}");
-        // A yardstick taken unpinned: the pooled figures, as before.
+        // One side pinned and the other not, or pinned in other placements: no ratio.
+        yardstick.sequential_by_placement.truncate(1);
+        assert_eq!(sequential_ratio(&ferry, &yardstick, 50.0), None);
         yardstick.sequential_by_placement.clear();
+        assert_eq!(sequential_ratio(&ferry, &yardstick, 50.0), None);
+        // Neither pinned: the pooled figures, as before.
+        ferry.sequential_by_placement.clear();
         let ratio = sequential_ratio(&ferry, &yardstick, 50.0).unwrap_or_default();
         assert!((ratio - 1.25).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn a_pinned_system_shows_its_latency_by_placement() {
+        let mut m = measured(50, 1000, None);
+        m.sequential_by_placement = placed(26, 66);
+        let cell = super::sequential_latency(&m, 50.0);
+        assert!(
+            cell.starts_with("together ") && cell.contains(", apart "),
+            "{cell}"
+        );
+        assert_ne!(
+            cell,
+            super::sequential_latency(&measured(50, 1000, None), 50.0)
+        );
     }
 
     #[test]
