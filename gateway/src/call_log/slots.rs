@@ -173,7 +173,8 @@ impl SlotFile {
     }
 
     /// Whether slots are copied into the mapped file (else `pwrite`n).
-    pub fn is_mapped(&self) -> bool {
+    #[cfg(test)]
+    fn is_mapped(&self) -> bool {
         self.lock().mapped.is_some()
     }
 

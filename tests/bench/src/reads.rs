@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use crate::bare_relay::{BareHttp, BareRelay, Layout, Records, RelayError};
 use crate::cpu::{self, Machine, Sides};
 use crate::ferry_procs::{self, Pair, ProcError};
+use crate::figures::latency;
 use crate::load::{self, Keys, LoadError, Sample, Target, Verb};
 use crate::placement::{self, Pinned, Placement, Placements};
 use crate::progress;
@@ -297,8 +298,8 @@ impl Subject {
                     notes.push(format!(
                         "sequential, {}: p50 {}, p99 {}",
                         placement::name(placement),
-                        figure_us(sample.percentile(50.0)),
-                        figure_us(sample.percentile(99.0)),
+                        latency(sample.percentile(50.0)),
+                        latency(sample.percentile(99.0)),
                     ));
                     if let Some(placement) = placement {
                         by_placement.push((placement, sample.clone()));
@@ -519,13 +520,6 @@ fn pinned_placements(kind: Kind, placements: &Placements) -> Vec<Option<Placemen
         Kind::Hits => placements.each.clone(),
         Kind::OwnerReads => vec![None; OWNER_READ_PLACEMENTS],
     }
-}
-
-fn figure_us(latency: Option<Duration>) -> String {
-    latency.map_or_else(
-        || "-".into(),
-        |l| format!("{:.1} us", l.as_secs_f64() * 1e6),
-    )
 }
 
 fn bare_target(api: &std::net::SocketAddr) -> Target {
