@@ -17,6 +17,9 @@ use crate::vaults::Vaults;
 use crate::writes::Writes;
 use ferry_core::clock::Clock;
 
+/// How long `ferry trust` waits for the new peer's hello.
+const TRUST_HELLO_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The admin's operations.
 #[derive(Debug)]
 pub struct Admin {
@@ -61,6 +64,12 @@ impl Admin {
             .apply(move |conn| trust::add(conn, &label, node_id, &routes, now_ms))
             .await?;
         self.network.add_peer(&peer);
+        // Greeted at once, so each learns what the other holds now (a vault list, a name two
+        // peers own) rather than at the next hello. Bounded: a peer that does not trust this
+        // gateway yet refuses at once, and one that is away costs the command at most this.
+        self.network
+            .hello_peer(peer.node_id, TRUST_HELLO_BOUND)
+            .await;
         Ok(peer)
     }
 
@@ -68,10 +77,11 @@ impl Admin {
     /// tickets it issued.
     pub async fn untrust(&self, label: String) -> Result<Option<NodeId>, StoreError> {
         let removing = label.clone();
+        let now_ms = self.clock.unix_ms();
         let removed = self
             .owner
             .executor()
-            .apply(move |conn| trust::remove(conn, &removing))
+            .apply(move |conn| trust::remove(conn, &removing, now_ms))
             .await?;
         self.network.remove_peer(&label, removed);
         if let Some(node) = removed {

@@ -135,6 +135,8 @@ pub struct Gathered {
     /// The peer socket's receive buffer, when known.
     pub receive_buffer: Option<ReceiveBuffer>,
     pub peers: Vec<PeerProbe>,
+    /// Vault names more than one machine owns.
+    pub collisions: Vec<crate::network::collisions::Collision>,
 }
 
 fn finding(subject: &str, ok: bool, says: String, fix: Option<String>) -> DoctorFinding {
@@ -273,6 +275,16 @@ pub fn diagnose(gathered: &Gathered) -> DoctorReport {
     ) && gathered.discovery_for >= MDNS_SETTLE;
     for peer in &gathered.peers {
         findings.push(diagnose_peer(peer, mdns_works_here));
+    }
+    // Two vaults of one name are two vaults: said, never settled silently. A name calls are
+    // refused for is a problem; one that reaches the copy held here is a note.
+    for collision in &gathered.collisions {
+        findings.push(finding(
+            &format!("vault {}", collision.vault),
+            !collision.refused,
+            collision.says.clone(),
+            collision.fix.clone(),
+        ));
     }
     DoctorReport {
         ok: findings.iter().all(|f| f.ok),
@@ -526,6 +538,11 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
         quic: gateway.quic_addr().to_string(),
         receive_buffer: gateway.receive_buffer(),
         peers: probed,
+        collisions: crate::network::collisions::every(
+            &gateway.vaults().rows(),
+            &network.directory().remote_vaults(),
+            |node| network.label_of(node),
+        ),
     }
 }
 
@@ -777,8 +794,25 @@ mod tests {
                 )],
                 true,
             )],
+            collisions: vec![],
         };
         assert!(diagnose(&gathered).ok);
+        // A name calls are refused for is a problem, with its fix.
+        let colliding = Gathered {
+            collisions: vec![crate::network::collisions::Collision {
+                vault: "notes".into(),
+                refused: true,
+                says: "a and b each own a vault called \"notes\"".into(),
+                fix: Some("follow the one you mean".into()),
+            }],
+            ..gathered.clone()
+        };
+        let report = diagnose(&colliding);
+        assert!(!report.ok);
+        assert!(report
+            .findings
+            .iter()
+            .any(|f| f.subject == "vault notes" && !f.ok && f.fix.is_some()));
         let broken = Gathered {
             discovery: DiscoveryState::Failed("address in use".into()),
             ..gathered
@@ -815,6 +849,7 @@ mod tests {
             quic: "0.0.0.0:7420".into(),
             receive_buffer: None,
             peers: vec![],
+            collisions: vec![],
         };
         let (ok, says) = mdns(&early);
         assert!(ok && says.contains("not come back yet"), "{says}");

@@ -131,6 +131,7 @@ impl Gateway {
         parts.book.replace_all(trust::list(&setup)?);
         let ticket_epoch = meta::ticket_epoch(&setup)?;
         let local_vaults = store::vaults::list(&setup)?;
+        let vault_claims = store::claims::claims(&setup)?;
         drop(setup);
         let config = parts.config;
         let metrics = Arc::new(Metrics::default());
@@ -174,6 +175,7 @@ impl Gateway {
         let lifecycle = Lifecycle::new();
         let vaults = Arc::new(Vaults::new(
             local_vaults,
+            vault_claims,
             reader,
             executor.clone(),
             clock.clone(),

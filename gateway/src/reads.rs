@@ -269,6 +269,9 @@ impl Reads {
                         })
                 }
             },
+            Place::Ambiguous(owners) => {
+                Err(ReadFailure::Refused(self.network.ambiguous(vault, &owners)))
+            }
             Place::Remote(owner) => {
                 self.read_planned(app, vault, key, &owner, None, deadline)
                     .await
@@ -675,6 +678,9 @@ impl Reads {
                     })?;
                 Ok((answer, ListSource::Local))
             }
+            Some(Place::Ambiguous(owners)) => Err(ReadFailure::Refused(
+                self.network.ambiguous(&vault, &owners),
+            )),
             Some(Place::Remote(target)) => {
                 let request = ReadRequest {
                     app,

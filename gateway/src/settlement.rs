@@ -6,13 +6,16 @@
 //! 2. the call log (`store::calls`): a settled answer is answered from here; an unknown one
 //!    (including one a crash cut short) is asked of its owner, never re-sent;
 //! 3. this gateway's own journal (a local app's write to a vault owned here);
-//! 4. no memory of it at all (the app names an id this gateway never recorded, or a power cut
-//!    took the last rows of the log): the owner of the vault the app names is asked; with no
-//!    vault named, **every** trusted peer and this gateway's own journal are asked. An owner
-//!    that never saw the id tombstones it (it can then never run), so "not carried out" is
-//!    only answered once every gateway that could have received it has said so. If one of them
-//!    cannot be asked, the answer is "unavailable, ask again": never `unknown_call` for an id
-//!    that may have reached an owner.
+//! 4. no memory of it at all (an answered write leaves no row; or a power cut took the last
+//!    rows of the log): every machine that could have received it is asked
+//!    ([`settle::witnesses`]): with a vault named, every owner a write of that name ever went
+//!    to from here (`store::claims`, written before the first one left), every peer claiming
+//!    the name now and this gateway; else every peer trusted now, every owner any write went
+//!    to, and this gateway. An owner that never saw the id tombstones it (it can then never
+//!    run), so "not carried out" is only answered once every one of them has said so. If one
+//!    cannot be asked (down, or untrusted since the write may have left), the answer is
+//!    "unavailable, ask again": never a fence by the others, and never `unknown_call` for an
+//!    id that may have reached an owner.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,10 +33,11 @@ use crate::call_log::CallLog;
 use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
-use crate::network::{Network, Place};
+use crate::network::book::Owners;
+use crate::network::Network;
 use crate::owner::Owner;
 use crate::store::calls::{self, CallRow, RowState};
-use crate::store::{journal, vaults::Role, StoreError};
+use crate::store::{claims, journal, meta, StoreError};
 use crate::vaults::Vaults;
 
 /// How often remembered `outcome_unknown` calls are asked about while their owner is away.
@@ -190,14 +194,13 @@ impl Settlement {
         let owner = match owner {
             Some(owner) => owner,
             None => match self.own_journal(request_id).await? {
+                // This gateway's own fence of an id it never received (left by an earlier
+                // settle) is one witness's word, not the answer: the others are asked too.
+                Some(CallState::NotCarriedOut {
+                    reason: NotCarriedOutReason::NeverArrived,
+                })
+                | None => return self.ask_witnesses(request_id, vault.as_deref()).await,
                 Some(state) => return Ok((state, self.network.label().to_string())),
-                None => match vault {
-                    Some(vault) => match self.owner_of_vault(&vault).await {
-                        Some(owner) => owner,
-                        None => return self.ask_everyone(request_id).await,
-                    },
-                    None => return self.ask_everyone(request_id).await,
-                },
             },
         };
         let label = self.network.label_of(&owner);
@@ -231,39 +234,69 @@ impl Settlement {
         Ok(entry.map(|entry| entry.to_call_state()))
     }
 
-    /// The node that owns `vault`, as far as this gateway can tell now.
-    async fn owner_of_vault(self: &Arc<Self>, vault: &str) -> Option<NodeId> {
-        let deadline = self.clock.now() + SETTLE_ASK_BOUND;
-        match self.network.place_of(vault, deadline).await? {
-            Place::Local(row) if row.role == Role::Owner => Some(self.network.me()),
-            Place::Local(row) => Some(row.owner),
-            Place::Remote(target) => Some(target.node),
+    /// What this gateway remembers of where writes could have gone, for [`settle::witnesses`].
+    async fn memory(&self) -> Result<settle::Memory<NodeId>, SettleError> {
+        let (former, claims_since_ms) = self
+            .vaults
+            .reader()
+            .run(|conn| Ok((claims::former_peers(conn)?, meta::claims_since(conn)?)))
+            .await
+            .map_err(unavailable)?;
+        Ok(settle::Memory {
+            me: self.network.me(),
+            trusted: self
+                .network
+                .book()
+                .all()
+                .iter()
+                .map(|p| p.node_id)
+                .collect(),
+            former: former
+                .into_iter()
+                .map(|peer| (peer.node_id, peer.untrusted_ms))
+                .collect(),
+            every_claimed: self.vaults.every_claimed_owner().into_iter().collect(),
+            claims_since_ms,
+        })
+    }
+
+    /// What this gateway knows of the vault called `vault`: the owners its writes went to,
+    /// the peers claiming it now, and the copy held here.
+    fn named_vault(&self, vault: &str) -> settle::NamedVault<NodeId> {
+        let claimants_now = match self.network.directory().owners_of(vault) {
+            Owners::None => Vec::new(),
+            Owners::One(owner) => vec![owner],
+            Owners::Many(owners) => owners,
+        };
+        settle::NamedVault {
+            claimed: self.vaults.claimed_owners(vault),
+            claimants_now,
+            held_by: self.vaults.get(vault).map(|row| row.owner),
         }
     }
 
-    /// Asks every gateway that could have received `request_id` from this one: every trusted
-    /// peer and this gateway's own executor, at once.
-    async fn ask_everyone(
+    /// Asks every machine that could have received `request_id` from this gateway
+    /// ([`settle::witnesses`]), at once: found if one of them holds it, fenced only once all
+    /// of them did, and "ask again" while one cannot be asked. A machine that could have run
+    /// it and cannot be asked now (down, or no longer trusted) leaves it unknown: never a
+    /// fence by the others.
+    async fn ask_witnesses(
         self: &Arc<Self>,
         request_id: RequestId,
+        vault: Option<&str>,
     ) -> Result<(CallState, String), SettleError> {
-        let mut owners: Vec<NodeId> = self
-            .network
-            .book()
-            .all()
-            .iter()
-            .map(|p| p.node_id)
-            .collect();
-        if owners.is_empty() && !self.vaults.owns_any() {
+        let memory = self.memory().await?;
+        if memory.trusted.is_empty() && memory.former.is_empty() && !self.vaults.owns_any() {
             return Err(SettleError::UnknownCall {
                 detail: format!(
-                    "this gateway sent no write with request id {request_id}: it trusts no peer and owns no vault"
+                    "this gateway sent no write with request id {request_id}: it trusts no peer, never did, and owns no vault"
                 ),
             });
         }
-        owners.push(self.network.me());
+        let named = vault.map(|vault| self.named_vault(vault));
+        let witnesses = settle::witnesses(request_id.unix_ms(), &memory, named.as_ref());
         let mut asks = JoinSet::new();
-        for owner in owners {
+        for owner in witnesses.ask {
             let settlement = self.clone();
             asks.spawn(async move {
                 let answer = settlement
@@ -272,7 +305,19 @@ impl Settlement {
                 (owner, answer)
             });
         }
-        let mut answers = Vec::new();
+        let mut answers: Vec<(String, Option<CallState>)> = witnesses
+            .cannot_ask
+            .iter()
+            .map(|(node, why)| {
+                let why = match why {
+                    settle::CannotAsk::NoLongerTrusted => {
+                        "no longer trusted, and it was when the write may have left"
+                    }
+                    settle::CannotAsk::NotTrusted => "not trusted",
+                };
+                (format!("{} ({why})", self.network.label_of(node)), None)
+            })
+            .collect();
         while let Some(joined) = asks.join_next().await {
             answers.push(match joined {
                 Ok((owner, Ok(state))) => (self.network.label_of(&owner), Some(state)),
@@ -288,11 +333,11 @@ impl Settlement {
             Verdict::Forgotten { retention_ms } => Err(forgotten(request_id, retention_ms)),
             Verdict::Unreachable(unreachable) => Err(SettleError::Unavailable {
                 detail: format!(
-                    "this gateway has no record of {request_id}, so every gateway that could have received it must be asked, and {} could not be; ask again later, or name the vault (?vault=NAME)",
+                    "this gateway has no record of {request_id}, so every machine that could have received it must be asked, and {} could not be; ask again later",
                     unreachable.join(", ")
                 ),
             }),
-            // Every gateway that could have received it has now fenced it.
+            // Every machine that could have received it has now fenced it.
             Verdict::NeverArrived => Ok((
                 CallState::NotCarriedOut {
                     reason: NotCarriedOutReason::NeverArrived,

@@ -3,7 +3,7 @@
 //! truth and this mirrors it on every change), the reading connections for the local copy, and
 //! the changes to the vault list itself, made through the store's one writer (the executor).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use ferry_core::clock::Clock;
@@ -12,6 +12,7 @@ use ferry_ticket::NodeId;
 
 use crate::owner::executor::Executor;
 use crate::reader::Reader;
+use crate::store::claims;
 use crate::store::vaults::{self, Role, VaultRow};
 use crate::store::StoreError;
 
@@ -19,6 +20,10 @@ use crate::store::StoreError;
 #[derive(Debug)]
 pub struct Vaults {
     rows: RwLock<HashMap<String, VaultRow>>,
+    /// Every (vault name, owner) a write was sent to from here, as `vault_claims` holds it
+    /// (`store::claims`): asked before every remote write, so only the first write of a name
+    /// to an owner writes it down.
+    claims: RwLock<BTreeSet<(String, NodeId)>>,
     reader: Reader,
     writer: Arc<Executor>,
     clock: Arc<dyn Clock>,
@@ -28,12 +33,14 @@ impl Vaults {
     /// The vaults `rows` (as the database holds them at start).
     pub fn new(
         rows: Vec<VaultRow>,
+        claims: BTreeSet<(String, NodeId)>,
         reader: Reader,
         writer: Arc<Executor>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
             rows: RwLock::new(rows.into_iter().map(|v| (v.name.clone(), v)).collect()),
+            claims: RwLock::new(claims),
             reader,
             writer,
             clock,
@@ -69,6 +76,52 @@ impl Vaults {
             .unwrap_or_else(|p| p.into_inner())
             .values()
             .any(|v| v.role == Role::Owner)
+    }
+
+    /// Writes down, durably, that writes of `vault` go to `owner`, before the first one
+    /// leaves: settling then knows every machine an answered write of `vault` may have run on,
+    /// even after a restart or a second claim of the name (`Settlement`).
+    pub async fn note_claim(&self, vault: &str, owner: NodeId) -> Result<(), StoreError> {
+        let key = (vault.to_string(), owner);
+        if self
+            .claims
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&key)
+        {
+            return Ok(());
+        }
+        let now_ms = self.clock.unix_ms();
+        let name = key.0.clone();
+        self.writer
+            .apply(move |conn| claims::record_claim(conn, &name, owner, now_ms))
+            .await?;
+        self.claims
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key);
+        Ok(())
+    }
+
+    /// The owners writes of `vault` were ever sent to from here.
+    pub fn claimed_owners(&self, vault: &str) -> Vec<NodeId> {
+        self.claims
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(name, _)| name == vault)
+            .map(|(_, owner)| *owner)
+            .collect()
+    }
+
+    /// Every owner any write was ever sent to from here.
+    pub fn every_claimed_owner(&self) -> BTreeSet<NodeId> {
+        self.claims
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(_, owner)| *owner)
+            .collect()
     }
 
     fn remember(&self, row: VaultRow) {

@@ -175,6 +175,7 @@ impl Writes {
                 }
             },
             Place::Remote(target) => target,
+            Place::Ambiguous(owners) => return Err(self.network.ambiguous(&call.vault, &owners)),
         };
         self.write_remote(call, target, deadline).await
     }
@@ -187,6 +188,23 @@ impl Writes {
         target: Target,
         deadline: Instant,
     ) -> Written {
+        // Settling fences an answered write's id only by asking every owner a write of this
+        // vault name ever went to: the first write to each is written down before it leaves.
+        if let Err(err) = self
+            .network
+            .vaults()
+            .note_claim(&call.vault, target.node)
+            .await
+        {
+            error!(%err, "which owner this vault's writes go to could not be recorded (ferry.db); the write was not sent");
+            return Ok((
+                WriteOutcome::not_sent(
+                    NotSentReason::CannotRecord,
+                    format!("which owner this vault's writes go to could not be recorded ({err}), so it was not sent"),
+                ),
+                Some(target.label),
+            ));
+        }
         // Before anything is recorded: a write the owner would refuse for its cap is answered
         // here, and nothing is sent.
         let mut out = match self.leave(&target, &call.app, call.request_id) {

@@ -8,6 +8,9 @@
 //! - a write told `done` (at once or after settling) is in its owner's journal as that `done`,
 //!   with that revision;
 //! - a write told "nothing was sent", `not_carried_out` or a refusal never ran;
+//! - a `not_carried_out` answer (`never_arrived` above all), told or settled, is only ever
+//!   given for an id that never ran anywhere: on no owner, whatever vault or name it ran
+//!   under (two vaults of one name, an owner since untrusted);
 //! - every `outcome_unknown`, and every write its app never heard about (the app's machine
 //!   crashed), settled;
 //! - each vault's revision is the number of writes that ran on it (so none ran twice);
@@ -207,8 +210,31 @@ pub fn check(
             ));
         }
     }
+    // Where each id ran, on any owner: a fence is only true of an id that ran nowhere.
+    let mut ran_anywhere: HashMap<(&str, &str), (&str, u64)> = HashMap::new();
+    for (vault, owner) in owners {
+        for ((caller, id), state) in &owner.journal {
+            if let JournalState::Done(revision) = state {
+                ran_anywhere.insert((caller.as_str(), id.as_str()), (vault.as_str(), *revision));
+            }
+        }
+    }
     for write in &history.writes {
         let id = &write.request_id;
+        if let Some((elsewhere, revision)) = ran_anywhere.get(&(write.caller.as_str(), id.as_str()))
+        {
+            let fates = [("told", &write.told), ("settled", &write.settled)];
+            for (how, fate) in fates {
+                if let Some(fate @ WriteFate::NotCarriedOut(_)) = fate {
+                    if *elsewhere != write.vault {
+                        flag(format!(
+                            "{id} ({} via {}): {how} {fate:?}, but it ran on the owner of {elsewhere} at revision {revision}",
+                            write.vault, write.host
+                        ));
+                    }
+                }
+            }
+        }
         let journal = owners
             .get(&write.vault)
             .and_then(|owner| owner.journal.get(&(write.caller.clone(), id.clone())));
@@ -530,6 +556,39 @@ mod tests {
             2,
         );
         assert_eq!(check_one(history, owners), vec![]);
+    }
+
+    #[test]
+    fn a_fence_of_an_id_that_ran_under_another_owner_of_the_name_is_caught() {
+        // Two vaults called `v`: the history's `v` and another machine's, keyed apart. The
+        // id ran on the other one; settling said never_arrived (asking only the first).
+        let mut owners = owner(&[("1", JournalState::NotCarriedOut)], 0);
+        owners.insert(
+            "v on the other owner".into(),
+            OwnerState {
+                journal: HashMap::from([(("c".into(), "1".into()), JournalState::Done(1))]),
+                revision: 1,
+                records: Records::new(),
+            },
+        );
+        let v = check_one(
+            History {
+                writes: vec![write(
+                    "1",
+                    Some(WriteFate::Unknown),
+                    Some(WriteFate::NotCarriedOut("never_arrived".into())),
+                )],
+                reads: vec![],
+                read_freshness_ms: None,
+            },
+            owners,
+        );
+        assert!(
+            v.iter().any(|v| v
+                .0
+                .contains("but it ran on the owner of v on the other owner")),
+            "{v:?}"
+        );
     }
 
     #[test]

@@ -737,6 +737,7 @@ add rule inet lab out ip daddr {{ {far} }} counter drop
     /// CLI then also runs this gateway's commands), a `config.toml` written into the fresh home
     /// before the first start, extra arguments and environment.
     pub fn start_ferry_with(&self, host: usize, label: &str, options: &StartOptions) -> LabGateway {
+        let port = options.port.unwrap_or(FERRY_PORT);
         let home = tempfile::Builder::new()
             .prefix(&format!("ferry-lab-{label}-"))
             .tempdir()
@@ -749,8 +750,9 @@ add rule inet lab out ip daddr {{ {far} }} counter drop
             host,
             ns: self.host_ns(host),
             label: label.to_string(),
-            lan_addr: format!("{}:{FERRY_PORT}", self.addr(host, Nic::Lan)),
-            tailnet_addr: format!("{}:{FERRY_PORT}", self.addr(host, Nic::Tailnet)),
+            lan_addr: format!("{}:{port}", self.addr(host, Nic::Lan)),
+            tailnet_addr: format!("{}:{port}", self.addr(host, Nic::Tailnet)),
+            port,
             binary: options
                 .binary
                 .map_or_else(|| PathBuf::from(ferry_bin()), Path::to_path_buf),
@@ -786,6 +788,8 @@ pub struct StartOptions<'a> {
     pub extra_args: &'a [&'a str],
     /// Extra environment for the gateway process.
     pub env: &'a [(&'a str, &'a str)],
+    /// The QUIC port; `None`: [`FERRY_PORT`]. A second gateway on one host needs another.
+    pub port: Option<u16>,
 }
 
 impl Drop for Lab {
@@ -841,6 +845,8 @@ pub struct LabGateway {
     label: String,
     lan_addr: String,
     tailnet_addr: String,
+    /// The QUIC port it listens on.
+    port: u16,
     /// The gateway binary it runs (and whose CLI runs its commands).
     binary: PathBuf,
     extra_args: Vec<String>,
@@ -872,7 +878,7 @@ impl LabGateway {
             .open(self.log_path())
             .expect("open serve.log");
         let home_arg = home.to_str().expect("a UTF-8 temporary path");
-        let listen = format!("0.0.0.0:{FERRY_PORT}");
+        let listen = format!("0.0.0.0:{}", self.port);
         let binary = self.binary.to_str().expect("a UTF-8 binary path");
         let mut args = vec![
             "netns",

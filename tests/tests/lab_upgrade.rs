@@ -402,6 +402,7 @@ fn start_previous_release(lab: &Lab) -> Vec<LabGateway> {
                     config_toml: Some(CONFIG),
                     extra_args: &["--no-mdns"],
                     env: &[],
+                    port: None,
                 },
             )
         })

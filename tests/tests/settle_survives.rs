@@ -324,3 +324,134 @@ fn settling_with_the_gateway_down_is_still_unknown_never_nothing_written() {
     }
     drop(a);
 }
+
+/// The write `c` sends for `id` to `notes` (owned by `a` only, as `c` sees it then): done.
+fn write_through(c: &Gateway, key: &str, id: &str) -> u64 {
+    let (status, body) = c.put("notes", key, b"v", &[("X-Ferry-Request-Id", id)]);
+    assert_eq!(status, 200, "{body}");
+    body["revision"].as_u64().unwrap()
+}
+
+/// Until `c` lists a collision for `notes` (it heard the second owner's hello).
+fn wait_for_collision(c: &Gateway) -> serde_json::Value {
+    wait_for(
+        "the caller to hear the second claim of `notes`",
+        Duration::from_secs(10),
+        || {
+            let vaults = c.get_json("/v1/vaults");
+            vaults
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| v["name"] == "notes" && v["collision"].is_string())
+                .then_some(vaults)
+        },
+    )
+}
+
+/// Issue 43: two trusted peers each own a vault called `notes`. A write through `c` ran on
+/// `a`; `a` went down and `c` restarted (so nothing in `c`'s memory says where it went). The
+/// settle must not ask `b` alone and fence the id there: `b` never had it, `a` ran it. The
+/// answer is "unavailable, ask again" until `a` is back, then the truth.
+#[test]
+fn a_vault_name_two_peers_own_never_lets_the_other_fence_a_write_that_ran() {
+    let (mut a, c) = two_with_notes();
+    let id = fresh_request_id();
+    let revision = write_through(&c, "k", &id);
+    let b = Gateway::start("b");
+    b.trust_each_other(&c);
+    let out = b.cli(&["vault", "create", "notes"]);
+    assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+    let vaults = wait_for_collision(&c);
+    // Both are listed, each with the collision said; a call by the bare name is refused.
+    let notes: Vec<&serde_json::Value> = vaults
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["name"] == "notes")
+        .collect();
+    assert_eq!(notes.len(), 2, "{vaults}");
+    let (status, body) = c.put("notes", "k2", b"v", &[]);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("vault_ambiguous")),
+        "{body}"
+    );
+    let listed = String::from_utf8_lossy(&c.cli(&["vault", "list"]).stdout).into_owned();
+    assert!(listed.contains("collision: notes"), "{listed}");
+    let (_, doctor) = c.cli_json(&["doctor"]);
+    assert!(
+        doctor.to_string().contains("vault notes"),
+        "doctor says nothing of the collision: {doctor}"
+    );
+
+    a.stop();
+    let mut c = c;
+    c.restart();
+    let (status, body) = c.settle_in("notes", &id);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "a settle that could only ask b must not fence: {body}"
+    );
+    assert!(
+        body["detail"].as_str().unwrap_or("").contains('a'),
+        "{body}"
+    );
+    // Without the vault named, the same.
+    let (status, body) = c.settle(&id, None);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    // b may have fenced it (it was asked); it never ran it.
+    assert_ne!(
+        b.journal_row(&id).map(|(state, _)| state).as_deref(),
+        Some("answered"),
+        "b ran a write it never received"
+    );
+
+    a.restart();
+    let settled = settle_with_cli(&c, &id, Some("notes"));
+    assert_eq!(settled["state"], "done", "{settled}");
+    assert_eq!(settled["revision"].as_u64(), Some(revision), "{settled}");
+}
+
+/// Issue 43: a write done on `a` through `c`, then `ferry untrust a` on `c`. `c` can no longer
+/// ask `a`, so it cannot know: "unavailable", never `not_carried_out` from asking the rest.
+/// Trusted again, the id settles `done`.
+#[test]
+fn an_owner_untrusted_after_the_write_left_is_never_fenced_by_the_others() {
+    let (a, c) = two_with_notes();
+    let b = Gateway::start("b");
+    b.trust_each_other(&c);
+    let id = fresh_request_id();
+    let revision = write_through(&c, "k", &id);
+    let out = c.cli(&["untrust", "a"]);
+    assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+    for (how, (status, body)) in [
+        ("with the vault named", c.settle_in("notes", &id)),
+        ("with no vault named", c.settle(&id, None)),
+    ] {
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (503, Some("unavailable")),
+            "{how}: an untrusted owner's write must not be fenced by the others: {body}"
+        );
+    }
+    // Even an id made just after the untrust may be dated up to five minutes ahead of when
+    // it left, so it may have gone to `a` while trusted: not fenced either.
+    let later = fresh_request_id();
+    let (status, body) = c.settle(&later, None);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    // Trusted again: asked, and the truth.
+    a.trust_each_other(&c);
+    let settled = settle_with_cli(&c, &id, Some("notes"));
+    assert_eq!(settled["state"], "done", "{settled}");
+    assert_eq!(settled["revision"].as_u64(), Some(revision), "{settled}");
+}

@@ -538,7 +538,7 @@ def _write_result(status, headers, data, request_id, vault) -> WriteResult:
         return Unavailable(request_id, detail)
     if status == 502 and error == "outcome_unknown":
         return OutcomeUnknown(request_id, vault, body.get("owner"), detail)
-    if (status, error) in ((400, "bad_request"), (400, "stale_request_id"), (401, "unauthorized"), (404, "unknown_vault")):
+    if (status, error) in ((400, "bad_request"), (400, "stale_request_id"), (401, "unauthorized"), (404, "unknown_vault"), (409, "vault_ambiguous")):
         return Invalid(status, error, detail)
     if error in ("conflict", "not_found", "forbidden", "rate_limited", "busy", "ticket_refused", "refused"):
         return Refused(status, error, detail, request_id, body.get("current_revision"), retry_after_s)

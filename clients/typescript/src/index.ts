@@ -442,7 +442,7 @@ function json(answer: Answer): Record<string, unknown> {
   }
 }
 
-const INVALID = new Set(["400 bad_request", "400 stale_request_id", "401 unauthorized", "404 unknown_vault"]);
+const INVALID = new Set(["400 bad_request", "400 stale_request_id", "401 unauthorized", "404 unknown_vault", "409 vault_ambiguous"]);
 const REFUSALS = new Set(["conflict", "not_found", "forbidden", "rate_limited", "busy", "ticket_refused", "refused"]);
 
 /** The one place a write's answer becomes a result. Anything not recognised is

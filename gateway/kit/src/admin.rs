@@ -145,6 +145,10 @@ pub struct Vault {
     pub sync: Option<SyncProgress>,
     /// For a remote vault, the peers known to replicate it.
     pub replicas: Option<Vec<String>>,
+    /// Another machine owns a vault of the same name too: what a call by this name reaches
+    /// (or that it is refused), and how to choose. `None`: the name is this vault's alone.
+    #[serde(default)]
+    pub collision: Option<String>,
 }
 
 /// One row of `GET /v1/tickets`: a ticket this gateway holds from an owner.
@@ -275,9 +279,10 @@ mod tests {
             lag_s: None,
             sync: None,
             replicas: Some(vec!["c".into()]),
+            collision: None,
         };
         let json = serde_json::to_value(&row).unwrap_or_default();
-        for key in ["revision", "lag_revisions", "lag_s", "sync"] {
+        for key in ["revision", "lag_revisions", "lag_s", "sync", "collision"] {
             assert_eq!(json.get(key), Some(&serde_json::Value::Null), "{key}");
         }
         let back: Vault = serde_json::from_value(json).unwrap_or_else(|err| panic!("{err}"));

@@ -854,7 +854,8 @@ fn write_result(answer: Answer, request_id: String, vault: &str) -> WriteResult 
         },
         (400, ErrorCode::BadRequest | ErrorCode::StaleRequestId)
         | (401, ErrorCode::Unauthorized)
-        | (404, ErrorCode::UnknownVault) => WriteResult::Invalid {
+        | (404, ErrorCode::UnknownVault)
+        | (409, ErrorCode::VaultAmbiguous) => WriteResult::Invalid {
             status,
             code: error.error,
             detail: error.detail,

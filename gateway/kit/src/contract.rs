@@ -71,6 +71,9 @@ pub enum ErrorCode {
     NotFound,
     /// No trusted gateway owns that vault; nothing was sent.
     UnknownVault,
+    /// Two or more trusted peers each own a vault of that name and this gateway holds none of
+    /// them; nothing was sent. `detail` names them and how to choose.
+    VaultAmbiguous,
     /// This gateway never sent a write with that request id.
     UnknownCall,
     /// The owner refused a compare-and-swap; the answer carries the current revision.
@@ -113,6 +116,7 @@ impl ErrorCode {
             Self::Unauthorized => "unauthorized",
             Self::NotFound => "not_found",
             Self::UnknownVault => "unknown_vault",
+            Self::VaultAmbiguous => "vault_ambiguous",
             Self::UnknownCall => "unknown_call",
             Self::Conflict => "conflict",
             Self::Forbidden => "forbidden",

@@ -18,6 +18,8 @@ use ferry_ticket::NodeId;
 use super::ApiError;
 use crate::gateway::Gateway;
 use crate::names;
+use crate::network::book::Owners;
+use crate::network::collisions;
 use crate::replication::FollowError;
 use crate::store::vaults;
 use crate::store::StoreError;
@@ -262,6 +264,7 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Vec<Vaul
                         last_error: sync.last_error,
                     }),
                     replicas: None,
+                    collision: None,
                 }
             } else {
                 Vault {
@@ -273,23 +276,29 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Vec<Vaul
                     lag_s: Some(0.0),
                     sync: None,
                     replicas: None,
+                    collision: None,
                 }
             }
         })
         .collect();
-    for (name, owner) in network.directory().remote_vaults() {
-        if local.iter().any(|v| v.name == name) {
+    let directory = network.directory();
+    let claimants = |name: &str| match directory.owners_of(name) {
+        Owners::None => Vec::new(),
+        Owners::One(owner) => vec![owner],
+        Owners::Many(owners) => owners,
+    };
+    for (row, vault) in rows.iter_mut().zip(&local) {
+        row.collision = collisions::of_local(vault, &claimants(&vault.name), label_of);
+    }
+    for (name, owner) in directory.remote_vaults() {
+        let held = local.iter().find(|v| v.name == name);
+        // A followed vault's own owner is the same vault, already listed as the replica.
+        if held.is_some_and(|v| v.owner == owner) {
             continue;
         }
         rows.push(Vault {
-            replicas: Some(
-                network
-                    .directory()
-                    .replicas_of(&name)
-                    .iter()
-                    .map(&label_of)
-                    .collect(),
-            ),
+            replicas: Some(directory.replicas_of(&name).iter().map(&label_of).collect()),
+            collision: collisions::of_remote(&name, &owner, held, &claimants(&name), label_of),
             name,
             owner: label_of(&owner),
             role: "remote".into(),

@@ -111,6 +111,7 @@ pub fn refusal_code(code: RefusalCode) -> ErrorCode {
         RefusalCode::RateLimited => ErrorCode::RateLimited,
         RefusalCode::Busy => ErrorCode::Busy,
         RefusalCode::TicketRefused => ErrorCode::TicketRefused,
+        RefusalCode::VaultAmbiguous => ErrorCode::VaultAmbiguous,
         RefusalCode::Unrecognized(_) => ErrorCode::Refused,
     }
 }

@@ -462,7 +462,9 @@ async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: String) -> Exit
                 Ok(lock) => lock,
                 Err(exit) => return exit,
             };
-            match store::open(&home.db_path()).and_then(|conn| trust::remove(&conn, &label)) {
+            match store::open(&home.db_path())
+                .and_then(|conn| trust::remove(&conn, &label, store::unix_ms()))
+            {
                 Ok(Some(node)) => to_json(&Untrusted {
                     label: label.clone(),
                     node_id: node.to_string(),
@@ -661,6 +663,17 @@ async fn list_vaults(kit: &Kit, json: bool) -> Exit {
                 &["name", "owner", "role", "revision", "lag revs", "lag s"],
                 &rows,
             );
+            // Vault names two machines own are two vaults: each collision is said, with what
+            // a call by the name reaches here.
+            for v in vaults.as_array().into_iter().flatten() {
+                if let Some(collision) = v.get("collision").and_then(|c| c.as_str()) {
+                    println!(
+                        "collision: {} (owner {}): {collision}",
+                        cell(v.get("name")),
+                        cell(v.get("owner"))
+                    );
+                }
+            }
             Exit::Done
         }
         Err(err) => kit_failure(err, json),

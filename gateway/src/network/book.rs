@@ -66,24 +66,45 @@ impl TrustedKeys for PeerBook {
     }
 }
 
-/// Which peer owns which vault, and which peers replicate it, as the peers said in their
+/// Which peers own which vault name, and which peers replicate it, as the peers said in their
 /// hellos.
+///
+/// A vault is its owner's: two trusted peers may each own a vault called `notes` (two people
+/// each made one, then trusted each other), and those are two vaults. Every claim of a name is
+/// kept, none picked: a name two peers claim is [`Owners::Many`], and calls by that name are
+/// refused until the person says which they mean (`docs/protocol.md`, "Vault identity").
 #[derive(Debug, Default)]
 pub struct Directory {
-    owners: RwLock<HashMap<String, NodeId>>,
+    owners: RwLock<HashMap<String, Vec<NodeId>>>,
     replicas: RwLock<HashMap<NodeId, Vec<String>>>,
+}
+
+/// Who claims to own a vault name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owners {
+    /// No trusted peer.
+    None,
+    /// Exactly one trusted peer.
+    One(NodeId),
+    /// Two or more trusted peers, each owning a vault of that name (sorted).
+    Many(Vec<NodeId>),
 }
 
 impl Directory {
     /// Replaces what `peer` owns with `vaults` (a hello is the whole list, not a delta).
     pub fn learn(&self, peer: NodeId, vaults: &[String]) {
         let mut owners = write(&self.owners);
-        owners.retain(|_, owner| *owner != peer);
-        for vault in vaults {
-            // Two peers claiming one vault name is a misconfiguration; the first claim stands
-            // until its owner stops claiming it, so answers do not flap between machines.
-            owners.entry(vault.clone()).or_insert(peer);
+        for claimants in owners.values_mut() {
+            claimants.retain(|owner| *owner != peer);
         }
+        for vault in vaults {
+            let claimants = owners.entry(vault.clone()).or_default();
+            if !claimants.contains(&peer) {
+                claimants.push(peer);
+                claimants.sort();
+            }
+        }
+        owners.retain(|_, claimants| !claimants.is_empty());
     }
 
     /// Replaces what `peer` replicates with `vaults`.
@@ -115,18 +136,28 @@ impl Directory {
     }
 
     pub fn forget(&self, peer: NodeId) {
-        write(&self.owners).retain(|_, owner| *owner != peer);
+        let mut owners = write(&self.owners);
+        for claimants in owners.values_mut() {
+            claimants.retain(|owner| *owner != peer);
+        }
+        owners.retain(|_, claimants| !claimants.is_empty());
         write(&self.replicas).remove(&peer);
     }
 
-    pub fn owner_of(&self, vault: &str) -> Option<NodeId> {
-        read(&self.owners).get(vault).copied()
+    /// Who claims `vault`.
+    pub fn owners_of(&self, vault: &str) -> Owners {
+        match read(&self.owners).get(vault).map(Vec::as_slice) {
+            None | Some([]) => Owners::None,
+            Some([one]) => Owners::One(*one),
+            Some(many) => Owners::Many(many.to_vec()),
+        }
     }
 
+    /// Every claim, by name then owner: a name may appear once per claiming peer.
     pub fn remote_vaults(&self) -> Vec<(String, NodeId)> {
         let mut list: Vec<_> = read(&self.owners)
             .iter()
-            .map(|(vault, owner)| (vault.clone(), *owner))
+            .flat_map(|(vault, owners)| owners.iter().map(move |owner| (vault.clone(), *owner)))
             .collect();
         list.sort();
         list
@@ -136,4 +167,32 @@ impl Directory {
 /// `peer`, holding `vaults`, replicates `vault` and is not one of `besides`.
 fn replicates(peer: &NodeId, vaults: &[String], vault: &str, besides: &[NodeId]) -> bool {
     !besides.contains(peer) && vaults.iter().any(|v| v == vault)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(byte: u8) -> NodeId {
+        NodeId::from_bytes([byte; 32])
+    }
+
+    #[test]
+    fn every_claim_of_a_name_is_kept_and_none_is_picked() {
+        let directory = Directory::default();
+        directory.learn(node(2), &["notes".into(), "photos".into()]);
+        assert_eq!(directory.owners_of("notes"), Owners::One(node(2)));
+        directory.learn(node(1), &["notes".into()]);
+        assert_eq!(
+            directory.owners_of("notes"),
+            Owners::Many(vec![node(1), node(2)])
+        );
+        assert_eq!(directory.remote_vaults().len(), 3);
+        // A claim withdrawn (a new hello without it) or a peer forgotten ends the collision.
+        directory.learn(node(2), &["photos".into()]);
+        assert_eq!(directory.owners_of("notes"), Owners::One(node(1)));
+        directory.forget(node(1));
+        assert_eq!(directory.owners_of("notes"), Owners::None);
+        assert_eq!(directory.owners_of("photos"), Owners::One(node(2)));
+    }
 }

@@ -7,6 +7,7 @@
 //! peer that said it owns it, or nowhere known, in which case the peers are asked once more.
 
 pub mod book;
+pub mod collisions;
 pub mod discovery;
 pub mod monitor;
 
@@ -16,16 +17,18 @@ use std::time::{Duration, Instant};
 
 use ferry_core::clock::Clock;
 use ferry_peer::call::{Caller, Target};
+use ferry_peer::outcome::RefusalCode;
 use ferry_peer::route_table::RouteTable;
 use ferry_peer::transport::CLOSE_UNTRUSTED;
 use ferry_ticket::NodeId;
 use tokio::task::JoinSet;
 use tracing::debug;
 
+use crate::reads::LocalRefusal;
 use crate::store::trust::{PeerVersion, TrustedPeer};
 use crate::store::vaults::VaultRow;
 use crate::vaults::Vaults;
-use book::{Directory, PeerBook};
+use book::{Directory, Owners, PeerBook};
 pub use discovery::DiscoveryState;
 use discovery::SeenPeers;
 
@@ -39,6 +42,9 @@ pub enum Place {
     Local(VaultRow),
     /// A trusted peer owns it.
     Remote(Target),
+    /// Two or more trusted peers each own a vault of that name, and this gateway holds none:
+    /// different vaults, none picked (`collisions`). Calls by the name are refused.
+    Ambiguous(Vec<NodeId>),
 }
 
 /// The peers and the ways to them.
@@ -224,6 +230,11 @@ impl Network {
         &self.book
     }
 
+    /// The vaults held here, and which owners writes of each name went to.
+    pub fn vaults(&self) -> &Arc<Vaults> {
+        &self.vaults
+    }
+
     /// Who owns and replicates which vault.
     pub fn directory(&self) -> &Directory {
         &self.directory
@@ -269,29 +280,31 @@ impl Network {
     /// Exchanges hellos with every trusted peer at once, within `bound`; learns who owns what.
     /// Peers that do not answer are skipped: this is a refresh, not a requirement.
     pub async fn hello_all(self: &Arc<Self>, bound: Duration) {
-        let hello = self.vaults.hello(&self.label);
-        let deadline = self.clock.now() + bound;
         let mut asks = JoinSet::new();
         for peer in self.book.all() {
-            let Some(target) = self.target(&peer.node_id) else {
-                continue;
-            };
             let network = self.clone();
-            let hello = hello.clone();
-            asks.spawn(async move {
-                match network.caller.hello(&target, hello, deadline).await {
-                    Ok((theirs, protocol)) => {
-                        network.heard_version(target.node, protocol, theirs.release.clone());
-                        network.directory.learn(target.node, &theirs.owned_vaults);
-                        network
-                            .directory
-                            .learn_replicas(target.node, &theirs.replicated_vaults);
-                    }
-                    Err(err) => debug!(peer = %target.label, %err, "hello not answered"),
-                }
-            });
+            asks.spawn(async move { network.hello_peer(peer.node_id, bound).await });
         }
         while asks.join_next().await.is_some() {}
+    }
+
+    /// Exchanges hellos with the trusted peer `node`, within `bound`; learns what it holds (and
+    /// it learns what this gateway holds). Skipped if it does not answer.
+    pub async fn hello_peer(self: &Arc<Self>, node: NodeId, bound: Duration) {
+        let Some(target) = self.target(&node) else {
+            return;
+        };
+        let hello = self.vaults.hello(&self.label);
+        let deadline = self.clock.now() + bound;
+        match self.caller.hello(&target, hello, deadline).await {
+            Ok((theirs, protocol)) => {
+                self.heard_version(target.node, protocol, theirs.release.clone());
+                self.directory.learn(target.node, &theirs.owned_vaults);
+                self.directory
+                    .learn_replicas(target.node, &theirs.replicated_vaults);
+            }
+            Err(err) => debug!(peer = %target.label, %err, "hello not answered"),
+        }
     }
 
     /// A trusted peer greeted this gateway: learn what it holds, and take its greeting as a
@@ -302,25 +315,38 @@ impl Network {
         self.routes.revive_peer(from, self.clock.now());
     }
 
-    /// Where `vault` lives. Asks the peers once if nobody is known to own it; `None`: nobody
-    /// trusted owns it.
+    /// Where `vault` lives: held here (owned, or followed from its one owner), else the one
+    /// trusted peer that owns a vault of that name, else ambiguous if several do. Asks the
+    /// peers once if nobody is known to own it; `None`: nobody trusted owns it.
     pub async fn place_of(self: &Arc<Self>, vault: &str, deadline: Instant) -> Option<Place> {
         if let Some(row) = self.vaults.get(vault) {
             return Some(Place::Local(row));
         }
-        if let Some(target) = self.remote_owner(vault) {
-            return Some(Place::Remote(target));
+        if let Some(place) = self.remote_place(vault) {
+            return Some(place);
         }
         let bound = deadline
             .saturating_duration_since(self.clock.now())
             .min(DIRECTORY_REFRESH_BOUND);
         self.hello_all(bound).await;
-        self.remote_owner(vault).map(Place::Remote)
+        self.remote_place(vault)
     }
 
-    fn remote_owner(&self, vault: &str) -> Option<Target> {
-        let owner = self.directory.owner_of(vault)?;
-        self.target(&owner)
+    fn remote_place(&self, vault: &str) -> Option<Place> {
+        match self.directory.owners_of(vault) {
+            Owners::None => None,
+            Owners::One(owner) => self.target(&owner).map(Place::Remote),
+            Owners::Many(owners) => Some(Place::Ambiguous(owners)),
+        }
+    }
+
+    /// The refusal of a call by a name several peers own (`409 vault_ambiguous`).
+    pub fn ambiguous(&self, vault: &str, owners: &[NodeId]) -> LocalRefusal {
+        let labels: Vec<String> = owners.iter().map(|owner| self.label_of(owner)).collect();
+        LocalRefusal {
+            code: RefusalCode::VaultAmbiguous,
+            detail: collisions::ambiguous_detail(vault, &labels),
+        }
     }
 
     /// A peer newly trusted (already in the trust store): its routes, and any it announced on

@@ -67,3 +67,10 @@ pub fn journal_collected_before(conn: &Connection) -> Result<u64, StoreError> {
 pub fn set_journal_collected_before(conn: &Connection, ms: u64) -> Result<(), StoreError> {
     set(conn, "journal_collected_before_ms", &ms.to_string())
 }
+
+/// Since when every owner a write went to is written down (`claims.rs`; Unix ms): the moment
+/// the database reached schema 6. `u64::MAX` if it is missing (nothing is then taken as
+/// recorded, so settling asks everyone).
+pub fn claims_since(conn: &Connection) -> Result<u64, StoreError> {
+    number(conn, "claims_since_ms", "claims watermark", u64::MAX)
+}

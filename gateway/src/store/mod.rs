@@ -6,6 +6,7 @@
 //! own connection beside it.
 
 pub mod calls;
+pub mod claims;
 pub mod immediate;
 pub mod journal;
 pub mod meta;
@@ -86,11 +87,11 @@ pub enum StoreError {
 /// (`schema_version`; a database without it is version 1); an older one is migrated in place in
 /// one transaction when opened, a newer one is refused with [`StoreError::TooNew`] and left as it
 /// is.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The tables of schema 1 but `calls`: a new database runs this, then [`CALLS_V2`],
-/// [`MIGRATE_2_TO_3`] and [`JOURNAL_V5`], so every database reaches [`SCHEMA_VERSION`] by
-/// the same statements.
+/// [`MIGRATE_2_TO_3`], [`JOURNAL_V5`] and [`SETTLE_MEMORY_V6`], so every database reaches
+/// [`SCHEMA_VERSION`] by the same statements.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -225,6 +226,25 @@ DROP TABLE journal;
 ALTER TABLE journal_v5 RENAME TO journal;
 ";
 
+/// Version 6: what settling must remember to fence an id only when it asked every machine
+/// that could have run it (`claims.rs`): which owner each vault name's writes went to, and
+/// which peers were untrusted, when.
+const SETTLE_MEMORY_V6: &str = "
+CREATE TABLE IF NOT EXISTS vault_claims (
+    vault    TEXT NOT NULL,
+    owner    TEXT NOT NULL,
+    first_ms INTEGER NOT NULL,
+    PRIMARY KEY (vault, owner)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS former_peers (
+    node_id      TEXT PRIMARY KEY,
+    label        TEXT NOT NULL,
+    untrusted_ms INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO meta (key, value)
+    VALUES ('claims_since_ms', CAST(CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) AS TEXT));
+";
+
 /// Opens (and creates or migrates) the database at `path` with Ferry's settings.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
@@ -250,6 +270,7 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
             conn.execute_batch(CALLS_V2)?;
             conn.execute_batch(MIGRATE_2_TO_3)?;
             conn.execute_batch(JOURNAL_V5)?;
+            conn.execute_batch(SETTLE_MEMORY_V6)?;
             return meta::set_schema_version(conn, SCHEMA_VERSION);
         }
         let found = meta::schema_version(conn)?;
@@ -269,6 +290,9 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
         }
         if found < 5 {
             conn.execute_batch(JOURNAL_V5)?;
+        }
+        if found < 6 {
+            conn.execute_batch(SETTLE_MEMORY_V6)?;
         }
         if found < SCHEMA_VERSION {
             meta::set_schema_version(conn, SCHEMA_VERSION)?;

@@ -127,12 +127,17 @@ pub fn versions(conn: &Connection) -> Result<Vec<(NodeId, PeerVersion)>, StoreEr
     Ok(versions)
 }
 
-/// Forgets the peer called `label`; returns its node id if it was trusted.
-pub fn remove(conn: &Connection, label: &str) -> Result<Option<NodeId>, StoreError> {
+/// Forgets the peer called `label`, remembering in the same transaction that it was trusted
+/// until `now_ms` (settling must not fence an id that may have gone to it); returns its node id
+/// if it was trusted.
+pub fn remove(conn: &Connection, label: &str, now_ms: u64) -> Result<Option<NodeId>, StoreError> {
     let Some(peer) = get(conn, label)? else {
         return Ok(None);
     };
-    conn.execute("DELETE FROM peers WHERE label = ?1", [label])?;
+    super::in_transaction(conn, |tx| {
+        tx.execute("DELETE FROM peers WHERE label = ?1", [label])?;
+        super::claims::record_untrusted(tx, peer.node_id, label, now_ms)
+    })?;
     Ok(Some(peer.node_id))
 }
 
@@ -201,7 +206,7 @@ mod tests {
             add(&conn, "z", a, &[], 0),
             Err(StoreError::NodeTaken { .. })
         ));
-        assert_eq!(remove(&conn, "a").unwrap(), Some(a));
+        assert_eq!(remove(&conn, "a", 1).unwrap(), Some(a));
         assert_eq!(list(&conn).unwrap(), vec![]);
     }
 }

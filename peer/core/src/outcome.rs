@@ -39,6 +39,10 @@ pub enum RefusalCode {
     Busy,
     /// The ticket was refused at the door; no verb ran.
     TicketRefused,
+    /// Two or more trusted peers each own a vault of the name the app gave, and this gateway
+    /// holds none of them: the calling gateway refuses it, nothing sent. Never on the wire (a
+    /// caller's own refusal; its number is not one a peer sends).
+    VaultAmbiguous,
     /// A code from a newer peer that this build does not know (its number): the owner refused
     /// the request and did not carry it out.
     Unrecognized(u16),
@@ -61,7 +65,7 @@ impl RefusalCode {
     /// The HTTP status the local API answers with.
     pub fn http_status(self) -> u16 {
         match self {
-            Self::Conflict => 409,
+            Self::Conflict | Self::VaultAmbiguous => 409,
             Self::NotFound | Self::UnknownVault => 404,
             Self::Forbidden => 403,
             Self::BadRequest | Self::StaleRequestId => 400,
@@ -86,6 +90,7 @@ impl RefusalCode {
             Self::RateLimited => "rate_limited",
             Self::Busy => "busy",
             Self::TicketRefused => "ticket_refused",
+            Self::VaultAmbiguous => "vault_ambiguous",
             Self::Unrecognized(_) => "refused",
         }
     }
@@ -139,6 +144,7 @@ impl RefusalCode {
             Self::RateLimited => "RateLimited",
             Self::Busy => "Busy",
             Self::TicketRefused => "TicketRefused",
+            Self::VaultAmbiguous => "VaultAmbiguous",
             Self::Unrecognized(_) => "Unrecognized",
         }
     }

@@ -3,8 +3,122 @@
 //! fences it (a tombstone), so "not carried out" is the verdict only once **every** one of them
 //! has said so; one that could not be asked leaves the outcome unknown.
 
+use std::collections::BTreeSet;
+
 use crate::outcome::NotCarriedOutReason;
 use crate::wire::CallState;
+
+/// How far in the future (by the caller's clock when it sent) a request id may be dated: the
+/// caller refuses ids dated later (SPEC 5). So an id dated `T` left at `T - FUTURE_BOUND_MS` at
+/// the earliest.
+pub const FUTURE_BOUND_MS: u64 = 5 * 60 * 1000;
+
+/// Margin for this gateway's own clock stepping between a send and an untrust.
+pub const CLOCK_STEP_MARGIN_MS: u64 = 60 * 1000;
+
+/// What a caller with no record of an id remembers of where writes could have gone.
+#[derive(Debug, Clone)]
+pub struct Memory<N> {
+    /// This gateway (its own executor, for vaults it owns).
+    pub me: N,
+    /// The peers trusted now.
+    pub trusted: Vec<N>,
+    /// Peers untrusted since, each with when (Unix ms, this gateway's clock).
+    pub former: Vec<(N, u64)>,
+    /// Every owner any write was sent to since `claims_since_ms`.
+    pub every_claimed: Vec<N>,
+    /// Since when every owner a write went to is written down (Unix ms): writes sent before
+    /// (by an older release) left no claim.
+    pub claims_since_ms: u64,
+}
+
+/// What the caller knows of the vault the app named.
+#[derive(Debug, Clone)]
+pub struct NamedVault<N> {
+    /// The owners writes of that name were ever sent to from here.
+    pub claimed: Vec<N>,
+    /// The trusted peers that say now that they own a vault of that name.
+    pub claimants_now: Vec<N>,
+    /// The owner of the copy held here, if any (this gateway, or a followed vault's owner).
+    pub held_by: Option<N>,
+}
+
+/// Why a machine that could have received an id cannot be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CannotAsk {
+    /// It was trusted when the id may have been sent, and is not now.
+    NoLongerTrusted,
+    /// It is not trusted, and this gateway has no record of when it stopped being.
+    NotTrusted,
+}
+
+/// The machines that could have received an id: those to ask, and those that cannot be asked
+/// (while any of these remain, the id can be found but never fenced).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Witnesses<N> {
+    pub ask: Vec<N>,
+    pub cannot_ask: Vec<(N, CannotAsk)>,
+}
+
+/// Who could have received the id dated `id_ms`, sent from this gateway: only they may fence
+/// it, and only all of them together.
+///
+/// With a vault named, and the id dated after writes began to be written down, that is the
+/// owners writes of that name went to, the owners claiming it now and this gateway. Otherwise
+/// (no vault named, a name this gateway knows nothing of, or an id that may predate the
+/// record) it is every peer trusted now, every owner a write ever went to, and this gateway.
+/// Either way a peer untrusted after the id may have left counts and cannot be asked; one
+/// untrusted before it could not have been sent the id, and is left out.
+pub fn witnesses<N: Ord + Copy>(
+    id_ms: u64,
+    memory: &Memory<N>,
+    named: Option<&NamedVault<N>>,
+) -> Witnesses<N> {
+    let recorded = id_ms
+        >= memory
+            .claims_since_ms
+            .saturating_add(FUTURE_BOUND_MS + CLOCK_STEP_MARGIN_MS);
+    let mut who: BTreeSet<N> = BTreeSet::new();
+    match named {
+        Some(named)
+            if recorded
+                && (!named.claimed.is_empty()
+                    || !named.claimants_now.is_empty()
+                    || named.held_by.is_some()) =>
+        {
+            who.extend(named.claimed.iter().copied());
+            who.extend(named.claimants_now.iter().copied());
+            who.extend(named.held_by);
+        }
+        _ => {
+            who.extend(memory.trusted.iter().copied());
+            who.extend(memory.every_claimed.iter().copied());
+            who.extend(memory.former.iter().map(|(node, _)| *node));
+        }
+    }
+    who.insert(memory.me);
+    // The earliest the id can have left (ids may be dated up to FUTURE_BOUND_MS ahead).
+    let left_at_earliest = id_ms.saturating_sub(FUTURE_BOUND_MS + CLOCK_STEP_MARGIN_MS);
+    let mut witnesses = Witnesses {
+        ask: Vec::new(),
+        cannot_ask: Vec::new(),
+    };
+    for node in who {
+        if node == memory.me || memory.trusted.contains(&node) {
+            witnesses.ask.push(node);
+            continue;
+        }
+        match memory.former.iter().find(|(former, _)| *former == node) {
+            // Untrusted before the id could have left: nothing was sent to it.
+            Some((_, untrusted_ms)) if *untrusted_ms < left_at_earliest => {}
+            Some(_) => witnesses
+                .cannot_ask
+                .push((node, CannotAsk::NoLongerTrusted)),
+            None => witnesses.cannot_ask.push((node, CannotAsk::NotTrusted)),
+        }
+    }
+    witnesses
+}
 
 /// What the gateways said, combined.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +185,64 @@ mod tests {
             Verdict::Forgotten { retention_ms: 9 }
         );
         assert_eq!(combine(Vec::<(&str, _)>::new()), Verdict::NeverArrived);
+    }
+
+    const MIN: u64 = 60_000;
+
+    fn memory() -> Memory<u8> {
+        Memory {
+            me: 0,
+            trusted: vec![2, 3],
+            former: vec![(1, 100 * MIN)],
+            every_claimed: vec![1, 2],
+            claims_since_ms: 10 * MIN,
+        }
+    }
+
+    fn named(claimed: &[u8], now: &[u8], held_by: Option<u8>) -> NamedVault<u8> {
+        NamedVault {
+            claimed: claimed.to_vec(),
+            claimants_now: now.to_vec(),
+            held_by,
+        }
+    }
+
+    #[test]
+    fn a_peer_untrusted_after_the_id_may_have_left_can_never_be_left_out() {
+        // Peer 1 was untrusted at minute 100. An id of minute 99 may have gone to it.
+        let w = witnesses(99 * MIN, &memory(), None);
+        assert_eq!(w.ask, vec![0, 2, 3]);
+        assert_eq!(w.cannot_ask, vec![(1, CannotAsk::NoLongerTrusted)]);
+        // So may one of minute 105: ids are dated up to five minutes ahead.
+        let w = witnesses(105 * MIN, &memory(), None);
+        assert_eq!(w.cannot_ask, vec![(1, CannotAsk::NoLongerTrusted)]);
+        // One dated well after the untrust cannot have: 1 is left out.
+        let w = witnesses(120 * MIN, &memory(), None);
+        assert_eq!((w.ask, w.cannot_ask), (vec![0, 2, 3], vec![]));
+        // The same holds when the vault is named and its writes went to 1.
+        let w = witnesses(99 * MIN, &memory(), Some(&named(&[1], &[2], None)));
+        assert_eq!(w.ask, vec![0, 2]);
+        assert_eq!(w.cannot_ask, vec![(1, CannotAsk::NoLongerTrusted)]);
+    }
+
+    #[test]
+    fn a_named_vault_narrows_to_every_owner_its_name_ever_went_to() {
+        // Writes of the name went to 2; 3 claims it now too (a collision): both are asked.
+        let w = witnesses(50 * MIN, &memory(), Some(&named(&[2], &[2, 3], None)));
+        assert_eq!((w.ask, w.cannot_ask), (vec![0, 2, 3], vec![]));
+        // A name claimed only by a peer no longer trusted and never recorded: not askable.
+        let mut m = memory();
+        m.former.clear();
+        m.every_claimed = vec![7];
+        let w = witnesses(50 * MIN, &m, Some(&named(&[7], &[], None)));
+        assert_eq!(w.cannot_ask, vec![(7, CannotAsk::NotTrusted)]);
+        // A name this gateway knows nothing of: everyone.
+        let w = witnesses(120 * MIN, &memory(), Some(&named(&[], &[], None)));
+        assert_eq!(w.ask, vec![0, 2, 3]);
+        // An id that may predate the record of claims: everyone, whatever the name says.
+        let w = witnesses(12 * MIN, &memory(), Some(&named(&[2], &[2], None)));
+        assert_eq!(w.ask, vec![0, 2, 3]);
+        assert_eq!(w.cannot_ask, vec![(1, CannotAsk::NoLongerTrusted)]);
     }
 
     #[test]

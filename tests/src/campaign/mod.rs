@@ -43,6 +43,12 @@ pub const VAULTS: [(&str, usize, &[usize]); 3] = [
 /// Apps per host.
 pub const APPS_PER_HOST: usize = 2;
 
+/// The host of the stranger gateway of the `collide` fault, its QUIC port (beside that host's
+/// own gateway) and label: it owns vaults named as the campaign's, and no app writes to it.
+const STRANGER_HOST: usize = HOSTS;
+const STRANGER_PORT: u16 = crate::lab::FERRY_PORT + 1;
+const STRANGER: &str = "stranger";
+
 /// How much older than an acknowledged write a read not marked stale may be: a local replica
 /// answers while its last catch-up, dated from when it asked, is under 2 s old
 /// (`replica_fresh_ms`); the cache's freshness (1 s) is inside it; the rest is margin.
@@ -169,6 +175,7 @@ pub fn run(options: &Options) -> Result<Report, String> {
         dir.display()
     );
     let mut gateways = start_gateways(&lab, options.bug);
+    let stranger = start_stranger(&lab, options.bug);
     let stop_file = dir.join("stop");
     let _ = std::fs::remove_file(&stop_file);
     let mut apps = start_apps(&lab, &gateways, &dir, &app_exe, &stop_file, options);
@@ -205,7 +212,7 @@ pub fn run(options: &Options) -> Result<Report, String> {
         let mut begun = Vec::new();
         for fault in &round.faults {
             let at_ms = now_ms();
-            inject(&lab, &mut gateways, fault);
+            inject(&lab, &mut gateways, &stranger, fault);
             if matches!(fault, Fault::Kill { .. } | Fault::Stop { .. }) {
                 // The old process is gone once `inject` returns (a kill reaps it, a stop waits
                 // for its exit): calls before this were served by it.
@@ -215,7 +222,7 @@ pub fn run(options: &Options) -> Result<Report, String> {
         }
         std::thread::sleep(round.hold);
         for (fault, at_ms) in begun {
-            heal(&lab, &mut gateways, &fault);
+            heal(&lab, &mut gateways, &stranger, &fault);
             injected.push(Injected {
                 fault,
                 at_ms,
@@ -267,7 +274,21 @@ pub fn run(options: &Options) -> Result<Report, String> {
 
     let events = read_events(&apps)?;
     let history = history_of(&events, &gateways, &restarts);
-    let (owner_states, replica_states) = states(&gateways);
+    let (mut owner_states, replica_states) = states(&gateways);
+    // The stranger's vaults, keyed apart from the campaign's: nothing may have run there.
+    let conn = db(&stranger);
+    owner_states.insert(
+        format!("{STRANGER}'s v1, v2 and v3"),
+        OwnerState {
+            journal: journal(&conn, STRANGER),
+            revision: VAULTS
+                .iter()
+                .map(|(vault, _, _)| vault_revision(&conn, vault))
+                .sum(),
+            records: BTreeMap::new(),
+        },
+    );
+    drop(conn);
     let mut violations: Vec<String> = history::check(&history, &owner_states, &replica_states)
         .into_iter()
         .map(|v| v.0)
@@ -338,6 +359,66 @@ fn start_gateways(lab: &Lab, bug: Option<Bug>) -> Vec<LabGateway> {
     gateways
 }
 
+/// The `collide` fault's stranger: a second gateway on [`STRANGER_HOST`], owning vaults of the
+/// campaign's names, trusted by nobody until the fault.
+fn start_stranger(lab: &Lab, bug: Option<Bug>) -> LabGateway {
+    let env: Vec<(&str, &str)> = bug.map(|b| (BUG_VAR, b.name())).into_iter().collect();
+    let stranger = lab.start_ferry_with(
+        STRANGER_HOST,
+        STRANGER,
+        &StartOptions {
+            env: &env,
+            port: Some(STRANGER_PORT),
+            ..StartOptions::default()
+        },
+    );
+    for (vault, _, _) in VAULTS {
+        let out = stranger.cli(&["vault", "create", vault]);
+        assert!(
+            out.status.success(),
+            "vault create {vault} on the stranger: {}",
+            crate::describe(&out)
+        );
+    }
+    stranger
+}
+
+/// `me` trusts `them` by both routes.
+fn trust(me: &LabGateway, them: &LabGateway) {
+    let lan = format!("{},lan", them.lan_addr());
+    let tailnet = format!("{},tailnet", them.tailnet_addr());
+    let out = me.cli(&[
+        "trust",
+        them.node_id(),
+        "--label",
+        them.label(),
+        "--addr",
+        &lan,
+        "--addr",
+        &tailnet,
+    ]);
+    if !out.status.success() {
+        eprintln!(
+            "campaign: {} trusting {} failed: {}",
+            me.label(),
+            them.label(),
+            crate::describe(&out)
+        );
+    }
+}
+
+/// `me` untrusts the peer called `label`.
+fn untrust(me: &LabGateway, label: &str) {
+    let out = me.cli(&["untrust", label]);
+    if !out.status.success() {
+        eprintln!(
+            "campaign: {} untrusting {label} failed: {}",
+            me.label(),
+            crate::describe(&out)
+        );
+    }
+}
+
 /// [`APPS_PER_HOST`] apps on every host, each with a seed of its own.
 fn start_apps(
     lab: &Lab,
@@ -402,8 +483,19 @@ fn gateway(gateways: &mut [LabGateway], host: usize) -> &mut LabGateway {
     &mut gateways[host - 1]
 }
 
-fn inject(lab: &Lab, gateways: &mut [LabGateway], fault: &Fault) {
+fn inject(lab: &Lab, gateways: &mut [LabGateway], stranger: &LabGateway, fault: &Fault) {
     match fault {
+        Fault::Untrust { host, owner } => untrust(&gateways[host - 1], &label(*owner)),
+        Fault::Collide => {
+            // Each host first, then the stranger: its trust greets each host, so they learn
+            // its vaults (a hello goes both ways once both trust).
+            for gateway in gateways.iter() {
+                trust(gateway, stranger);
+            }
+            for gateway in gateways.iter() {
+                trust(stranger, gateway);
+            }
+        }
         Fault::Kill { host } => gateway(gateways, *host).kill(),
         Fault::Stop { host } => {
             let _ = gateway(gateways, *host).stop();
@@ -425,8 +517,15 @@ fn inject(lab: &Lab, gateways: &mut [LabGateway], fault: &Fault) {
     }
 }
 
-fn heal(lab: &Lab, gateways: &mut [LabGateway], fault: &Fault) {
+fn heal(lab: &Lab, gateways: &mut [LabGateway], stranger: &LabGateway, fault: &Fault) {
     match fault {
+        Fault::Untrust { host, owner } => trust(&gateways[host - 1], &gateways[owner - 1]),
+        Fault::Collide => {
+            for gateway in gateways.iter() {
+                untrust(gateway, STRANGER);
+                untrust(stranger, gateway.label());
+            }
+        }
         Fault::Kill { host } | Fault::Stop { host } => gateway(gateways, *host).restart(),
         Fault::Freeze { host } => gateway(gateways, *host).signal(SIGCONT),
         Fault::CutLan { host } => lab.heal_cable(*host),

@@ -140,7 +140,11 @@ function showVaults(vaults) {
     }
     const lag = v.lag_revisions === null ? "–" :
       v.lag_revisions + " revisions" + (v.lag_s ? ", " + v.lag_s.toFixed(1) + " s" : "");
-    return [v.name, v.owner, v.role, v.revision, el("td", lag, "num"), sync];
+    if (v.collision) {
+      // Another machine owns a vault of the same name: two vaults, never one picked silently.
+      sync = el("td", "⚠ " + v.collision, "down");
+    }
+    return [v.name + (v.collision ? " ⚠" : ""), v.owner, v.role, v.revision, el("td", lag, "num"), sync];
   }), 6, "no vaults yet: `ferry vault create NAME` or `ferry vault follow NAME --owner PEER`");
 }
 
