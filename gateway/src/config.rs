@@ -74,10 +74,16 @@ pub struct CapacityConfig {
     pub enabled: bool,
     /// Writes of one caller node and app queued or running at once.
     pub per_caller: u32,
-    /// Writes one caller node and app may send per minute (0: no limit).
+    /// Writes of one caller node, all its apps together, queued or running at once (0: no
+    /// bound but `per_caller`). Not set: four times `per_caller`.
+    pub per_node: Option<u32>,
+    /// Writes one caller node and app may send per minute (0: no limit, the default).
     pub rate_per_minute: u32,
     /// How many of them may come at once after a quiet spell.
     pub rate_burst: u32,
+    /// Writes one caller node, all its apps together, may send per minute, a minute's worth at
+    /// once after a quiet spell (0: no limit, the default).
+    pub node_rate_per_minute: u32,
     /// How long a background write waits before it goes ahead of interactive ones.
     pub aging_ms: u64,
     /// Writes waiting at once, both classes together.
@@ -92,8 +98,10 @@ impl Default for CapacityConfig {
         Self {
             enabled: rules.enabled,
             per_caller: rules.per_caller,
+            per_node: None,
             rate_per_minute: rules.rate_per_minute,
             rate_burst: rules.rate_burst,
+            node_rate_per_minute: rules.node_rate_per_minute,
             aging_ms: rules.aging.as_millis() as u64,
             queue_depth: rules.queue_depth,
             background_in_flight: rules.background_in_flight,
@@ -106,8 +114,12 @@ impl CapacityConfig {
         CapacityRules {
             enabled: self.enabled,
             per_caller: self.per_caller,
+            per_node: self
+                .per_node
+                .unwrap_or_else(|| CapacityRules::node_cap_for(self.per_caller)),
             rate_per_minute: self.rate_per_minute,
             rate_burst: self.rate_burst,
+            node_rate_per_minute: self.node_rate_per_minute,
             aging: Duration::from_millis(self.aging_ms),
             queue_depth: self.queue_depth,
             background_in_flight: self.background_in_flight,
@@ -309,6 +321,16 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(config.capacity.rules().per_caller, 8);
         assert_eq!(config.capacity.rules().queue_depth, 4096);
+        // Shipped: each calling node held to four apps' worth, no rate limit.
+        assert_eq!(config.capacity.rules().per_node, 32);
+        assert_eq!(Config::default().capacity.rules().per_node, 16);
+        assert_eq!(Config::default().capacity.rules().rate_per_minute, 0);
+        assert_eq!(Config::default().capacity.rules().node_rate_per_minute, 0);
+        let config: Config =
+            toml::from_str("[capacity]\nper_node = 0\nnode_rate_per_minute = 2400").unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.capacity.rules().per_node, 0);
+        assert_eq!(config.capacity.rules().node_rate_per_minute, 2400);
         let config: Config = toml::from_str("[capacity]\nper_caller = 0").unwrap();
         let err = config.validate().unwrap_err();
         assert!(err.to_string().contains("capacity.per_caller"), "{err}");

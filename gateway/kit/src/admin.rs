@@ -52,8 +52,15 @@ pub struct OwnerQueue {
     pub background: usize,
     /// Writes of one caller node and app queued or running at once.
     pub per_caller: u32,
+    /// Writes of one caller node, all its apps together, queued or running at once (0: no
+    /// bound; also what an older gateway, which had none, is read as).
+    #[serde(default)]
+    pub per_node: u32,
     /// Writes of one caller node and app per minute (0: no limit).
     pub rate_per_minute: u32,
+    /// Writes of one caller node, all its apps together, per minute (0: no limit).
+    #[serde(default)]
+    pub node_rate_per_minute: u32,
     pub queue_depth: usize,
     /// The callers with the most writes in flight, then the most sent.
     pub top_callers: Vec<QueueCaller>,

@@ -86,7 +86,9 @@ fn owner_queue(gateway: &Gateway) -> OwnerQueue {
         interactive: load.interactive,
         background: load.background,
         per_caller: load.rules.per_caller,
+        per_node: load.rules.per_node,
         rate_per_minute: load.rules.rate_per_minute,
+        node_rate_per_minute: load.rules.node_rate_per_minute,
         queue_depth: load.rules.queue_depth,
         top_callers: load
             .top_callers

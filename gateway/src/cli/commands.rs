@@ -349,12 +349,18 @@ fn print_owner_queue(queue: Option<&Value>) {
         return;
     };
     let rules = if queue.rules_on {
-        let rate = match queue.rate_per_minute {
-            0 => "no rate limit".to_string(),
-            n => format!("{n} a minute"),
+        let node = match queue.per_node {
+            0 => String::new(),
+            n => format!("{n} per caller node, "),
+        };
+        let rate = match (queue.rate_per_minute, queue.node_rate_per_minute) {
+            (0, 0) => "no rate limit".to_string(),
+            (app, 0) => format!("{app} a minute per app"),
+            (0, node) => format!("{node} a minute per node"),
+            (app, node) => format!("{app} a minute per app, {node} per node"),
         };
         format!(
-            "{} per caller app, {rate}, depth {}",
+            "{} per caller app, {node}{rate}, depth {}",
             queue.per_caller, queue.queue_depth
         )
     } else {

@@ -17,8 +17,9 @@
 //!
 //! In front of the thread sits the capacity budget (SPEC 7 rule 7, decided in
 //! `ferry_core::capacity`): a write is admitted at arrival only within its caller's cap (node
-//! and app), its rate budget and the queue's bound, else it is answered `busy` or
-//! `rate_limited` at once (not carried out, not journaled, the same id may be sent again). The
+//! and app), its node's cap (all its apps), their rate budgets and the queue's bound, else it
+//! is answered `busy` or `rate_limited` at once (not carried out, not journaled, the same id
+//! may be sent again). The
 //! admitted ones wait in two classes, interactive first with aging for background; a write
 //! taken out of the queue starts only if it can still finish before its deadline, else it is
 //! `busy` and never runs afterwards.

@@ -4,9 +4,12 @@
 //!
 //! Three pieces, each a plain state machine with time passed in:
 //! - [`Gate`]: at arrival, the per-caller cap (writes of one caller node and app queued or
-//!   running), the bound of the queue, and the per-caller rate limit. A refusal `busy` spends
-//!   nothing of the rate budget, and a request the owner later refuses `busy` (it waited past
-//!   its deadline) gets its spending back: a busy write costs the caller nothing.
+//!   running), the per-node cap (writes of every app of one caller node together), the bound of
+//!   the queue, and the rate limits (per caller, per node; off by default). The app is a name
+//!   the caller chooses and the node is its TLS key, so the per-node bounds are what an app
+//!   that names itself anew for each write runs into. A refusal `busy` spends nothing of the
+//!   rate budget, and a request the owner later refuses `busy` (it waited past its deadline)
+//!   gets its spending back: a busy write costs the caller nothing.
 //! - [`ClassQueue`]: two classes, interactive first, except that a background request that has
 //!   waited [`CapacityRules::aging`] goes before them (aging instead of absolute priority, so a
 //!   replica's catch-up is slowed by apps' writes, never starved by them).
@@ -24,7 +27,8 @@ use std::time::{Duration, Instant};
 use crate::outcome::{self, RefusalCode};
 use crate::wire::Priority;
 
-/// The capacity rules, with SPEC 7's defaults.
+/// The capacity rules, with SPEC 7's defaults except the rate limit, which is off
+/// (`docs/decisions.md`, "Capacity per calling node, and no rate limit by default").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapacityRules {
     /// Off: one first-come-first-served queue, no per-caller cap, no rate limit (what the
@@ -32,10 +36,16 @@ pub struct CapacityRules {
     pub enabled: bool,
     /// Writes of one caller node and app queued or running at once.
     pub per_caller: u32,
+    /// Writes of one caller node, all its apps together, queued or running at once; 0: no
+    /// bound but the per-caller one. By default [`CapacityRules::node_cap_for`] `per_caller`.
+    pub per_node: u32,
     /// Writes one caller node and app may start per minute; 0: no limit.
     pub rate_per_minute: u32,
     /// How many of them may come at once after a quiet spell.
     pub rate_burst: u32,
+    /// Writes one caller node, all its apps together, may start per minute, a minute's worth
+    /// of them at once after a quiet spell; 0: no limit.
+    pub node_rate_per_minute: u32,
     /// How long a background request waits before it goes ahead of interactive ones.
     pub aging: Duration,
     /// Writes queued (both classes together) before more are refused `busy`.
@@ -46,13 +56,29 @@ pub struct CapacityRules {
     pub background_in_flight: u32,
 }
 
+/// How many apps' worth of writes one calling node may hold at the owner when its cap is not
+/// set: enough for a few busy apps of one machine at once, few enough that a caller naming
+/// itself anew for each write gets four apps' share and no more.
+pub const NODE_SHARE_IN_APPS: u32 = 4;
+
+impl CapacityRules {
+    /// The per-node cap that goes with a per-caller cap: [`NODE_SHARE_IN_APPS`] of them, so an
+    /// owner that raises `per_caller` for one busy app does not find its node capped at it.
+    pub fn node_cap_for(per_caller: u32) -> u32 {
+        per_caller.saturating_mul(NODE_SHARE_IN_APPS)
+    }
+}
+
 impl Default for CapacityRules {
     fn default() -> Self {
+        let per_caller = 4;
         Self {
             enabled: true,
-            per_caller: 4,
-            rate_per_minute: 600,
+            per_caller,
+            per_node: Self::node_cap_for(per_caller),
+            rate_per_minute: 0,
             rate_burst: 600,
+            node_rate_per_minute: 0,
             aging: Duration::from_secs(10),
             queue_depth: 4096,
             background_in_flight: 0,
@@ -70,11 +96,16 @@ pub enum Refused {
     /// `503 busy`: this caller node and app already has [`CapacityRules::per_caller`] writes
     /// queued or running.
     CallerCap,
+    /// `503 busy`: this caller node, all its apps together, already has
+    /// [`CapacityRules::per_node`] writes queued or running.
+    NodeCap,
     /// `503 busy`: [`CapacityRules::background_in_flight`] background writes are already
     /// queued or running.
     BackgroundFull,
     /// `429 rate_limited`: this caller node and app spent its rate budget.
     RateLimited,
+    /// `429 rate_limited`: this caller node, all its apps together, spent its rate budget.
+    NodeRateLimited,
 }
 
 impl Refused {
@@ -84,8 +115,10 @@ impl Refused {
             Self::DeadlinePassed => "deadline",
             Self::QueueFull => "queue_full",
             Self::CallerCap => "caller_cap",
+            Self::NodeCap => "node_cap",
             Self::BackgroundFull => "background_full",
             Self::RateLimited => "rate_limited",
+            Self::NodeRateLimited => "node_rate_limited",
         }
     }
 
@@ -97,16 +130,24 @@ impl Refused {
             }
             Self::QueueFull => "the owner's write queue is full",
             Self::CallerCap => "this app already has as many writes waiting at the owner as it may",
+            Self::NodeCap => {
+                "this app's machine, all its apps together, already has as many writes waiting \
+                 at the owner as it may"
+            }
             Self::BackgroundFull => {
                 "the owner is already running as much background work as it takes at once"
             }
             Self::RateLimited => "this app has sent more writes than the owner's rate limit allows",
+            Self::NodeRateLimited => {
+                "this app's machine, all its apps together, has sent more writes than the \
+                 owner's rate limit allows"
+            }
         }
     }
 
     /// Whether the answer is `429 rate_limited` (else `503 busy`).
     pub fn is_rate_limited(self) -> bool {
-        self == Self::RateLimited
+        matches!(self, Self::RateLimited | Self::NodeRateLimited)
     }
 }
 
@@ -145,18 +186,78 @@ impl Refusal {
 pub const BUSY_RETRY: Duration = Duration::from_millis(100);
 /// How long a caller whose request waited past its deadline waits before sending again.
 pub const LATE_RETRY: Duration = Duration::from_secs(1);
-/// How many callers' rate state the gate keeps before it forgets the idle ones.
+/// How many callers' (and nodes') rate state the gate keeps before it forgets the idle ones.
 const MAX_TRACKED: usize = 4096;
 
-/// One caller's state at the gate.
+/// A caller as the gate counts it: an app of a node. The app is whatever name the caller
+/// sends; the node is what the owner knows for sure (the connection's TLS key, or the owner
+/// itself for its local apps), so every app of one node together is held to the per-node
+/// bounds and a new name buys no more of the owner.
+pub trait Caller: Ord + Clone {
+    type Node: Ord + Clone;
+    fn node(&self) -> Self::Node;
+}
+
+/// `(node, app)`, the owner's name for a caller.
+impl<N: Ord + Clone, A: Ord + Clone> Caller for (N, A) {
+    type Node = N;
+    fn node(&self) -> N {
+        self.0.clone()
+    }
+}
+
+/// What one caller, or one node (all its apps together), holds at the gate.
 #[derive(Debug, Clone, Copy, Default)]
-struct CallerState {
+struct Held {
     /// Writes queued or running.
     in_flight: u32,
     /// GCRA's theoretical arrival time: the rate budget is spent up to here.
     tat: Option<Instant>,
+}
+
+/// One caller's state at the gate.
+#[derive(Debug, Clone, Copy, Default)]
+struct CallerState {
+    held: Held,
     admitted: u64,
     refused: u64,
+}
+
+/// A rate limit: `per_minute` sustained (0: none), `burst` at once after a quiet spell.
+#[derive(Debug, Clone, Copy)]
+struct Rate {
+    per_minute: u32,
+    burst: u32,
+}
+
+impl Rate {
+    /// The time between two writes at the sustained rate.
+    fn emission(self) -> Duration {
+        Duration::from_secs(60) / self.per_minute.max(1)
+    }
+
+    /// GCRA: the new theoretical arrival time, or how long until the budget allows one more.
+    fn spend(self, tat: Option<Instant>, now: Instant) -> Result<Option<Instant>, Duration> {
+        if self.per_minute == 0 {
+            return Ok(tat);
+        }
+        let emission = self.emission();
+        let tolerance = emission * self.burst.max(1).saturating_sub(1);
+        let tat = tat.map_or(now, |tat| tat.max(now));
+        let ahead = tat - now;
+        if ahead > tolerance {
+            return Err(ahead - tolerance);
+        }
+        Ok(Some(tat + emission))
+    }
+
+    /// One write's spending given back.
+    fn give_back(self, tat: Option<Instant>) -> Option<Instant> {
+        if self.per_minute == 0 {
+            return tat;
+        }
+        tat.and_then(|tat| tat.checked_sub(self.emission()))
+    }
 }
 
 /// What the gate knows of one caller, for `ferry status`.
@@ -168,12 +269,13 @@ pub struct CallerLoad<K> {
     pub refused: u64,
 }
 
-/// The gate in front of the owner's queue: the per-caller cap, the queue's bound, the rate
-/// limit. `K` names a caller (its node and app).
+/// The gate in front of the owner's queue: the per-caller and per-node caps, the queue's
+/// bound, the rate limits. `K` names a caller (its node and app).
 #[derive(Debug)]
-pub struct Gate<K> {
+pub struct Gate<K: Caller> {
     rules: CapacityRules,
     callers: BTreeMap<K, CallerState>,
+    nodes: BTreeMap<K::Node, Held>,
     queued: [usize; 2],
     /// Background writes admitted and not yet finished.
     background: u32,
@@ -186,11 +288,12 @@ fn class_index(class: Priority) -> usize {
     }
 }
 
-impl<K: Ord + Clone> Gate<K> {
+impl<K: Caller> Gate<K> {
     pub fn new(rules: CapacityRules) -> Self {
         Self {
             rules,
             callers: BTreeMap::new(),
+            nodes: BTreeMap::new(),
             queued: [0, 0],
             background: 0,
         }
@@ -200,13 +303,22 @@ impl<K: Ord + Clone> Gate<K> {
         &self.rules
     }
 
-    /// The time between two writes at the sustained rate.
-    fn emission(&self) -> Duration {
-        Duration::from_secs(60) / self.rules.rate_per_minute.max(1)
+    fn caller_rate(&self) -> Rate {
+        Rate {
+            per_minute: self.rules.rate_per_minute,
+            burst: self.rules.rate_burst,
+        }
     }
 
-    /// A request arrives: admitted (it now counts as queued, and against its caller's cap and
-    /// rate budget) or refused (it counts for nothing).
+    fn node_rate(&self) -> Rate {
+        Rate {
+            per_minute: self.rules.node_rate_per_minute,
+            burst: self.rules.node_rate_per_minute,
+        }
+    }
+
+    /// A request arrives: admitted (it now counts as queued, and against its caller's and its
+    /// node's caps and rate budgets) or refused (it counts for nothing).
     pub fn arrive(
         &mut self,
         caller: &K,
@@ -227,9 +339,14 @@ impl<K: Ord + Clone> Gate<K> {
             self.queued[class_index(class)] += 1;
             return Ok(());
         }
+        let node = caller.node();
         let state = self.callers.get(caller).copied().unwrap_or_default();
-        if state.in_flight >= self.rules.per_caller {
+        let node_held = self.nodes.get(&node).copied().unwrap_or_default();
+        if state.held.in_flight >= self.rules.per_caller {
             return self.refuse(caller, Refused::CallerCap, BUSY_RETRY);
+        }
+        if self.rules.per_node > 0 && node_held.in_flight >= self.rules.per_node {
+            return self.refuse(caller, Refused::NodeCap, BUSY_RETRY);
         }
         if class == Priority::Background
             && self.rules.background_in_flight > 0
@@ -237,17 +354,28 @@ impl<K: Ord + Clone> Gate<K> {
         {
             return self.refuse(caller, Refused::BackgroundFull, BUSY_RETRY);
         }
-        let tat = match self.spend(state.tat, now) {
+        // Both budgets are checked before either is spent: a refused write spends nothing.
+        let tat = match self.caller_rate().spend(state.held.tat, now) {
             Ok(tat) => tat,
             Err(wait) => return self.refuse(caller, Refused::RateLimited, wait),
         };
-        if self.callers.len() >= MAX_TRACKED && !self.callers.contains_key(caller) {
+        let node_tat = match self.node_rate().spend(node_held.tat, now) {
+            Ok(tat) => tat,
+            Err(wait) => return self.refuse(caller, Refused::NodeRateLimited, wait),
+        };
+        let full = |len: usize, known: bool| len >= MAX_TRACKED && !known;
+        if full(self.callers.len(), self.callers.contains_key(caller))
+            || full(self.nodes.len(), self.nodes.contains_key(&node))
+        {
             self.forget_idle(now);
         }
         let entry = self.callers.entry(caller.clone()).or_default();
-        entry.in_flight += 1;
-        entry.tat = tat;
+        entry.held.in_flight += 1;
+        entry.held.tat = tat;
         entry.admitted += 1;
+        let node_entry = self.nodes.entry(node).or_default();
+        node_entry.in_flight += 1;
+        node_entry.tat = node_tat;
         self.queued[class_index(class)] += 1;
         if class == Priority::Background {
             self.background += 1;
@@ -261,27 +389,17 @@ impl<K: Ord + Clone> Gate<K> {
     #[doc(hidden)]
     pub fn admit_unchecked(&mut self, caller: &K, class: Priority) {
         if self.rules.enabled {
-            self.callers.entry(caller.clone()).or_default().in_flight += 1;
+            self.callers
+                .entry(caller.clone())
+                .or_default()
+                .held
+                .in_flight += 1;
+            self.nodes.entry(caller.node()).or_default().in_flight += 1;
             if class == Priority::Background {
                 self.background += 1;
             }
         }
         self.queued[class_index(class)] += 1;
-    }
-
-    /// GCRA: the new theoretical arrival time, or how long until the budget allows one more.
-    fn spend(&self, tat: Option<Instant>, now: Instant) -> Result<Option<Instant>, Duration> {
-        if self.rules.rate_per_minute == 0 {
-            return Ok(tat);
-        }
-        let emission = self.emission();
-        let tolerance = emission * self.rules.rate_burst.max(1).saturating_sub(1);
-        let tat = tat.map_or(now, |tat| tat.max(now));
-        let ahead = tat - now;
-        if ahead > tolerance {
-            return Err(ahead - tolerance);
-        }
-        Ok(Some(tat + emission))
     }
 
     fn refuse(&mut self, caller: &K, why: Refused, retry_after: Duration) -> Result<(), Refusal> {
@@ -291,11 +409,12 @@ impl<K: Ord + Clone> Gate<K> {
         Err(Refusal { why, retry_after })
     }
 
-    /// Forgets callers with nothing in flight whose rate budget has refilled: they are
-    /// indistinguishable from callers never seen.
+    /// Forgets callers and nodes with nothing in flight whose rate budget has refilled: they
+    /// are indistinguishable from ones never seen.
     fn forget_idle(&mut self, now: Instant) {
-        self.callers
-            .retain(|_, state| state.in_flight > 0 || state.tat.is_some_and(|tat| tat > now));
+        let busy = |held: &Held| held.in_flight > 0 || held.tat.is_some_and(|tat| tat > now);
+        self.callers.retain(|_, state| busy(&state.held));
+        self.nodes.retain(|_, held| busy(held));
     }
 
     /// An admitted request left the queue (to run, or refused at its start).
@@ -305,21 +424,25 @@ impl<K: Ord + Clone> Gate<K> {
     }
 
     /// An admitted request was refused `busy` after all (it waited past its deadline): it
-    /// spent nothing, so its rate budget is given back.
+    /// spent nothing, so its caller's and its node's rate budgets are given back.
     pub fn refund(&mut self, caller: &K) {
-        if !self.rules.enabled || self.rules.rate_per_minute == 0 {
+        if !self.rules.enabled {
             return;
         }
-        let emission = self.emission();
+        let (rate, node_rate) = (self.caller_rate(), self.node_rate());
         if let Some(state) = self.callers.get_mut(caller) {
             state.admitted = state.admitted.saturating_sub(1);
             state.refused += 1;
-            state.tat = state.tat.and_then(|tat| tat.checked_sub(emission));
+            state.held.tat = rate.give_back(state.held.tat);
+        }
+        if let Some(node) = self.nodes.get_mut(&caller.node()) {
+            node.tat = node_rate.give_back(node.tat);
         }
     }
 
     /// An admitted request was answered (or dropped): it no longer counts against its
-    /// caller's cap (nor, if it was background work, against the background bound).
+    /// caller's and its node's caps (nor, if it was background work, against the background
+    /// bound).
     pub fn finished(&mut self, caller: &K, class: Priority) {
         if !self.rules.enabled {
             return;
@@ -328,7 +451,10 @@ impl<K: Ord + Clone> Gate<K> {
             self.background = self.background.saturating_sub(1);
         }
         if let Some(state) = self.callers.get_mut(caller) {
-            state.in_flight = state.in_flight.saturating_sub(1);
+            state.held.in_flight = state.held.in_flight.saturating_sub(1);
+        }
+        if let Some(node) = self.nodes.get_mut(&caller.node()) {
+            node.in_flight = node.in_flight.saturating_sub(1);
         }
     }
 
@@ -344,7 +470,7 @@ impl<K: Ord + Clone> Gate<K> {
             .iter()
             .map(|(caller, state)| CallerLoad {
                 caller: caller.clone(),
-                in_flight: state.in_flight,
+                in_flight: state.held.in_flight,
                 admitted: state.admitted,
                 refused: state.refused,
             })

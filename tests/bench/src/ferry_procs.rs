@@ -499,8 +499,9 @@ pub struct Pair {
 
 /// The owner's capacity rules in the writes and reads benchmarks: sized not to bind, since
 /// they measure what the path costs with one app's 64 writers, which the shipped rules (4 writes
-/// of one app at once, 600 a minute) would hold back by design. `ferry-bench overload`
-/// measures the rules themselves.
+/// of one app at once) would hold back by design; the per-node cap goes with `per_caller` (four
+/// times it), and `rate_per_minute = 0` keeps builds from before the rate limit was off by
+/// default comparable. `ferry-bench overload` measures the rules themselves.
 pub const PATH_OWNER_CONFIG: &str = "[capacity]\nper_caller = 4096\nrate_per_minute = 0\n";
 
 impl Pair {

@@ -113,9 +113,10 @@ impl Plan {
              thread) share them. Each write: `PUT` of a {}-byte value under a fresh key, a fresh \
              UUIDv7 `X-Ferry-Request-Id`, `X-Ferry-Timeout: {}` (background writes: {}), through \
              the local API of `b` or `c` (app `i` always through the same one), on keep-alive \
-             HTTP/1.1. Windows of {:?}. Owner `a`: rules on, `rate_per_minute = 0` (no rate \
-             limit; the shipped 600 a minute per app would refuse a single closed-loop writer \
-             within seconds), the shipped per-caller cap 4, aging 10 s, queue bound 4096. Owner \
+             HTTP/1.1. Windows of {:?}. Owner `a`: rules on, no rate limit (as shipped), the \
+             shipped per-caller cap 4, no per-node cap (`per_node = 0`: the apps here stand for \
+             apps of many machines, written through two gateways), aging 10 s, queue bound \
+             4096. Owner \
              `a-off`: `enabled = false`. Peak: {APPS} apps x {WRITERS_PER_APP} writers, closed \
              loop. Offered load: open loop over {OFFERED_APPS} apps, at most {} writes out at once \
              (arrivals past it are skipped and counted). Flood: {LIGHT_APPS} interactive apps x \

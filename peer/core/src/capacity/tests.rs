@@ -7,6 +7,21 @@ fn later(now: Instant) -> Instant {
     now + Duration::from_secs(30)
 }
 
+// Callers named by a bare name or number in these tests are each a node of their own.
+impl Caller for &'static str {
+    type Node = Self;
+    fn node(&self) -> Self {
+        self
+    }
+}
+
+impl Caller for usize {
+    type Node = Self;
+    fn node(&self) -> Self {
+        *self
+    }
+}
+
 #[test]
 fn a_fifth_write_of_one_app_is_busy_and_the_cap_frees_as_writes_finish() {
     let mut gate = Gate::new(CapacityRules::default());
@@ -32,6 +47,8 @@ fn a_fifth_write_of_one_app_is_busy_and_the_cap_frees_as_writes_finish() {
 fn the_601st_write_of_a_minute_is_rate_limited_and_the_budget_refills() {
     let rules = CapacityRules {
         per_caller: u32::MAX,
+        per_node: 0,
+        rate_per_minute: 600,
         queue_depth: usize::MAX,
         ..CapacityRules::default()
     };
@@ -180,6 +197,8 @@ fn a_write_starts_only_if_it_can_finish_before_its_deadline() {
 #[test]
 fn idle_callers_are_forgotten_when_too_many_are_tracked() {
     let rules = CapacityRules {
+        rate_per_minute: 600,
+        node_rate_per_minute: 6000,
         queue_depth: usize::MAX,
         ..CapacityRules::default()
     };
@@ -195,6 +214,7 @@ fn idle_callers_are_forgotten_when_too_many_are_tracked() {
     gate.arrive(&usize::MAX, I, later(much_later), much_later)
         .unwrap();
     assert!(gate.callers.len() <= 2, "{}", gate.callers.len());
+    assert!(gate.nodes.len() <= 2, "{}", gate.nodes.len());
 }
 
 #[test]
@@ -264,4 +284,119 @@ fn background_work_from_every_caller_together_is_bounded() {
     gate.dequeued(B);
     gate.finished(&"bulk-1", B);
     gate.arrive(&"bulk-3", B, later(now), now).unwrap();
+}
+
+#[test]
+fn an_app_that_renames_itself_for_each_write_is_held_to_its_nodes_cap() {
+    let names: Vec<String> = (1..=50).map(|n| format!("greedy-{n}")).collect();
+    let mut gate = Gate::new(CapacityRules::default());
+    let now = Instant::now();
+    let refused: Vec<Refused> = names
+        .iter()
+        .filter_map(|name| {
+            let caller = ("node-a", name.as_str());
+            gate.arrive(&caller, I, later(now), now)
+                .err()
+                .map(|r| r.why)
+        })
+        .collect();
+    // 50 names buy the node its 16 places, as 50 writes under one name buy the app its 4.
+    assert_eq!(refused.len(), 50 - 16);
+    assert!(
+        refused.iter().all(|why| *why == Refused::NodeCap),
+        "{refused:?}"
+    );
+    let answer = Refusal {
+        why: Refused::NodeCap,
+        retry_after: BUSY_RETRY,
+    }
+    .answer();
+    assert_eq!(answer.code, RefusalCode::Busy);
+    assert_eq!(answer.reason.as_deref(), Some("node_cap"));
+    // Another node is not held back; one write of node-a answered frees one place for any of
+    // its apps.
+    gate.arrive(&("node-b", "greedy-1"), I, later(now), now)
+        .unwrap();
+    gate.dequeued(I);
+    gate.finished(&("node-a", "greedy-3"), I);
+    gate.arrive(&("node-a", "greedy-51"), I, later(now), now)
+        .unwrap();
+    assert_eq!(
+        gate.arrive(&("node-a", "greedy-52"), I, later(now), now)
+            .unwrap_err()
+            .why,
+        Refused::NodeCap
+    );
+}
+
+/// One write of `app` on `node` arriving at `at` and, if admitted, answered at once.
+fn one_write(
+    gate: &mut Gate<(&'static str, String)>,
+    node: &'static str,
+    app: &str,
+    at: Instant,
+) -> Result<(), Refusal> {
+    let caller = (node, app.to_string());
+    let arrived = gate.arrive(&caller, I, later(at), at);
+    if arrived.is_ok() {
+        gate.dequeued(I);
+        gate.finished(&caller, I);
+    }
+    arrived
+}
+
+#[test]
+fn the_node_rate_limit_holds_every_app_of_a_node_together() {
+    let rules = CapacityRules {
+        rate_per_minute: 60,
+        rate_burst: 60,
+        node_rate_per_minute: 120,
+        ..CapacityRules::default()
+    };
+    let mut gate = Gate::new(rules);
+    let now = Instant::now();
+    // A new name per write: each app's own budget is untouched, the node's is spent at 120.
+    for n in 0..120 {
+        one_write(&mut gate, "node-a", &format!("app-{n}"), now).unwrap();
+    }
+    let refused = one_write(&mut gate, "node-a", "app-120", now).unwrap_err();
+    assert_eq!(refused.why, Refused::NodeRateLimited);
+    assert_eq!(refused.retry_after, Duration::from_millis(500));
+    assert_eq!(refused.answer().code, RefusalCode::RateLimited);
+    // Another node has its own budget; an app's own limit still holds within its node's.
+    for _ in 0..60 {
+        one_write(&mut gate, "node-b", "one", now).unwrap();
+    }
+    assert_eq!(
+        one_write(&mut gate, "node-b", "one", now).unwrap_err().why,
+        Refused::RateLimited
+    );
+    // A write refused busy at its start gives its node's spending back too.
+    let then = now + Duration::from_millis(500);
+    let caller = ("node-a", "late".to_string());
+    gate.arrive(&caller, I, later(then), then).unwrap();
+    gate.dequeued(I);
+    gate.refund(&caller);
+    gate.finished(&caller, I);
+    one_write(&mut gate, "node-a", "again", then).unwrap();
+    assert_eq!(
+        one_write(&mut gate, "node-a", "more", then)
+            .unwrap_err()
+            .why,
+        Refused::NodeRateLimited
+    );
+}
+
+#[test]
+fn by_default_an_app_writing_one_after_another_is_never_rate_limited() {
+    let mut gate = Gate::new(CapacityRules::default());
+    let now = Instant::now();
+    let app = ("me", "importer");
+    // 100,000 writes in one instant, each answered before the next: nothing but the caps and
+    // the queue may refuse one, and one at a time meets neither.
+    for n in 0..100_000 {
+        assert!(gate.arrive(&app, I, later(now), now).is_ok(), "write {n}");
+        gate.dequeued(I);
+        gate.finished(&app, I);
+    }
 }
