@@ -64,6 +64,22 @@ pub fn restrict_to_owner(path: &Path) {
     let _ = path;
 }
 
+/// Whether two files have the same owner. On Windows, which keeps no owner id in a file's
+/// metadata, always: a file there is someone else's only if its directory's access list lets
+/// others in, and then removing it fails.
+pub fn same_owner(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        a.uid() == b.uid()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        true
+    }
+}
+
 /// Reads exactly `buf.len()` bytes at `offset`. Every call passes its own offset, so callers
 /// need no lock (unix leaves the file's cursor alone; Windows moves it, which nothing reads).
 pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {

@@ -4,16 +4,21 @@
 //
 //   node status_page.mjs page  API CODE SCREENSHOT PEER VAULT
 //   node status_page.mjs other API CODE
+//   node status_page.mjs handover API FILE LABEL
 //
 // `page`: opens the page as `ferry ui` would and reports what it shows once the pair's route
 // is up and the vault listed, and saves a screenshot.
 // `other`: from a page of another origin (and from a name rebound to this machine), tries to
 // read the status and to act (stop the gateway, trade a code), and reports what it could do.
+// `handover`: opens FILE, the page `ferry ui` handed the browser, as the browser would, and
+// reports what it shows once it is the status page of gateway LABEL (or says why not).
 
 import http from "node:http";
+import { pathToFileURL } from "node:url";
 import { chromium } from "playwright-core";
 
 const WAIT_MS = 20000;
+// `code` is the handover mode's file.
 const [mode, api, code, ...rest] = process.argv.slice(2);
 
 const browser = await chromium.launch({
@@ -32,7 +37,8 @@ const browser = await chromium.launch({
 });
 
 try {
-  const result = mode === "page" ? await page(...rest) : await other();
+  const modes = { page: () => page(...rest), other, handover: () => handover(code, ...rest) };
+  const result = await modes[mode]();
   process.stdout.write(JSON.stringify(result) + "\n");
 } finally {
   await browser.close();
@@ -64,14 +70,7 @@ async function page(screenshot, peer, vault) {
   const rows = (table) =>
     tab.$$eval(`#${table} tbody tr`, (trs) => trs.map((tr) => [...tr.cells].map((c) => c.innerText)));
   const result = {
-    title: await tab.title(),
-    machine: await tab.innerText("#machine"),
-    problem: await tab.evaluate(() => {
-      const p = document.getElementById("problem");
-      return p.hidden ? null : p.textContent;
-    }),
-    address_bar: tab.url(),
-    session_stored: await tab.evaluate(() => sessionStorage.getItem("ferry-session") !== null),
+    ...(await header(tab)),
     routes: await rows("routes"),
     vaults: await rows("vaults"),
     peers: await rows("peers"),
@@ -151,4 +150,38 @@ async function other() {
   report.rebound_status = await rebound.evaluate(async () => (await fetch("/v1/status")).status);
   server.close();
   return report;
+}
+
+async function handover(file, label) {
+  const tab = await (await browser.newContext()).newPage();
+  const consoleErrors = [];
+  tab.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
+  tab.on("pageerror", (e) => consoleErrors.push(String(e)));
+  await tab.goto(pathToFileURL(file).href);
+  try {
+    await tab.waitForFunction(
+      (title) => document.title === title || document.getElementById("problem")?.hidden === false,
+      `Ferry · ${label}`,
+      { timeout: WAIT_MS },
+    );
+  } catch (err) {
+    const shown = await tab.evaluate(() => document.body?.innerText ?? "");
+    throw new Error(`the handover page never became ${label}'s status page: ${err}\n${tab.url()}\n${shown}`);
+  }
+  return { ...(await header(tab)), console_errors: consoleErrors };
+}
+
+// What the status page in `tab` says of itself: its title and machine line, the problem it
+// shows (null when none), its address, and whether it holds a session.
+async function header(tab) {
+  return {
+    title: await tab.title(),
+    machine: await tab.innerText("#machine"),
+    problem: await tab.evaluate(() => {
+      const p = document.getElementById("problem");
+      return p.hidden ? null : p.textContent;
+    }),
+    address_bar: tab.url(),
+    session_stored: await tab.evaluate(() => sessionStorage.getItem("ferry-session") !== null),
+  };
 }

@@ -2,6 +2,7 @@
 //! - `ferry-core` (every decision) depends on neither tokio, quinn, rusqlite nor axum, so no
 //!   decision can sleep, dial, or touch a disk;
 //! - `ferry-kit` (the app library) pulls in none of the gateway's rusqlite, axum or quinn;
+//! - a root `cargo build` (the default members) compiles no test-only feature into the gateway;
 //! - within each crate, no two top-level modules import each other, directly or around a
 //!   circle (what `cargo modules` would show, checked here without it);
 //! - `unsafe` is allowed in one module only, `gateway/src/call_log/danger_mapped.rs` (the
@@ -21,35 +22,33 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// The names of the packages `package` depends on (normal dependencies, all the way down).
-fn dependency_tree(package: &str) -> BTreeSet<String> {
+/// What `cargo tree ARGS` prints, run at the workspace's root.
+fn cargo_tree(args: &[&str]) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(workspace())
-        .args([
-            "tree",
-            "--offline",
-            "-p",
-            package,
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "--format",
-            "{p}",
-        ])
+        .args(["tree", "--offline"])
+        .args(args)
         .output()
         .expect("cargo runs");
     assert!(
         out.status.success(),
-        "cargo tree -p {package}: {}",
+        "cargo tree {}: {}",
+        args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| line.split_whitespace().next())
-        .map(str::to_string)
-        .collect()
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The names of the packages `package` depends on (normal dependencies, all the way down).
+fn dependency_tree(package: &str) -> BTreeSet<String> {
+    cargo_tree(&[
+        "-p", package, "-e", "normal", "--prefix", "none", "--format", "{p}",
+    ])
+    .lines()
+    .filter_map(|line| line.split_whitespace().next())
+    .map(str::to_string)
+    .collect()
 }
 
 #[test]
@@ -70,6 +69,32 @@ fn the_kit_does_not_pull_in_the_gateway() {
     assert!(tree.contains("ferry-kit"), "the tree was read: {tree:?}");
     for banned in ["rusqlite", "axum", "quinn", "ferry-gateway", "ferry-peer"] {
         assert!(!tree.contains(banned), "ferry-kit depends on {banned}");
+    }
+}
+
+/// A bare `cargo build --release` at the root (the workspace's default members) compiles the
+/// gateway without the test package's fault points and known bugs, which feature unification
+/// would otherwise put into its `ferry` (issue 43). `cargo tree` with no `-p` resolves the
+/// features exactly as that build does, without building anything.
+#[test]
+fn the_root_build_turns_on_no_test_only_feature() {
+    let tree = cargo_tree(&[
+        "-e",
+        "normal,build",
+        "--prefix",
+        "none",
+        "--format",
+        "{p} [{f}]",
+    ]);
+    assert!(
+        tree.lines().any(|line| line.starts_with("ferry-gateway ")),
+        "the root build builds the gateway: {tree}"
+    );
+    for line in tree.lines().filter(|line| line.starts_with("ferry-")) {
+        assert!(
+            !line.contains("fault-injection") && !line.contains("bug-injection"),
+            "the root build compiles a test-only feature in: {line}"
+        );
     }
 }
 

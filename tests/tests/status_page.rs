@@ -8,6 +8,9 @@
 //! 2. A page of another origin cannot read the status, the page or anything else, cannot stop
 //!    the gateway or trade a code it somehow learned, and cannot frame the page; the same
 //!    gateway reached under a name rebound to 127.0.0.1 refuses everything.
+//! 3. `ferry ui` puts no secret on the command line it runs (which other users can read in
+//!    `/proc`): it hands the opener a file only this user can read, and that file, opened in
+//!    the browser, logs the page in.
 //!
 //! Needs Chromium (`/usr/bin/chromium`, or `CHROMIUM`), Node and `npm ci` in `tests/browser`;
 //! `.ci/run` installs them. Without them each test says SKIPPED, unless
@@ -21,7 +24,7 @@ mod harness;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use harness::{replica_of_notes, two_with_notes, Gateway};
+use harness::{ferry_bin, replica_of_notes, two_with_notes, Gateway};
 use serde_json::Value;
 
 fn browser_dir() -> PathBuf {
@@ -265,4 +268,114 @@ fn another_web_page_can_neither_read_the_status_nor_act() {
         "the other page's trade must not have used the code"
     );
     assert_eq!(trade(&code), 401, "a code trades once");
+}
+
+#[test]
+#[cfg(unix)]
+fn ferry_ui_puts_no_code_on_a_command_line_and_its_handover_logs_the_page_in() {
+    use std::os::unix::fs::PermissionsExt;
+    if !browser_available(
+        "ferry_ui_puts_no_code_on_a_command_line_and_its_handover_logs_the_page_in",
+    ) {
+        return;
+    }
+    let a = Gateway::start("a");
+    // A desktop whose opener records the command line `ferry ui` gives it, and the user's
+    // runtime directory.
+    let desktop = tempfile::tempdir().unwrap();
+    let bin = desktop.path().join("bin");
+    let runtime = desktop.path().join("runtime");
+    for dir in [&bin, &runtime] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let opened = desktop.path().join("opened");
+    let opener = bin.join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > '{}'\n",
+            opened.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
+
+    let out = Command::new(ferry_bin())
+        .arg("--home")
+        .arg(&a.home)
+        .arg("ui")
+        .env("PATH", path)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env_remove("FERRY_HOME")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("opened"),
+        "ferry ui: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let command_line: Vec<String> = std::fs::read_to_string(&opened)
+        .unwrap_or_else(|err| panic!("ferry ui ran no opener ({err})"))
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(
+        command_line
+            .iter()
+            .all(|argument| !argument.contains("code=")),
+        "the one-time link is on the opener's command line: {command_line:?}"
+    );
+    let [program, handed] = command_line.as_slice() else {
+        panic!("ferry ui ran {command_line:?}, not the opener with one argument");
+    };
+    assert_eq!(Path::new(program), opener);
+
+    // What it handed over: a file in the user's runtime directory that only they can read,
+    // holding the one-time link; the code in it is nowhere on the command line.
+    let handed = Path::new(handed);
+    assert_eq!(handed.parent(), Some(runtime.as_path()), "{command_line:?}");
+    let mode = std::fs::metadata(handed).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the handover file's mode is {mode:o}");
+    let page = std::fs::read_to_string(handed).unwrap();
+    let link = format!("http://{}/ui#code=", a.api);
+    let code: String = page
+        .split_once(&link)
+        .unwrap_or_else(|| panic!("no link to {link} in the handover page:\n{page}"))
+        .1
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    assert_eq!(code.len(), 64, "{page}");
+    assert!(
+        command_line
+            .iter()
+            .all(|argument| !argument.contains(&code)),
+        "the code is on the opener's command line: {command_line:?}"
+    );
+
+    // The browser, given that file, ends on the status page, logged in, the code out of its
+    // address bar; the code is spent.
+    let shown = drive(&["handover", &a.api, handed.to_str().unwrap(), "a"]);
+    assert_eq!(shown["title"], "Ferry · a", "{shown:#}");
+    assert_eq!(shown["problem"], Value::Null, "{shown:#}");
+    assert_eq!(shown["console_errors"], serde_json::json!([]), "{shown:#}");
+    assert_eq!(
+        shown["address_bar"],
+        format!("http://{}/ui", a.api),
+        "{shown:#}"
+    );
+    assert_eq!(shown["session_stored"], true, "{shown:#}");
+    let again = reqwest::blocking::Client::new()
+        .post(a.url("/v1/ui/session"))
+        .json(&serde_json::json!({ "code": code }))
+        .send()
+        .unwrap()
+        .status();
+    assert_eq!(again, 401, "the browser traded the handed-over code");
 }

@@ -275,35 +275,34 @@ async fn ui(kit: &Kit, json: bool, print: bool) -> Exit {
         output::json(&to_json(&code));
         return Exit::Done;
     }
-    if !print && open_in_browser(&code.url) {
-        println!("opened the status page (if no browser appeared, run `ferry ui --print`)");
-    } else {
-        println!("{}", code.url);
-        eprintln!(
-            "open this link within {} s; it works once (the page then keeps its own read-only session)",
-            code.expires_in_s
-        );
+    if !print {
+        // The link holds the code: it goes to the browser in a file only this user can read,
+        // never on a command line (see `ui`).
+        match super::ui::write_handover(
+            &super::ui::handover_dir(),
+            &code.url,
+            Duration::from_secs(code.expires_in_s),
+        ) {
+            Ok(page) if super::ui::open_in_browser(page.as_os_str()) => {
+                println!(
+                    "opened the status page (if no browser appeared, or it could not read {}, \
+                     run `ferry ui --print`)",
+                    page.display()
+                );
+                return Exit::Done;
+            }
+            Ok(page) => {
+                let _ = std::fs::remove_file(page);
+            }
+            Err(err) => eprintln!("could not write the page that opens the status page: {err}"),
+        }
     }
+    println!("{}", code.url);
+    eprintln!(
+        "open this link within {} s; it works once (the page then keeps its own read-only session)",
+        code.expires_in_s
+    );
     Exit::Done
-}
-
-/// Hands `url` to the desktop's opener; `false` if there is none (a server, a container).
-fn open_in_browser(url: &str) -> bool {
-    let (program, args): (&str, &[&str]) = if cfg!(target_os = "macos") {
-        ("open", &[])
-    } else if cfg!(windows) {
-        // `start`'s first quoted argument is the window title.
-        ("cmd", &["/C", "start", ""])
-    } else {
-        ("xdg-open", &[])
-    };
-    std::process::Command::new(program)
-        .args(args)
-        .arg(url)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
 }
 
 async fn status(kit: &Kit, json: bool) -> Exit {

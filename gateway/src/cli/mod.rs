@@ -9,6 +9,7 @@ mod generate;
 mod logging;
 mod output;
 mod progress;
+mod ui;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -138,7 +139,8 @@ pub enum Command {
     /// every trusted peer afresh; says what is wrong and how to fix it. Exit 0 when nothing
     /// is, 1 when something is.
     Doctor,
-    /// Open the status page in a browser (read-only; a one-time link, no token in it).
+    /// Open the status page in a browser (read-only; a one-time link, no token in it, handed
+    /// over in a file only you can read, never on a command line).
     Ui {
         /// Print the link instead of opening a browser (it works once, within a minute).
         #[arg(long)]
