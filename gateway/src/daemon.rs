@@ -4,8 +4,9 @@
 //! API; `api.addr` is written only once the API listens, so a client that reads it can connect.
 //!
 //! Stop (SIGTERM, SIGINT or `ferry stop`), in this order:
-//! 1. new local calls and new peer streams are refused at once; the QUIC port stops taking
-//!    new connections;
+//! 1. new local calls and new peer streams are refused at once (a peer's write is not run, but
+//!    hears what the journal says of its id; settle queries are still answered); the QUIC port
+//!    stops taking new connections;
 //! 2. in-flight writes finish within the drain bound;
 //! 3. the mDNS goodbye; then the answers still on their streams are acknowledged by their
 //!    callers (inside the same bound), since a close drops what was not sent;

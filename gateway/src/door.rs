@@ -86,10 +86,18 @@ impl PeerService {
         self.network.book().is_trusted(from)
     }
 
-    /// A write from `from`: the door's checks (SPEC 7 rule 1), then the executor.
+    /// A write from `from`: the door's checks (SPEC 7 rule 1), then the executor; a write on a
+    /// stream that came `after_stop` began is not run, and hears what the executor's stopping
+    /// path says of its id (`Executor::turn_away`).
     /// The owner's answer; `None` when it cannot say whether the write ran (its answer was
-    /// lost), so the stream goes unanswered and the caller settles by id.
-    async fn write_checked(&self, from: NodeId, request: WriteRequest) -> Option<WriteAnswer> {
+    /// lost, or a copy is still running in the drain), so the stream goes unanswered and the
+    /// caller settles by id.
+    async fn write_checked(
+        &self,
+        from: NodeId,
+        request: WriteRequest,
+        after_stop: bool,
+    ) -> Option<WriteAnswer> {
         // The TLS handshake checked trust when the connection opened; an untrust since then
         // must still stop this peer's writes on that connection.
         if !self.trusted(&from) {
@@ -98,6 +106,9 @@ impl PeerService {
         if let Err(refusal) = self.owner.check_door(from, &request) {
             self.metrics.door_refusal();
             return Some(WriteAnswer::Refused(refusal));
+        }
+        if after_stop {
+            return answer_of(self.owner.executor().turn_away(from, request.request_id));
         }
         self.metrics.peer_write_served();
         let deadline = self.clock.now() + Duration::from_millis(u64::from(request.deadline_ms));
@@ -108,13 +119,42 @@ impl PeerService {
             verb: request.verb,
             priority: request.priority,
         };
-        match self.owner.executor().submit(from, call, deadline).await {
-            Ok(answer) => Some(answer),
-            Err(SubmitError::Lost) => None,
-            Err(SubmitError::Stopping | SubmitError::Full) => {
-                Some(WriteAnswer::Refused(stopping()))
-            }
-        }
+        answer_of(self.owner.executor().submit(from, call, deadline).await)
+    }
+
+    /// [`Self::write_checked`], in a span that follows the write by its request id.
+    async fn write_traced(
+        &self,
+        from: NodeId,
+        request: WriteRequest,
+        after_stop: bool,
+    ) -> Option<WriteAnswer> {
+        let span = tracing::debug_span!(
+            "owner_write",
+            request_id = %request.request_id,
+            app = %request.app,
+            peer = %self.network.label_of(&from)
+        );
+        span.in_scope(
+            || tracing::debug!(vault = %request.vault, after_stop, "received at the door"),
+        );
+        let answer = self
+            .write_checked(from, request, after_stop)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| tracing::debug!(?answer, "answered"));
+        answer
+    }
+}
+
+/// The executor's word on a write as the door sends it: `None` (no answer, the caller settles)
+/// when it cannot say whether the write ran; "stopping, not carried out" only when the
+/// executor says nothing of it ran.
+fn answer_of(executed: Result<WriteAnswer, SubmitError>) -> Option<WriteAnswer> {
+    match executed {
+        Ok(answer) => Some(answer),
+        Err(SubmitError::Lost) => None,
+        Err(SubmitError::Stopping | SubmitError::Full) => Some(WriteAnswer::Refused(stopping())),
     }
 }
 
@@ -172,19 +212,15 @@ impl Service for PeerService {
     }
 
     async fn write(&self, from: NodeId, request: WriteRequest) -> Option<WriteAnswer> {
-        let span = tracing::debug_span!(
-            "owner_write",
-            request_id = %request.request_id,
-            app = %request.app,
-            peer = %self.network.label_of(&from)
-        );
-        span.in_scope(|| tracing::debug!(vault = %request.vault, "received at the door"));
-        let answer = self
-            .write_checked(from, request)
-            .instrument(span.clone())
-            .await;
-        span.in_scope(|| tracing::debug!(?answer, "answered"));
-        answer
+        self.write_traced(from, request, false).await
+    }
+
+    async fn write_while_stopping(
+        &self,
+        from: NodeId,
+        request: WriteRequest,
+    ) -> Option<WriteAnswer> {
+        self.write_traced(from, request, true).await
     }
 
     async fn read(&self, from: NodeId, request: ReadRequest, wait: Option<Duration>) -> ReadReply {

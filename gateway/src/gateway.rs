@@ -369,8 +369,8 @@ impl Gateway {
                 }
             }
         }
-        // Connections keep serving in-flight streams (new ones are answered "going away")
-        // until the endpoint closes them.
+        // Connections keep serving in-flight streams (new ones are answered "going away", but
+        // for writes and settle queries: `ferry_peer::door`) until the endpoint closes them.
         while connections.join_next().await.is_some() {}
     }
 

@@ -35,7 +35,7 @@ use crate::transport::{self, DialError, PeerEndpoint, ReadFrameError};
 use crate::wire::{
     CallState, CallStatusRequest, Extensions, Heartbeat, Hello, Priority, ProtocolFailure,
     ReadAnswer, ReadRequest, Request, RequestFrame, RequestId, Response, TicketAnswer,
-    TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
+    TicketRequest, WriteRequest, WriteVerb,
 };
 use crate::write_machine::{Event, Race, Step, WriteMachine};
 
@@ -489,13 +489,17 @@ impl Caller {
                 detail,
             },
             Exchange::Answered(Response::Write(answer), _) => Event::Answered(answer),
-            // The owner turned the stream away while stopping: it certifies nothing ran.
-            Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway), _) => {
-                Event::Answered(WriteAnswer::Refused(Refusal::busy(
-                    format!("{} is stopping and did not run this write; send it again later with the same request id", target.label),
-                    Duration::from_secs(1),
-                )))
-            }
+            // The owner turned this copy away unread while stopping: that says nothing of the
+            // id, which an earlier copy may have run (an owner of this build answers a write
+            // from its journal instead; a release before it said this to every write after its
+            // stop). Settled by asking, as a break after the send is.
+            Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway), _) => Event::Lost {
+                reason: UnknownReason::ConnectionLost,
+                detail: format!(
+                    "{} is stopping and turned the write away without saying whether its request id ran",
+                    target.label
+                ),
+            },
             Exchange::Answered(other, _) => Event::Lost {
                 reason: UnknownReason::ConnectionLost,
                 detail: format!("{} answered a write with {other:?}", target.label),

@@ -3,7 +3,10 @@
 //!
 //! A stream whose frame is malformed is reset with [`RESET_MALFORMED`] and nothing runs. A
 //! frame of a protocol version this gateway does not speak is answered with the range it does.
-//! While the gateway stops, new streams are answered "going away" at once.
+//! While the gateway stops, new streams are answered "going away" at once, but for two: a
+//! write, which goes to [`Service::write_while_stopping`] (the stop is no answer about its
+//! request id: a copy of a write that ran must hear its first answer), and a settle query,
+//! which the service answers as ever (it says `None` when it cannot).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -51,6 +54,21 @@ pub trait Service: Send + Sync + 'static {
         from: NodeId,
         request: WriteRequest,
     ) -> impl Future<Output = Option<WriteAnswer>> + Send;
+    /// A write on a stream that arrived after the stop began: it must not run, but "going
+    /// away" would tell the caller nothing ran, which is false of a copy of a write that ran or
+    /// is still running in the drain. So the service says what it knows of the id (SPEC 7 rule
+    /// 2): a copy of one that ran hears its first answer, an id it holds nothing of may be
+    /// refused as not carried out. `None`: it cannot say (a copy of one still running); the
+    /// stream is reset unanswered ([`RESET_UNANSWERED`]) and the caller settles by id. The
+    /// default, for a service without a journal, always says nothing.
+    fn write_while_stopping(
+        &self,
+        from: NodeId,
+        request: WriteRequest,
+    ) -> impl Future<Output = Option<WriteAnswer>> + Send {
+        let _ = (from, request);
+        std::future::ready(None)
+    }
     /// A read of a vault this gateway owns or replicates; `wait`: the caller asked for a long
     /// poll ([`crate::wire::EXT_WAIT_MS`], at most [`MAX_READ_WAIT`]), which only a change
     /// page with nothing past its cursor honours.
@@ -67,8 +85,9 @@ pub trait Service: Send + Sync + 'static {
         request: TicketRequest,
     ) -> impl Future<Output = TicketAnswer> + Send;
     /// What became of one of `from`'s request ids (tombstoning an id never seen, under
-    /// `vault` when the caller named it, [`crate::wire::EXT_VAULT`]). `None`: this gateway
-    /// cannot say now (it is stopping); the caller asks again later.
+    /// `vault` when the caller named it, [`crate::wire::EXT_VAULT`]). Asked while the gateway
+    /// stops too. `None`: this gateway cannot say now (it is stopping, and cannot write the
+    /// tombstone an unseen id needs); answered "going away", the caller asks again later.
     fn call_status(
         &self,
         from: NodeId,
@@ -135,8 +154,9 @@ impl Drop for InFlightGuard {
     }
 }
 
-/// Serves one connection until it closes. `stopping` turns new streams away ("going away");
-/// streams already being served finish before this returns.
+/// Serves one connection until it closes. `stopping` turns new streams away ("going away"),
+/// but for writes and settle queries (see the module's note); streams already being served
+/// finish before this returns.
 ///
 /// Every stream of the connection is served inside this one task rather than a task of its
 /// own. A spawned task per stream (and a join set reaped on every stream's end) kept waking the
@@ -235,17 +255,33 @@ async fn serve_stream<S: Service>(
             let _ = send.reset(quinn::VarInt::from_u32(RESET_MALFORMED));
             return;
         }
-        Ok(Ok(_)) if going_away => Response::Failed(ProtocolFailure::GoingAway),
         Ok(Ok(frame)) => match frame.body {
-            Request::Hello(hello) => Response::Hello(service.hello(peer, hello, version).await),
-            Request::Write(request) => match service.write(peer, *request).await {
-                Some(answer) => Response::Write(answer),
-                None => {
-                    warn!(peer = %peer.short(), "a write's answer was lost; stream reset, the caller settles");
-                    let _ = send.reset(quinn::VarInt::from_u32(RESET_UNANSWERED));
-                    return;
+            Request::Write(request) => {
+                let answer = if going_away {
+                    service.write_while_stopping(peer, *request).await
+                } else {
+                    service.write(peer, *request).await
+                };
+                match answer {
+                    Some(answer) => Response::Write(answer),
+                    None => {
+                        warn!(peer = %peer.short(), going_away, "no answer can be given for a write (its answer was lost, or a copy of it still runs); stream reset, the caller settles");
+                        let _ = send.reset(quinn::VarInt::from_u32(RESET_UNANSWERED));
+                        return;
+                    }
                 }
-            },
+            }
+            // Served while stopping too: a caller whose write broke in the drain settles by
+            // asking, and the service answers what it knows (`None` when it cannot).
+            Request::CallStatus(request) => {
+                let vault = frame.ext.vault_of().map(str::to_string);
+                match service.call_status(peer, request, vault).await {
+                    Some(state) => Response::CallStatus(state),
+                    None => Response::Failed(ProtocolFailure::GoingAway),
+                }
+            }
+            _ if going_away => Response::Failed(ProtocolFailure::GoingAway),
+            Request::Hello(hello) => Response::Hello(service.hello(peer, hello, version).await),
             Request::Read(request) => {
                 let wait = frame
                     .ext
@@ -259,13 +295,6 @@ async fn serve_stream<S: Service>(
                 Response::Ticket(service.issue_ticket(peer, request).await)
             }
             Request::Heartbeat(beat) => Response::Heartbeat(beat),
-            Request::CallStatus(request) => {
-                let vault = frame.ext.vault_of().map(str::to_string);
-                match service.call_status(peer, request, vault).await {
-                    Some(state) => Response::CallStatus(state),
-                    None => Response::Failed(ProtocolFailure::GoingAway),
-                }
-            }
             // A newer peer's request: read whole, not understood, not run.
             Request::Unknown { kind } => {
                 debug!(peer = %peer.short(), kind, "request of an unknown kind; answered, nothing ran");

@@ -13,13 +13,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{endpoint, WAIT};
-use ferry_peer::call::{CallTuning, Caller, Target};
+use common::{caller_to, endpoint, WAIT};
+use ferry_peer::call::{Caller, Target};
 use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::outcome::NotCarriedOutReason;
-use ferry_peer::pool::Pool;
-use ferry_peer::route_table::RouteTable;
-use ferry_peer::routes::{Route, RouteKind};
 use ferry_peer::tls::peer_node_id;
 use ferry_peer::transport::PeerEndpoint;
 use ferry_peer::wire::{
@@ -119,18 +116,7 @@ async fn settle_queries_after_a_break_share_one_fresh_connection() {
     let (accepted, mut connections) = tokio::sync::mpsc::unbounded_channel();
     serve(server, Arc::clone(&handshakes), accepted);
 
-    let routes = Arc::new(RouteTable::default());
-    let pool = Arc::new(Pool::new(Arc::clone(&routes)));
-    let caller = Caller::new(endpoint(&caller_key), pool, CallTuning::default(), routes);
-    let owner = Target {
-        node: owner_key.node_id(),
-        label: "owner".into(),
-        routes: vec![Route {
-            kind: RouteKind::Lan,
-            addr,
-        }],
-        down_routes: Vec::new(),
-    };
+    let (caller, owner) = caller_to(&caller_key, owner_key.node_id(), addr);
 
     settle_32(&caller, &owner, Instant::now()).await;
     assert_eq!(

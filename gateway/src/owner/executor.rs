@@ -24,7 +24,7 @@
 //! taken out of the queue starts only if it can still finish before its deadline, else it is
 //! `busy` and never runs afterwards.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -129,6 +129,9 @@ struct Budget {
 struct BudgetState {
     gate: Gate<CallerKey>,
     admitted: HashMap<(NodeId, RequestId), u32>,
+    /// Ids a stopping gateway turned away ([`Executor::turn_away`]), never admitted after:
+    /// empty until the stop, and gone with the process.
+    turned_away: HashSet<(NodeId, RequestId)>,
 }
 
 /// What the budget says of a write at its arrival.
@@ -139,6 +142,8 @@ enum Arrival {
     /// Refused for the budget, but a copy of this id is queued or running: telling this copy
     /// "not carried out" would be false of the id, so it gets no answer (the caller settles).
     CopyInFlight,
+    /// A copy of this id was turned away by the stop: this one is answered as it was.
+    TurnedAway,
 }
 
 impl Budget {
@@ -165,6 +170,9 @@ impl Budget {
         now: Instant,
     ) -> Arrival {
         let mut state = self.lock();
+        if state.turned_away.contains(&id) {
+            return Arrival::TurnedAway;
+        }
         let arrival = match state.gate.arrive(caller, class, deadline, now) {
             Ok(()) => {
                 *state.admitted.entry(id).or_default() += 1;
@@ -396,6 +404,7 @@ impl Executor {
             state: Mutex::new(BudgetState {
                 gate: Gate::new(rules),
                 admitted: HashMap::new(),
+                turned_away: HashSet::new(),
             }),
             metrics: metrics.clone(),
         });
@@ -507,6 +516,9 @@ impl Executor {
         {
             Arrival::Admitted => {}
             Arrival::CopyInFlight => return Err(SubmitError::Lost),
+            Arrival::TurnedAway => {
+                return self.answer_while_stopping(caller, request_id, SubmitError::Stopping)
+            }
             Arrival::Refused(refusal) => {
                 // Decided before the injected bug queues the copy anyway: that copy, now in
                 // flight, would otherwise withhold this answer instead of refusing it.
@@ -636,6 +648,29 @@ impl Executor {
         }
     }
 
+    /// A write that reached the owner after its gateway began to stop (SPEC 11: it does not
+    /// run), told what `answer_while_stopping` tells: its first answer if the id ran, nothing
+    /// (`Lost`) if a copy is queued or running in the drain, else `Stopping` (not carried out).
+    /// The executor may still be taking work for writes that came before the stop, so the id
+    /// is turned away first, under the same lock as admission: a copy of it that came before
+    /// the stop and is not admitted yet is then never admitted, and cannot run after this one
+    /// was told it did not.
+    pub fn turn_away(
+        &self,
+        caller: NodeId,
+        request_id: RequestId,
+    ) -> Result<WriteAnswer, SubmitError> {
+        let id = (caller, request_id);
+        {
+            let mut state = self.budget.lock();
+            if state.admitted.contains_key(&id) {
+                return Err(SubmitError::Lost);
+            }
+            state.turned_away.insert(id);
+        }
+        self.answer_while_stopping(caller, request_id, SubmitError::Stopping)
+    }
+
     /// What the owner may say of a copy of `request_id` it will not run: `Lost` while another
     /// copy is queued, running or stranded (it may yet run, so "not carried out" would be
     /// false); else the journal's answer, if it holds one. In flight first: one that finishes
@@ -710,7 +745,11 @@ impl Executor {
         }
     }
 
-    /// What became of `caller`'s `request_id`; tombstones an id never seen.
+    /// What became of `caller`'s `request_id`; tombstones an id never seen. Once the stop has
+    /// taken the queue no tombstone can be written, but an id the owner knows is still
+    /// answered: `running` while a copy is queued or running in the drain (a caller whose
+    /// write broke asks again, and hears the first answer once it committed), else the
+    /// journal's entry. An id it knows nothing of is `Stopping` (ask again later).
     pub async fn status(
         &self,
         caller: NodeId,
@@ -718,12 +757,18 @@ impl Executor {
         vault: Option<&str>,
     ) -> Result<CallState, SubmitError> {
         let (reply, answer) = oneshot::channel();
-        self.enqueue(Job::Status {
+        let queued = self.enqueue(Job::Status {
             caller,
             request_id,
             vault: vault.unwrap_or_default().to_string(),
             reply,
-        })?;
+        });
+        if let Err(SubmitError::Stopping) = queued {
+            return self
+                .known_state(caller, request_id)
+                .ok_or(SubmitError::Stopping);
+        }
+        queued?;
         match answer.await {
             Ok(Ok(state)) => Ok(state),
             Ok(Err(err)) => {
@@ -731,6 +776,34 @@ impl Executor {
                 Err(SubmitError::Stopping)
             }
             Err(_) => Err(SubmitError::Stopping),
+        }
+    }
+
+    /// What the owner can say of `request_id` without writing: `running` while a copy is
+    /// admitted and unanswered (in flight first, as [`Self::answer_unless_in_flight`] looks),
+    /// else the journal's entry; `None` when it holds nothing, or the journal cannot be read.
+    fn known_state(&self, caller: NodeId, request_id: RequestId) -> Option<CallState> {
+        if self
+            .budget
+            .lock()
+            .admitted
+            .contains_key(&(caller, request_id))
+        {
+            return Some(CallState::Running {
+                since_ms: self.clock.unix_ms(),
+                heartbeat_age_ms: 0,
+            });
+        }
+        let conn = self
+            .journal_reader
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match journal::lookup(&conn, caller, request_id) {
+            Ok(entry) => entry.map(|entry| entry.to_call_state()),
+            Err(err) => {
+                debug!(%err, %request_id, "journal lookup for a settle query while stopping failed");
+                None
+            }
         }
     }
 
@@ -2191,16 +2264,22 @@ mod tests {
         assert!(restarted.drain(Duration::from_secs(5)).await);
     }
 
-    #[tokio::test]
-    async fn a_copy_sent_while_the_owner_stops_hears_the_truth_about_its_id() {
-        let dir = tempfile::tempdir().unwrap();
-        let (executor, me, ran, done) = after_one_write(dir.path()).await;
-        let far = Instant::now() + Duration::from_secs(60);
-        // A write still queued when the stop comes.
-        let release = hold(&executor).await;
+    /// A write (key `queued`) held in the queue, then a stop that has taken the queue: the
+    /// write, its submission, what releases the queue, and the drain.
+    async fn drain_with_one_queued(
+        executor: &Arc<Executor>,
+        me: NodeId,
+        deadline: Instant,
+    ) -> (
+        WriteCall,
+        tokio::task::JoinHandle<Result<WriteAnswer, SubmitError>>,
+        std::sync::mpsc::Sender<()>,
+        tokio::task::JoinHandle<bool>,
+    ) {
+        let release = hold(executor).await;
         let queued = put(RequestId::generate(), "queued");
-        let first = spawn_put(&executor, me, queued.clone(), far);
-        until_queued(&executor, 1, 0).await;
+        let first = spawn_put(executor, me, queued.clone(), deadline);
+        until_queued(executor, 1, 0).await;
         let stopping = {
             let executor = executor.clone();
             tokio::spawn(async move { executor.drain(Duration::from_secs(5)).await })
@@ -2213,6 +2292,16 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), stopped)
             .await
             .expect("the stop never took the queue");
+        (queued, first, release, stopping)
+    }
+
+    #[tokio::test]
+    async fn a_copy_sent_while_the_owner_stops_hears_the_truth_about_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me, ran, done) = after_one_write(dir.path()).await;
+        let far = Instant::now() + Duration::from_secs(60);
+        // A write still queued when the stop comes.
+        let (queued, first, release, stopping) = drain_with_one_queued(&executor, me, far).await;
         // A copy of a write that ran hears its first answer, not "stopping, not carried out".
         assert_eq!(executor.submit(me, ran, far).await, Ok(done));
         // A copy of one that may yet run hears nothing it could mistake for "not carried out".
@@ -2234,5 +2323,73 @@ mod tests {
             "the queued write ran once, as the stop drains"
         );
         assert!(stopping.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_write_that_came_after_the_stop_runs_never_and_hears_the_truth_about_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me, ran, done) = after_one_write(dir.path()).await;
+        let far = Instant::now() + Duration::from_secs(60);
+        // The gateway began to stop, but the executor still takes the work that came before.
+        let release = hold(&executor).await;
+        let queued = put(RequestId::generate(), "queued");
+        let first = spawn_put(&executor, me, queued.clone(), far);
+        until_queued(&executor, 1, 0).await;
+        // A copy of a write that ran hears its first answer.
+        assert_eq!(executor.turn_away(me, ran.request_id), Ok(done));
+        // A copy of one queued (it will run in the drain) hears nothing.
+        assert_eq!(
+            executor.turn_away(me, queued.request_id),
+            Err(SubmitError::Lost)
+        );
+        // An id the owner holds nothing of is not carried out, and a copy of it that came
+        // before the stop but reaches the executor after is never admitted: it never runs.
+        let new = put(RequestId::generate(), "new");
+        assert_eq!(
+            executor.turn_away(me, new.request_id),
+            Err(SubmitError::Stopping)
+        );
+        assert_eq!(
+            executor.submit(me, new.clone(), far).await,
+            Err(SubmitError::Stopping)
+        );
+        drop(release);
+        assert_eq!(first.await.unwrap(), Ok(WriteAnswer::Done { revision: 2 }));
+        assert!(executor.drain(Duration::from_secs(5)).await);
+        let conn = store::open(&dir.path().join("ferry.db")).unwrap();
+        assert_eq!(journal::lookup(&conn, me, new.request_id).unwrap(), None);
+        assert_eq!(crate::store::records::get(&conn, "v", "new").unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_settle_query_after_the_stop_took_the_queue_hears_what_the_owner_knows() {
+        let dir = tempfile::tempdir().unwrap();
+        let (executor, me, ran, done) = after_one_write(dir.path()).await;
+        let far = Instant::now() + Duration::from_secs(60);
+        let (queued, first, release, stopping) = drain_with_one_queued(&executor, me, far).await;
+        assert_eq!(
+            executor.status(me, ran.request_id, None).await,
+            Ok(CallState::Answered(done))
+        );
+        assert!(matches!(
+            executor.status(me, queued.request_id, None).await,
+            Ok(CallState::Running { .. })
+        ));
+        // No tombstone can be written now: an unseen id is "ask again later", not a fence.
+        let unseen = RequestId::generate();
+        assert_eq!(
+            executor.status(me, unseen, None).await,
+            Err(SubmitError::Stopping)
+        );
+        drop(release);
+        let answered = first.await.unwrap();
+        assert_eq!(answered, Ok(WriteAnswer::Done { revision: 2 }));
+        assert_eq!(
+            executor.status(me, queued.request_id, None).await,
+            Ok(CallState::Answered(WriteAnswer::Done { revision: 2 }))
+        );
+        assert!(stopping.await.unwrap());
+        let conn = store::open(&dir.path().join("ferry.db")).unwrap();
+        assert_eq!(journal::lookup(&conn, me, unseen).unwrap(), None);
     }
 }

@@ -4,9 +4,14 @@
 // Not every test file uses every helper.
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferry_peer::call::{CallTuning, Caller, Target};
+use ferry_peer::pool::Pool;
+use ferry_peer::route_table::RouteTable;
+use ferry_peer::routes::{Route, RouteKind};
 use ferry_peer::tls::TrustedKeys;
 use ferry_peer::transport::{self, PeerEndpoint, TransportTuning};
 use ferry_peer::wire::{Extensions, Request, RequestFrame, Response};
@@ -33,6 +38,24 @@ pub fn endpoint(key: &NodeKey) -> PeerEndpoint {
         TransportTuning::default(),
     )
     .expect("bind loopback")
+}
+
+/// A caller with the key `key` and the default tuning, and `owner` at `addr` (one LAN route)
+/// as the target of its calls.
+pub fn caller_to(key: &NodeKey, owner: NodeId, addr: SocketAddr) -> (Caller, Target) {
+    let routes = Arc::new(RouteTable::default());
+    let pool = Arc::new(Pool::new(Arc::clone(&routes)));
+    let caller = Caller::new(endpoint(key), pool, CallTuning::default(), routes);
+    let target = Target {
+        node: owner,
+        label: "owner".into(),
+        routes: vec![Route {
+            kind: RouteKind::Lan,
+            addr,
+        }],
+        down_routes: Vec::new(),
+    };
+    (caller, target)
 }
 
 /// One request on a new stream, in the connection's version; the answer, or why there was none.
