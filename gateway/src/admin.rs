@@ -77,11 +77,12 @@ impl Admin {
     /// tickets it issued.
     pub async fn untrust(&self, label: String) -> Result<Option<NodeId>, StoreError> {
         let removing = label.clone();
-        let now_ms = self.clock.unix_ms();
+        let sent_up_to_ms =
+            crate::settlement::untrust_cover(self.writes.sent_up_to(), self.clock.unix_ms());
         let removed = self
             .owner
             .executor()
-            .apply(move |conn| trust::remove(conn, &removing, now_ms))
+            .apply(move |conn| trust::remove(conn, &removing, sent_up_to_ms))
             .await?;
         self.network.remove_peer(&label, removed);
         if let Some(node) = removed {

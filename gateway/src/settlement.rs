@@ -253,7 +253,7 @@ impl Settlement {
                 .collect(),
             former: former
                 .into_iter()
-                .map(|peer| (peer.node_id, peer.untrusted_ms))
+                .map(|peer| (peer.node_id, peer.sent_up_to_ms))
                 .collect(),
             every_claimed: self.vaults.every_claimed_owner().into_iter().collect(),
             claims_since_ms,
@@ -286,15 +286,19 @@ impl Settlement {
         vault: Option<&str>,
     ) -> Result<(CallState, String), SettleError> {
         let memory = self.memory().await?;
-        if memory.trusted.is_empty() && memory.former.is_empty() && !self.vaults.owns_any() {
+        let named = vault.map(|vault| self.named_vault(vault));
+        let witnesses = settle::witnesses(request_id.unix_ms(), &memory, named.as_ref());
+        if memory.trusted.is_empty()
+            && memory.former.is_empty()
+            && !witnesses.before_record
+            && !self.vaults.owns_any()
+        {
             return Err(SettleError::UnknownCall {
                 detail: format!(
                     "this gateway sent no write with request id {request_id}: it trusts no peer, never did, and owns no vault"
                 ),
             });
         }
-        let named = vault.map(|vault| self.named_vault(vault));
-        let witnesses = settle::witnesses(request_id.unix_ms(), &memory, named.as_ref());
         let mut asks = JoinSet::new();
         for owner in witnesses.ask {
             let settlement = self.clone();
@@ -318,6 +322,13 @@ impl Settlement {
                 (format!("{} ({why})", self.network.label_of(node)), None)
             })
             .collect();
+        if witnesses.before_record {
+            answers.push((
+                "any peer this gateway untrusted under an earlier release (which kept no record of them), for an id that may have been sent before this release ran"
+                    .to_string(),
+                None,
+            ));
+        }
         while let Some(joined) = asks.join_next().await {
             answers.push(match joined {
                 Ok((owner, Ok(state))) => (self.network.label_of(&owner), Some(state)),
@@ -446,6 +457,18 @@ impl Settlement {
             }
         }
     }
+}
+
+/// What an untrust records as the ids that may have gone to the peer: the home's sent mark
+/// `sent_mark_ms` (no id stamped above it ever left), and no less than the clock `now_ms` plus
+/// the ids' future bound and a minute, since a write accepted just before the untrust may still
+/// leave with an id stamped up to five minutes ahead.
+pub fn untrust_cover(sent_mark_ms: u64, now_ms: u64) -> u64 {
+    sent_mark_ms.max(
+        now_ms
+            .saturating_add(settle::FUTURE_BOUND_MS)
+            .saturating_add(settle::CLOCK_STEP_MARGIN_MS),
+    )
 }
 
 fn unavailable(err: StoreError) -> SettleError {

@@ -95,6 +95,11 @@ impl Writes {
         }
     }
 
+    /// No id stamped above this was ever sent from this home (`CallLog::sent_up_to`).
+    pub fn sent_up_to(&self) -> u64 {
+        self.call_log.sent_up_to()
+    }
+
     /// The tasks carrying out writes (a stop waits for them).
     pub fn tasks(&self) -> &TaskCounter {
         &self.tasks

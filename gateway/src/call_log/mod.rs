@@ -203,6 +203,17 @@ impl CallLog {
         self.mark_at_start_ms
     }
 
+    /// No id stamped above this was ever sent from this home (this run's mark, or an earlier
+    /// run's): what an untrust records, so settling knows which ids may have gone to the peer.
+    pub fn sent_up_to(&self) -> u64 {
+        let now = self
+            .sent
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .mark_ms();
+        now.max(self.mark_at_start_ms)
+    }
+
     /// Raises the sent mark over an id stamped `stamp_ms`; call before the id leaves, and do
     /// not send it on an error (the mark must bound every id sent).
     pub fn cover_sent(&self, stamp_ms: u64) -> std::io::Result<()> {

@@ -71,6 +71,11 @@ impl SentMark {
         ))
     }
 
+    /// The mark: no id stamped above it was ever sent from this home.
+    pub fn mark_ms(&self) -> u64 {
+        self.mark_ms
+    }
+
     /// Makes the mark cover an id stamped `stamp_ms`; call before that id leaves, and send it
     /// only if this succeeds, so the mark on disk always bounds every id sent. Raised a minute
     /// past the stamp, so a gateway sending all day writes it about once a minute.
@@ -92,6 +97,22 @@ impl SentMark {
         self.mark_ms = mark_ms;
         Ok(())
     }
+}
+
+/// What the mark file at `path` says, read without opening it for writing (for a command run
+/// while no gateway runs): `Ok(None)` if there is no file (this home never sent), `Err` if it
+/// is there and cannot be read or is torn (nothing certain).
+pub fn read_at(path: &Path) -> std::io::Result<Option<u64>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let mut bytes = [0u8; BYTES];
+    platform::read_exact_at(&file, &mut bytes, 0)?;
+    decode(&bytes)
+        .map(Some)
+        .ok_or_else(|| std::io::Error::other("the sent mark is torn"))
 }
 
 fn encode(mark_ms: u64) -> [u8; BYTES] {

@@ -467,8 +467,15 @@ async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: String) -> Exit
                 Ok(lock) => lock,
                 Err(exit) => return exit,
             };
+            // No gateway runs: the sent mark on disk bounds what this home ever sent (a torn
+            // one bounds nothing, so every id may have gone to the peer).
+            let sent = match crate::call_log::sent_mark::read_at(&home.root().join("calls.sent")) {
+                Ok(mark) => mark.unwrap_or(0),
+                Err(_) => u64::MAX,
+            };
+            let sent_up_to_ms = crate::settlement::untrust_cover(sent, store::unix_ms());
             match store::open(&home.db_path())
-                .and_then(|conn| trust::remove(&conn, &label, store::unix_ms()))
+                .and_then(|conn| trust::remove(&conn, &label, sent_up_to_ms))
             {
                 Ok(Some(node)) => to_json(&Untrusted {
                     label: label.clone(),

@@ -22,8 +22,10 @@ use super::StoreError;
 pub struct FormerPeer {
     pub node_id: NodeId,
     pub label: String,
-    /// When it was last untrusted (Unix ms).
-    pub untrusted_ms: u64,
+    /// Ids stamped at or below this (Unix ms) may have been sent to it while it was trusted:
+    /// the home's sent mark at the untrust, and no less than the clock then plus the ids'
+    /// future bound (a write accepted just before may still leave).
+    pub sent_up_to_ms: u64,
 }
 
 /// Records that writes of `vault` go to `owner` (a no-op if already recorded).
@@ -57,18 +59,23 @@ pub fn claims(conn: &Connection) -> Result<BTreeSet<(String, NodeId)>, StoreErro
     Ok(claims)
 }
 
-/// Remembers that `node` (called `label`) is no longer trusted, as of `now_ms`.
+/// Remembers that `node` (called `label`) is no longer trusted, and that ids stamped up to
+/// `sent_up_to_ms` may have gone to it (kept at the highest of every untrust of it).
 pub fn record_untrusted(
     conn: &Connection,
     node: NodeId,
     label: &str,
-    now_ms: u64,
+    sent_up_to_ms: u64,
 ) -> Result<(), StoreError> {
     conn.execute(
-        "INSERT INTO former_peers (node_id, label, untrusted_ms) VALUES (?1, ?2, ?3)
+        "INSERT INTO former_peers (node_id, label, sent_up_to_ms) VALUES (?1, ?2, ?3)
          ON CONFLICT (node_id) DO UPDATE SET label = excluded.label,
-             untrusted_ms = max(untrusted_ms, excluded.untrusted_ms)",
-        params![node.to_string(), label, now_ms as i64],
+             sent_up_to_ms = max(sent_up_to_ms, excluded.sent_up_to_ms)",
+        params![
+            node.to_string(),
+            label,
+            i64::try_from(sent_up_to_ms).unwrap_or(i64::MAX)
+        ],
     )?;
     Ok(())
 }
@@ -76,7 +83,7 @@ pub fn record_untrusted(
 /// Every peer untrusted at some time (some may be trusted again since).
 pub fn former_peers(conn: &Connection) -> Result<Vec<FormerPeer>, StoreError> {
     let mut stmt = conn
-        .prepare_cached("SELECT node_id, label, untrusted_ms FROM former_peers ORDER BY label")?;
+        .prepare_cached("SELECT node_id, label, sent_up_to_ms FROM former_peers ORDER BY label")?;
     let rows = stmt.query_map([], |row| {
         Ok((
             row.get::<_, String>(0)?,
@@ -86,14 +93,15 @@ pub fn former_peers(conn: &Connection) -> Result<Vec<FormerPeer>, StoreError> {
     })?;
     let mut peers = Vec::new();
     for row in rows {
-        let (node_id, label, untrusted_ms) = row?;
+        let (node_id, label, sent_up_to_ms) = row?;
         let node_id = node_id.parse().map_err(|_| StoreError::Corrupt {
             detail: format!("former peer {label:?} has a bad node id"),
         })?;
         peers.push(FormerPeer {
             node_id,
             label,
-            untrusted_ms: u64::try_from(untrusted_ms).unwrap_or(0),
+            // A value that is not a time says nothing certain: every id may have gone to it.
+            sent_up_to_ms: u64::try_from(sent_up_to_ms).unwrap_or(u64::MAX),
         });
     }
     Ok(peers)
@@ -126,7 +134,7 @@ mod tests {
             vec![FormerPeer {
                 node_id: node(3),
                 label: "older".into(),
-                untrusted_ms: 100
+                sent_up_to_ms: 100
             }]
         );
     }

@@ -68,9 +68,10 @@ pub fn set_journal_collected_before(conn: &Connection, ms: u64) -> Result<(), St
     set(conn, "journal_collected_before_ms", &ms.to_string())
 }
 
-/// Since when every owner a write went to is written down (`claims.rs`; Unix ms): the moment
-/// the database reached schema 6. `u64::MAX` if it is missing (nothing is then taken as
-/// recorded, so settling asks everyone).
+/// Ids stamped above this (Unix ms) were sent, if at all, by a release that writes down where
+/// writes went and whom it untrusted (`claims.rs`): 0 for a database made by such a release,
+/// the upgrade's time plus six minutes for an older one. `u64::MAX` if it is missing (nothing is
+/// then taken as recorded).
 pub fn claims_since(conn: &Connection) -> Result<u64, StoreError> {
     number(conn, "claims_since_ms", "claims watermark", u64::MAX)
 }

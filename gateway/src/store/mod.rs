@@ -228,7 +228,7 @@ ALTER TABLE journal_v5 RENAME TO journal;
 
 /// Version 6: what settling must remember to fence an id only when it asked every machine
 /// that could have run it (`claims.rs`): which owner each vault name's writes went to, and
-/// which peers were untrusted, when.
+/// which peers were untrusted, with the ids that may have gone to them.
 const SETTLE_MEMORY_V6: &str = "
 CREATE TABLE IF NOT EXISTS vault_claims (
     vault    TEXT NOT NULL,
@@ -237,13 +237,23 @@ CREATE TABLE IF NOT EXISTS vault_claims (
     PRIMARY KEY (vault, owner)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS former_peers (
-    node_id      TEXT PRIMARY KEY,
-    label        TEXT NOT NULL,
-    untrusted_ms INTEGER NOT NULL
+    node_id       TEXT PRIMARY KEY,
+    label         TEXT NOT NULL,
+    sent_up_to_ms INTEGER NOT NULL
 );
-INSERT OR IGNORE INTO meta (key, value)
-    VALUES ('claims_since_ms', CAST(CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) AS TEXT));
 ";
+
+/// A new database: every write it ever sends is written down, so `claims_since_ms` is 0.
+const CLAIMS_SINCE_NEW: &str =
+    "INSERT OR IGNORE INTO meta (key, value) VALUES ('claims_since_ms', '0');";
+
+/// A database from before version 6: the writes an earlier release sent left no claim, and the
+/// peers it untrusted no row. Their ids are stamped at most five minutes past the clock at this
+/// migration (the API's future bound; a minute more for the clock's steps): settling treats ids
+/// stamped up to then as sent before the record began.
+const CLAIMS_SINCE_UPGRADE: &str =
+    "INSERT OR IGNORE INTO meta (key, value) VALUES ('claims_since_ms',
+    CAST(CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) + 360000 AS TEXT));";
 
 /// Opens (and creates or migrates) the database at `path` with Ferry's settings.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
@@ -271,6 +281,7 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
             conn.execute_batch(MIGRATE_2_TO_3)?;
             conn.execute_batch(JOURNAL_V5)?;
             conn.execute_batch(SETTLE_MEMORY_V6)?;
+            conn.execute_batch(CLAIMS_SINCE_NEW)?;
             return meta::set_schema_version(conn, SCHEMA_VERSION);
         }
         let found = meta::schema_version(conn)?;
@@ -293,6 +304,7 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
         }
         if found < 6 {
             conn.execute_batch(SETTLE_MEMORY_V6)?;
+            conn.execute_batch(CLAIMS_SINCE_UPGRADE)?;
         }
         if found < SCHEMA_VERSION {
             meta::set_schema_version(conn, SCHEMA_VERSION)?;
@@ -539,6 +551,29 @@ VALUES ('0190a000-0000-7000-8000-000000000001', 'o', 'a', 'v', 'app', 'unknown',
             schema_of(&fresh),
             "a migrated database has the schema a new one has"
         );
+    }
+
+    #[test]
+    fn settling_takes_a_new_databases_writes_as_recorded_and_an_upgraded_ones_as_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = open(&dir.path().join("new.db")).unwrap();
+        assert_eq!(meta::claims_since(&fresh).unwrap(), 0);
+        let path = dir.path().join("old.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute_batch(CALLS_V2).unwrap();
+            conn.execute_batch(MIGRATE_2_TO_3).unwrap();
+            conn.execute_batch(JOURNAL_V5).unwrap();
+            meta::set_schema_version(&conn, 5).unwrap();
+        }
+        let before = unix_ms();
+        let upgraded = open(&path).unwrap();
+        // Ids an earlier release may have sent (stamped up to five minutes ahead of the
+        // upgrade) are not taken as recorded.
+        let since = meta::claims_since(&upgraded).unwrap();
+        assert!(since >= before + 5 * 60_000, "{since} against {before}");
+        assert!(claims::former_peers(&upgraded).unwrap().is_empty());
     }
 
     #[test]

@@ -127,16 +127,20 @@ pub fn versions(conn: &Connection) -> Result<Vec<(NodeId, PeerVersion)>, StoreEr
     Ok(versions)
 }
 
-/// Forgets the peer called `label`, remembering in the same transaction that it was trusted
-/// until `now_ms` (settling must not fence an id that may have gone to it); returns its node id
-/// if it was trusted.
-pub fn remove(conn: &Connection, label: &str, now_ms: u64) -> Result<Option<NodeId>, StoreError> {
+/// Forgets the peer called `label`, remembering in the same transaction that ids stamped up to
+/// `sent_up_to_ms` may have gone to it (settling must not fence them without it); returns its
+/// node id if it was trusted.
+pub fn remove(
+    conn: &Connection,
+    label: &str,
+    sent_up_to_ms: u64,
+) -> Result<Option<NodeId>, StoreError> {
     let Some(peer) = get(conn, label)? else {
         return Ok(None);
     };
     super::in_transaction(conn, |tx| {
         tx.execute("DELETE FROM peers WHERE label = ?1", [label])?;
-        super::claims::record_untrusted(tx, peer.node_id, label, now_ms)
+        super::claims::record_untrusted(tx, peer.node_id, label, sent_up_to_ms)
     })?;
     Ok(Some(peer.node_id))
 }

@@ -13,7 +13,7 @@ use crate::wire::CallState;
 /// the earliest.
 pub const FUTURE_BOUND_MS: u64 = 5 * 60 * 1000;
 
-/// Margin for this gateway's own clock stepping between a send and an untrust.
+/// Margin for this gateway's clock stepping between the acceptance of a write and an untrust.
 pub const CLOCK_STEP_MARGIN_MS: u64 = 60 * 1000;
 
 /// What a caller with no record of an id remembers of where writes could have gone.
@@ -23,12 +23,15 @@ pub struct Memory<N> {
     pub me: N,
     /// The peers trusted now.
     pub trusted: Vec<N>,
-    /// Peers untrusted since, each with when (Unix ms, this gateway's clock).
+    /// Peers untrusted since, each with the highest id stamp (Unix ms) that may have gone to
+    /// it: the home's sent mark at the untrust, no less than the clock then plus
+    /// [`FUTURE_BOUND_MS`] and [`CLOCK_STEP_MARGIN_MS`].
     pub former: Vec<(N, u64)>,
-    /// Every owner any write was sent to since `claims_since_ms`.
+    /// Every owner any write was sent to, as written down.
     pub every_claimed: Vec<N>,
-    /// Since when every owner a write went to is written down (Unix ms): writes sent before
-    /// (by an older release) left no claim.
+    /// Ids stamped above this were sent, if at all, by a release that writes down where
+    /// writes went and whom it untrusted (0 for a database it made; the upgrade's time plus six
+    /// minutes for an older one).
     pub claims_since_ms: u64,
 }
 
@@ -58,26 +61,29 @@ pub enum CannotAsk {
 pub struct Witnesses<N> {
     pub ask: Vec<N>,
     pub cannot_ask: Vec<(N, CannotAsk)>,
+    /// The id may have been sent by an earlier release, which kept no record of the peers it
+    /// untrusted: one of them may have run it, and none can be named or asked. Counts as a
+    /// witness that cannot be asked (the id can be found, never fenced).
+    pub before_record: bool,
 }
 
 /// Who could have received the id dated `id_ms`, sent from this gateway: only they may fence
 /// it, and only all of them together.
 ///
-/// With a vault named, and the id dated after writes began to be written down, that is the
-/// owners writes of that name went to, the owners claiming it now and this gateway. Otherwise
-/// (no vault named, a name this gateway knows nothing of, or an id that may predate the
-/// record) it is every peer trusted now, every owner a write ever went to, and this gateway.
-/// Either way a peer untrusted after the id may have left counts and cannot be asked; one
-/// untrusted before it could not have been sent the id, and is left out.
+/// With a vault named, and the id stamped after the record began, that is the owners writes of
+/// that name went to, the owners claiming it now, the owner of the copy held here, and this
+/// gateway. Otherwise (no vault named, a name this gateway knows nothing of, or an id that may
+/// predate the record) it is every peer trusted now, every owner a write ever went to, every
+/// former peer, and this gateway. A former peer is a witness, one that cannot be asked, for the
+/// ids stamped up to what may have gone to it; for later ones it cannot have received them.
+/// The stamps compared are the ids' own and the home's sent mark, never this clock's reading
+/// at settle time, so a clock set back does not shrink the set.
 pub fn witnesses<N: Ord + Copy>(
     id_ms: u64,
     memory: &Memory<N>,
     named: Option<&NamedVault<N>>,
 ) -> Witnesses<N> {
-    let recorded = id_ms
-        >= memory
-            .claims_since_ms
-            .saturating_add(FUTURE_BOUND_MS + CLOCK_STEP_MARGIN_MS);
+    let recorded = id_ms > memory.claims_since_ms;
     let mut who: BTreeSet<N> = BTreeSet::new();
     match named {
         Some(named)
@@ -97,11 +103,10 @@ pub fn witnesses<N: Ord + Copy>(
         }
     }
     who.insert(memory.me);
-    // The earliest the id can have left (ids may be dated up to FUTURE_BOUND_MS ahead).
-    let left_at_earliest = id_ms.saturating_sub(FUTURE_BOUND_MS + CLOCK_STEP_MARGIN_MS);
     let mut witnesses = Witnesses {
         ask: Vec::new(),
         cannot_ask: Vec::new(),
+        before_record: !recorded,
     };
     for node in who {
         if node == memory.me || memory.trusted.contains(&node) {
@@ -109,8 +114,8 @@ pub fn witnesses<N: Ord + Copy>(
             continue;
         }
         match memory.former.iter().find(|(former, _)| *former == node) {
-            // Untrusted before the id could have left: nothing was sent to it.
-            Some((_, untrusted_ms)) if *untrusted_ms < left_at_earliest => {}
+            // Nothing stamped this late was sent while it was trusted.
+            Some((_, sent_up_to_ms)) if id_ms > *sent_up_to_ms => {}
             Some(_) => witnesses
                 .cannot_ask
                 .push((node, CannotAsk::NoLongerTrusted)),
@@ -189,11 +194,13 @@ mod tests {
 
     const MIN: u64 = 60_000;
 
+    /// Peer 1 was untrusted when the sent mark stood at minute 106 (ids up to then may have
+    /// gone to it); the record began at minute 10 (an upgraded database).
     fn memory() -> Memory<u8> {
         Memory {
             me: 0,
             trusted: vec![2, 3],
-            former: vec![(1, 100 * MIN)],
+            former: vec![(1, 106 * MIN)],
             every_claimed: vec![1, 2],
             claims_since_ms: 10 * MIN,
         }
@@ -209,15 +216,15 @@ mod tests {
 
     #[test]
     fn a_peer_untrusted_after_the_id_may_have_left_can_never_be_left_out() {
-        // Peer 1 was untrusted at minute 100. An id of minute 99 may have gone to it.
         let w = witnesses(99 * MIN, &memory(), None);
         assert_eq!(w.ask, vec![0, 2, 3]);
         assert_eq!(w.cannot_ask, vec![(1, CannotAsk::NoLongerTrusted)]);
-        // So may one of minute 105: ids are dated up to five minutes ahead.
-        let w = witnesses(105 * MIN, &memory(), None);
+        assert!(!w.before_record);
+        // Up to the mark recorded at the untrust, whatever the clock says now.
+        let w = witnesses(106 * MIN, &memory(), None);
         assert_eq!(w.cannot_ask, vec![(1, CannotAsk::NoLongerTrusted)]);
-        // One dated well after the untrust cannot have: 1 is left out.
-        let w = witnesses(120 * MIN, &memory(), None);
+        // One stamped past it cannot have gone to 1: left out.
+        let w = witnesses(106 * MIN + 1, &memory(), None);
         assert_eq!((w.ask, w.cannot_ask), (vec![0, 2, 3], vec![]));
         // The same holds when the vault is named and its writes went to 1.
         let w = witnesses(99 * MIN, &memory(), Some(&named(&[1], &[2], None)));
@@ -239,10 +246,19 @@ mod tests {
         // A name this gateway knows nothing of: everyone.
         let w = witnesses(120 * MIN, &memory(), Some(&named(&[], &[], None)));
         assert_eq!(w.ask, vec![0, 2, 3]);
-        // An id that may predate the record of claims: everyone, whatever the name says.
-        let w = witnesses(12 * MIN, &memory(), Some(&named(&[2], &[2], None)));
+    }
+
+    #[test]
+    fn an_id_an_earlier_release_may_have_sent_is_never_fenced() {
+        // Stamped before the record began: everyone is asked whatever the name says, and the
+        // peers the earlier release untrusted, unknown, count as not asked.
+        let w = witnesses(9 * MIN, &memory(), Some(&named(&[2], &[2], None)));
         assert_eq!(w.ask, vec![0, 2, 3]);
-        assert_eq!(w.cannot_ask, vec![(1, CannotAsk::NoLongerTrusted)]);
+        assert!(w.before_record);
+        // A database this release made has no such ids.
+        let mut m = memory();
+        m.claims_since_ms = 0;
+        assert!(!witnesses(1, &m, None).before_record);
     }
 
     #[test]
