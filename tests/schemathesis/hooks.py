@@ -106,6 +106,14 @@ def shortened_wait(path: str, wait):
         if isinstance(wait, (int, float)) and not isinstance(wait, bool) and LONGEST_WAIT_S < wait <= 60:
             return LONGEST_WAIT_S
     elif path == "/v1/calls/{id}":
-        if isinstance(wait, str) and SECONDS.fullmatch(wait) and float(wait) > LONGEST_WAIT_S:
+        if isinstance(wait, str) and SECONDS.fullmatch(wait) and seconds(wait) > LONGEST_WAIT_S:
             return str(LONGEST_WAIT_S)
     return wait
+
+
+def seconds(text: str) -> float:
+    """A timeout's value (0 for a text with no digits, which a looser pattern could let by)."""
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0

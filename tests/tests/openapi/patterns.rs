@@ -67,20 +67,16 @@ fn forms(doc: &Value) -> Vec<Form> {
         seeds.push("a".repeat(max + 1));
         seeds
     };
-    let vault = |what, schema| Form {
+    // Vault names, app names and labels: one form, checked by its own function, of `max` bytes.
+    let name = |what, schema, accepts: fn(&str) -> bool, max| Form {
         what,
         schema,
-        accepts: |s| names::check_vault(s).is_ok(),
-        seeds: name_seeds(128),
+        accepts,
+        seeds: name_seeds(max),
         alphabet: "aZ09._-/ é",
     };
-    let label = |what, schema| Form {
-        what,
-        schema,
-        accepts: |s| names::check_label(s).is_ok(),
-        seeds: name_seeds(64),
-        alphabet: "aZ09._-/ é",
-    };
+    let vault = |what, schema| name(what, schema, |s| names::check_vault(s).is_ok(), 128);
+    let label = |what, schema| name(what, schema, |s| names::check_label(s).is_ok(), 64);
     vec![
         Form {
             what: "X-Ferry-Timeout",
@@ -127,13 +123,12 @@ fn forms(doc: &Value) -> Vec<Form> {
             seeds: vec![id.clone()],
             alphabet: "0123456789abcdef-7g",
         },
-        Form {
-            what: "X-Ferry-App",
-            schema: parameter("App"),
-            accepts: |s| names::check_app(s).is_ok(),
-            seeds: name_seeds(64),
-            alphabet: "aZ09._-/ é",
-        },
+        name(
+            "X-Ferry-App",
+            parameter("App"),
+            |s| names::check_app(s).is_ok(),
+            64,
+        ),
         vault("the vault in a path", parameter("Vault")),
         vault("the settle's vault", settle("vault")),
         vault("a new vault's name", property("CreateVault", "name")),
