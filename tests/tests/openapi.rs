@@ -10,6 +10,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod harness;
+#[path = "openapi/patterns.rs"]
+mod patterns;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -466,6 +468,17 @@ fn session(api: &mut Contract, a: &Gateway, b: &Gateway) {
         (a, "/v1/vaults/notes/changes?after=0&limit=10", 200),
         (a, "/v1/vaults/notes/changes?after=99&wait=0.2", 200),
         (a, "/v1/vaults/notes/changes?after=-1", 400),
+        // The document's bounds, at the edge: the largest revision, and one more.
+        (
+            a,
+            "/v1/vaults/notes/changes?after=18446744073709551615",
+            200,
+        ),
+        (
+            a,
+            "/v1/vaults/notes/changes?after=18446744073709551616",
+            400,
+        ),
         (b, "/v1/vaults/notes/changes?after=0", 404),
     ] {
         let feed = api.call(Method::GET, CHANGES, gateway.request(Method::GET, path));
@@ -611,6 +624,21 @@ fn session(api: &mut Contract, a: &Gateway, b: &Gateway) {
             .json(&json!({"label": "stranger"})),
     );
     assert_eq!(not_trusted.status, 404, "{}", not_trusted.json());
+    // A name no peer could have is bad input, as the document's pattern says, not "no such peer".
+    for (path, body) in [
+        ("/v1/admin/untrust", json!({"label": ""})),
+        (
+            "/v1/admin/vaults/follow",
+            json!({"name": "journal", "owner": ".."}),
+        ),
+    ] {
+        let bad_label = api.call(
+            Method::POST,
+            path,
+            a.request(Method::POST, path).json(&body),
+        );
+        assert_eq!(bad_label.status, 400, "{path}: {}", bad_label.json());
+    }
 
     // The status page: its assets need no token; a code from `ferry ui` trades once for a
     // session that reads the status routes only; other web pages are refused.

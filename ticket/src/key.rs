@@ -89,7 +89,9 @@ impl FromStr for NodeId {
     type Err = ParseNodeIdError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let text = text.trim();
+        // ASCII whitespace only, what a paste brings along: a pattern can say exactly that
+        // (the OpenAPI document's), where Unicode's White_Space differs between regex engines.
+        let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
         if text.len() != NODE_ID_LEN * 2 {
             return Err(ParseNodeIdError::WrongLength { len: text.len() });
         }
@@ -170,6 +172,18 @@ mod tests {
             "z".repeat(64).parse::<NodeId>(),
             Err(ParseNodeIdError::NotHex)
         );
+    }
+
+    #[test]
+    fn only_ascii_whitespace_around_a_node_id_is_ignored() {
+        let text = NodeKey::from_secret_bytes([7; 32]).node_id().to_string();
+        assert!(format!(" \t{text}\r\n").parse::<NodeId>().is_ok());
+        for around in ["\u{a0}", "\u{2028}", "\u{85}"] {
+            assert!(
+                format!("{around}{text}").parse::<NodeId>().is_err(),
+                "{around:?}"
+            );
+        }
     }
 
     #[test]

@@ -38,17 +38,50 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `X-Ferry-Timeout`'s form: decimal seconds, greater than 0 and at most [`MAX_TIMEOUT`];
 /// digits with at most one decimal point, nothing else (no sign, exponent, or `inf`).
+///
+/// Read exactly, digit by digit, not through `f64`: a float would round `600.0000000000000001`
+/// down to an allowed 600 and a long `0.000…1` to a refused 0, where the OpenAPI document's
+/// pattern (which is all a client generator sees) says the opposite. A fraction finer than a
+/// nanosecond rounds up, so a value above 0 never becomes a zero timeout.
 pub fn parse_timeout(raw: &str) -> Option<Duration> {
-    let well_formed = !raw.is_empty()
-        && raw.chars().all(|c| c.is_ascii_digit() || c == '.')
-        && raw.matches('.').count() <= 1
-        && raw.chars().any(|c| c.is_ascii_digit());
-    if !well_formed {
+    let (whole, fraction) = raw.split_once('.').unwrap_or((raw, ""));
+    let all_digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction) {
         return None;
     }
-    let seconds: f64 = raw.parse().ok()?;
-    (seconds > 0.0 && seconds <= MAX_TIMEOUT.as_secs_f64())
-        .then(|| Duration::from_secs_f64(seconds))
+    let whole = whole.trim_start_matches('0');
+    // More than three significant digits is over 600 whatever follows.
+    if whole.len() > 3 {
+        return None;
+    }
+    let seconds: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let nanos = fraction
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(9)
+        .fold(0u64, |nanos, digit| nanos * 10 + u64::from(digit - b'0'));
+    let finer = u64::from(fraction.bytes().skip(9).any(|digit| digit != b'0'));
+    let timeout = Duration::from_secs(seconds) + Duration::from_nanos(nanos + finer);
+    (!timeout.is_zero() && timeout <= MAX_TIMEOUT).then_some(timeout)
+}
+
+/// `If-Match`'s form: the revision a compare-and-swap expects (0: the record must not exist),
+/// decimal digits (at most `u64::MAX`), bare or in one pair of double quotes (an entity tag's
+/// form). Nothing else: no sign, no spaces inside, no lone quote, so the OpenAPI document's
+/// pattern says exactly what is taken.
+pub fn parse_if_match(raw: &str) -> Option<u64> {
+    let digits = raw
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+        .unwrap_or(raw);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// A settle query's `wait`: a timeout's form, or `0` (answer at once).

@@ -360,6 +360,8 @@ pub async fn untrust(
     State(gateway): State<Arc<Gateway>>,
     Json(body): Json<UntrustRequest>,
 ) -> Result<Json<Untrusted>, ApiError> {
+    // A name no peer could have is bad input (400), as in a trust request, not "no such peer".
+    names::check_label(&body.label).map_err(ApiError::bad_request)?;
     match gateway
         .admin()
         .untrust(body.label.clone())
@@ -404,6 +406,7 @@ pub async fn follow_vault(
     Json(body): Json<FollowVault>,
 ) -> Result<Json<VaultHeld>, ApiError> {
     names::check_vault(&body.name).map_err(ApiError::bad_request)?;
+    names::check_label(&body.owner).map_err(ApiError::bad_request)?;
     let row = gateway
         .admin()
         .follow(body.name, body.owner.clone())

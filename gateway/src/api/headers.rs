@@ -9,7 +9,7 @@ use ferry_peer::wire::{Priority, RequestId};
 use super::ApiError;
 use crate::names;
 use crate::owner::verbs::{self, IdProblem, MAX_FUTURE_SKEW};
-use ferry_kit::contract::{parse_timeout, ErrorCode, DEFAULT_TIMEOUT};
+use ferry_kit::contract::{parse_if_match, parse_timeout, ErrorCode, DEFAULT_TIMEOUT};
 
 fn text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
     match headers.get(name) {
@@ -103,20 +103,18 @@ pub fn check_request_id_age(
     }
 }
 
-/// `If-Match`: the revision a compare-and-swap expects (0 = must not exist). Quotes allowed.
+/// `If-Match`: the revision a compare-and-swap expects (0 = must not exist), as
+/// [`parse_if_match`] reads it.
 pub fn if_match(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     let Some(raw) = text(headers, "if-match")? else {
         return Ok(None);
     };
-    raw.trim()
-        .trim_matches('"')
-        .parse::<u64>()
-        .map(Some)
-        .map_err(|_| {
-            ApiError::bad_request(format!(
-                "If-Match {raw:?} is not a revision number (0 means the record must not exist); nothing was sent"
-            ))
-        })
+    parse_if_match(raw).map(Some).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "If-Match {raw:?} is not a revision number (decimal digits, at most {}, optionally in double quotes; 0 means the record must not exist); nothing was sent",
+            u64::MAX
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -126,12 +124,73 @@ mod tests {
     #[test]
     fn timeouts_outside_the_contract_are_refused() {
         for bad in [
-            "0", "-1", "601", "abc", "", "1e2", "inf", "NaN", ".", "1.2.3", " 5", "600.01",
+            "0",
+            "-1",
+            "601",
+            "abc",
+            "",
+            "1e2",
+            "inf",
+            "NaN",
+            ".",
+            "1.2.3",
+            " 5",
+            "600.01",
+            "+5",
+            "0.0",
+            "000",
+            "1000",
+            "600.0000000000000000001",
+            "0600.000000000001",
         ] {
             assert_eq!(parse_timeout(bad), None, "{bad:?}");
         }
-        assert_eq!(parse_timeout("600"), Some(Duration::from_secs(600)));
-        assert_eq!(parse_timeout("0.25"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_timeout("1"), Some(Duration::from_secs(1)));
+        for (good, want) in [
+            ("600", Duration::from_secs(600)),
+            ("0600.000", Duration::from_secs(600)),
+            ("0.25", Duration::from_millis(250)),
+            ("1", Duration::from_secs(1)),
+            ("5.", Duration::from_secs(5)),
+            (".5", Duration::from_millis(500)),
+            ("599.9999999999", Duration::from_secs(600)),
+            // Above 0 however small: a nanosecond, never a zero timeout.
+            (
+                "0.0000000000000000000000000000000000000001",
+                Duration::from_nanos(1),
+            ),
+        ] {
+            assert_eq!(parse_timeout(good), Some(want), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn if_match_takes_digits_bare_or_in_one_pair_of_quotes() {
+        let parse = |raw: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("if-match", raw.parse().unwrap());
+            if_match(&headers).ok().flatten()
+        };
+        for (good, want) in [
+            ("7", 7),
+            ("\"7\"", 7),
+            ("007", 7),
+            ("18446744073709551615", u64::MAX),
+        ] {
+            assert_eq!(parse(good), Some(want), "{good:?}");
+        }
+        for bad in [
+            "+7",
+            "\"7",
+            "7\"",
+            "\"\"7\"\"",
+            "\"\"",
+            "",
+            "7 ",
+            "\" 7\"",
+            "18446744073709551616",
+            "W/\"7\"",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
     }
 }

@@ -100,15 +100,15 @@ pub struct Route {
 }
 
 impl Route {
-    /// Parses `HOST:PORT[,kind]` (the `--addr` form of `ferry trust`).
+    /// Parses `HOST:PORT[,kind]` (the `--addr` form of `ferry trust`), ASCII whitespace
+    /// around either part ignored (only ASCII, so the OpenAPI document's pattern is exact).
     pub fn parse(text: &str) -> Result<Self, RouteParseError> {
         let (addr_text, kind) = match text.split_once(',') {
-            Some((addr, kind)) => (addr, Some(kind.trim().parse::<RouteKind>()?)),
+            Some((addr, kind)) => (addr, Some(trim(kind).parse::<RouteKind>()?)),
             None => (text, None),
         };
         let addr: SocketAddr =
-            addr_text
-                .trim()
+            trim(addr_text)
                 .parse()
                 .map_err(|_| RouteParseError::BadAddress {
                     text: addr_text.to_string(),
@@ -118,6 +118,10 @@ impl Route {
             addr,
         })
     }
+}
+
+fn trim(part: &str) -> &str {
+    part.trim_matches(|c: char| c.is_ascii_whitespace())
 }
 
 impl fmt::Display for Route {
@@ -184,6 +188,21 @@ mod tests {
                 kind: "wifi".into()
             })
         );
+    }
+
+    #[test]
+    fn only_ascii_whitespace_around_the_parts_is_ignored() {
+        assert_eq!(
+            route(" \t10.0.0.1:7420\r\n , lan\n").addr,
+            route("10.0.0.1:7420").addr
+        );
+        for text in [
+            "\u{a0}10.0.0.1:7420",
+            "10.0.0.1:7420\u{2028}",
+            "10.0.0.1:7420,\u{85}lan",
+        ] {
+            assert!(Route::parse(text).is_err(), "{text:?}");
+        }
     }
 
     #[test]
