@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
+use ferry_core::discovered::in_tailnet_range;
 use ferry_ticket::NodeId;
 use tokio::sync::mpsc;
 
@@ -55,7 +56,8 @@ impl Announcement {
     }
 
     /// Parses a TXT record defensively: the id, version and port must be valid; a bad label is
-    /// dropped, bad or surplus tailnet addresses are skipped.
+    /// dropped, bad or surplus tailnet addresses (or ones outside the tailnet's range) are
+    /// skipped.
     pub fn from_txt(get: impl Fn(&str) -> Option<String>) -> Result<Self, TxtError> {
         let node = get("id")
             .and_then(|id| id.parse().ok())
@@ -78,7 +80,8 @@ impl Announcement {
         let tailnet = get("ts")
             .map(|ts| {
                 ts.split(',')
-                    .filter_map(|a| a.trim().parse().ok())
+                    .filter_map(|a| a.trim().parse::<SocketAddr>().ok())
+                    .filter(|a| in_tailnet_range(a.ip()))
                     .take(MAX_TXT_TAILNET)
                     .collect()
             })
@@ -257,6 +260,7 @@ mod tests {
             .collect::<Vec<_>>()
             .join(",")
             + ",garbage";
+        let many = format!("203.0.113.1:1,10.0.0.1:1,{many}");
         let odd: HashMap<&str, String> = [
             ("id", id),
             ("v", "1".into()),
@@ -270,6 +274,8 @@ mod tests {
             (parsed.label_hint.as_str(), parsed.tailnet.len()),
             ("", MAX_TXT_TAILNET)
         );
+        // Off-range addresses are skipped, not counted: the tailnet ones after them are kept.
+        assert_eq!(parsed.tailnet[0], "100.64.0.0:1".parse().unwrap());
     }
 
     #[tokio::test]

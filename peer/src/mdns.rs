@@ -6,12 +6,19 @@
 //! or exactly the configured ones. No probing for name conflicts: instance names are made from
 //! the node id, so they cannot collide by accident, and probing would delay discovery by
 //! 750 ms.
+//!
+//! Anyone on the LAN can announce anything, so the addresses of an announcement are sifted
+//! here, where it is known which interface each record came in on (`ferry_core::discovered`):
+//! a LAN address must be on the subnet of that interface, a tailnet address in the tailnet's
+//! range while this machine is on a tailnet, and at most [`MAX_ANNOUNCED_LAN`] LAN addresses
+//! are kept from one announcement.
 
 use std::net::IpAddr;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use mdns_sd::{IfKind, ServiceDaemon, ServiceEvent, ServiceInfo};
+use ferry_core::discovered::{plausible_lan, plausible_tailnet, Link};
+use mdns_sd::{IfKind, ResolvedService, ScopedIp, ServiceDaemon, ServiceEvent, ServiceInfo};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
@@ -22,6 +29,11 @@ use crate::routes::RouteKind;
 
 /// How long a goodbye may take before the daemon is shut down anyway.
 const GOODBYE_BOUND: Duration = Duration::from_millis(500);
+/// The most LAN addresses taken from one announcement (a gateway has one per interface).
+pub const MAX_ANNOUNCED_LAN: usize = 8;
+/// How long this machine's addresses, read for sifting announcements, are used before they are
+/// read again: interfaces change seldom, announcements can come thousands a second.
+const LINKS_FRESH: Duration = Duration::from_secs(1);
 
 /// mDNS discovery.
 pub struct MdnsDiscovery {
@@ -68,6 +80,7 @@ impl MdnsDiscovery {
         let (tx, rx) = mpsc::channel(256);
         let forwarder = tokio::spawn(async move {
             let mut names = InstanceNames::default();
+            let mut links = Links::default();
             while let Ok(event) = browse.recv_async().await {
                 let event = match event {
                     ServiceEvent::ServiceResolved(info) => {
@@ -75,16 +88,15 @@ impl MdnsDiscovery {
                             info.get_property_val_str(key).map(str::to_string)
                         });
                         match parsed {
-                            Ok(announcement) => {
+                            Ok(mut announcement) => {
                                 names.learn(info.get_fullname(), announcement.node);
-                                let addrs: Vec<IpAddr> = info
-                                    .get_addresses_v4()
-                                    .into_iter()
-                                    .map(IpAddr::V4)
-                                    .collect();
+                                let links = links.current();
+                                announcement
+                                    .tailnet
+                                    .retain(|addr| plausible_tailnet(addr.ip(), links));
                                 DiscoveryEvent::Seen {
                                     announcement,
-                                    addrs,
+                                    addrs: lan_addresses(&info, links),
                                 }
                             }
                             Err(err) => {
@@ -111,6 +123,63 @@ impl MdnsDiscovery {
             events: Mutex::new(Some(rx)),
             forwarder: Mutex::new(Some(forwarder)),
         })
+    }
+}
+
+/// The plausible LAN addresses of a resolved service (each on the subnet of an interface its
+/// record came in on), lowest first, at most [`MAX_ANNOUNCED_LAN`].
+fn lan_addresses(info: &ResolvedService, links: &[Link]) -> Vec<IpAddr> {
+    let mut addrs: Vec<IpAddr> = info
+        .get_addresses()
+        .iter()
+        .filter_map(|scoped| match scoped {
+            ScopedIp::V4(v4) => {
+                let ip = IpAddr::V4(*v4.addr());
+                let arrived_on: Vec<String> = v4
+                    .interface_ids()
+                    .iter()
+                    .map(|id| id.name.clone())
+                    .collect();
+                plausible_lan(ip, &arrived_on, links).then_some(ip)
+            }
+            // IPv6 is disabled on the daemon.
+            _ => None,
+        })
+        .collect();
+    addrs.sort();
+    addrs.truncate(MAX_ANNOUNCED_LAN);
+    addrs
+}
+
+/// This machine's addresses, read again once they are [`LINKS_FRESH`] old.
+#[derive(Debug, Default)]
+struct Links {
+    read_at: Option<Instant>,
+    links: Vec<Link>,
+}
+
+impl Links {
+    fn current(&mut self) -> &[Link] {
+        let now = crate::clock::now();
+        if self
+            .read_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= LINKS_FRESH)
+        {
+            self.links = if_addrs::get_if_addrs()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|i| Link {
+                    addr: i.ip(),
+                    prefix: match &i.addr {
+                        if_addrs::IfAddr::V4(v4) => v4.prefixlen,
+                        if_addrs::IfAddr::V6(v6) => v6.prefixlen,
+                    },
+                    interface: i.name,
+                })
+                .collect();
+            self.read_at = Some(now);
+        }
+        &self.links
     }
 }
 

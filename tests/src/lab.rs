@@ -1027,6 +1027,16 @@ impl LabGateway {
         (output.status.code().unwrap_or(-1), value)
     }
 
+    /// This gateway's routes to the peer labelled `peer`, from `ferry routes --json`.
+    pub fn routes_to(&self, peer: &str) -> Vec<Value> {
+        let (code, routes) = self.cli_json(&["routes"]);
+        assert_eq!(code, 0, "ferry routes on {}: {routes}", self.label);
+        routes
+            .as_array()
+            .map(|all| all.iter().filter(|r| r["peer"] == peer).cloned().collect())
+            .unwrap_or_else(|| panic!("ferry routes on {} gave no list: {routes}", self.label))
+    }
+
     /// Sends signal number `signal` to the process (kill(1) keeps the harness free of unsafe).
     pub fn signal(&self, signal: i32) {
         crate::send_signal(self.pid(), signal);

@@ -10,6 +10,7 @@ pub mod history;
 pub mod lab;
 pub mod lab_api;
 pub mod lab_app;
+pub mod lab_forge;
 pub mod lab_steady;
 pub mod owner_db;
 pub mod previous;

@@ -46,33 +46,22 @@ fn start(lab: &Lab, host: usize, extra: &[&str]) -> LabGateway {
     lab.start_ferry(host, &format!("h{host}"), &args)
 }
 
-/// `gateway`'s routes to `peer`, from `ferry routes --json`.
-fn routes_to(gateway: &LabGateway, peer: &str) -> Vec<Value> {
-    let (code, routes) = gateway.cli_json(&["routes"]);
-    assert_eq!(code, 0, "{routes}");
-    routes
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["peer"] == peer)
-        .cloned()
-        .collect()
-}
-
 fn route_state(gateway: &LabGateway, peer: &str, kind: &str) -> Option<String> {
-    routes_to(gateway, peer)
+    gateway
+        .routes_to(peer)
         .into_iter()
         .find(|r| r["kind"] == kind)
         .and_then(|r| r["state"].as_str().map(String::from))
 }
 
 fn all_routes_down(gateway: &LabGateway, peer: &str) -> bool {
-    let routes = routes_to(gateway, peer);
+    let routes = gateway.routes_to(peer);
     !routes.is_empty() && routes.iter().all(|r| r["state"] == "down")
 }
 
 fn carried_by(gateway: &LabGateway, peer: &str) -> Option<String> {
-    routes_to(gateway, peer)
+    gateway
+        .routes_to(peer)
         .into_iter()
         .find(|r| r["carried_last_call"] == true)
         .and_then(|r| r["kind"].as_str().map(String::from))
@@ -224,7 +213,7 @@ fn an_untrusted_fourth_gateway_is_listed_untrusted_and_never_carries_a_call() {
     let (code, answer) = put(&h4, "intruder", "5");
     assert_ne!(code, 0, "an untrusted gateway's write: {answer}");
     assert!(
-        routes_to(&h1, "h4").is_empty(),
+        h1.routes_to("h4").is_empty(),
         "h1 has no route to an untrusted gateway"
     );
     let (_, vaults) = h1.cli_json(&["vault", "list"]);
@@ -380,7 +369,7 @@ fn a_killed_owner_is_marked_down_fast_and_a_powered_off_one_is_unavailable_never
     // Silent for longer than the write liveness window (1 s): no pooled connection is proven
     // alive any more.
     wait_for("h2 to stop hearing h1", Duration::from_secs(10), || {
-        routes_to(&h2, "h1")
+        h2.routes_to("h1")
             .iter()
             .all(|r| r["last_heard_ms_ago"].as_u64().is_none_or(|ms| ms > 1_000))
             .then_some(())
@@ -683,7 +672,7 @@ fn a_tailnet_address_from_the_tailnet_client_reaches_peers_as_a_route() {
         "h2 to learn h1's tailnet route from its TXT record",
         Duration::from_secs(10),
         || {
-            routes_to(&h2, "h1")
+            h2.routes_to("h1")
                 .into_iter()
                 .find(|r| {
                     r["kind"] == "tailnet"

@@ -6,7 +6,11 @@
 //! (a heartbeat over mutual TLS, which only the real peer can answer); it never marks a route
 //! down by itself. A peer that really stopped closed its QUIC connections with "going away"
 //! (authenticated) and its port now refuses the probe, so it is still down in milliseconds.
-//! The table of gateways seen is bounded, so a flood of made-up announcements costs little.
+//! The table of gateways seen is bounded, and so is what announcements do to a trusted peer's
+//! routes (`ferry_core::discovered`: plausible addresses only, a few routes per peer, unheard
+//! ones forgotten, probes restarted at a pace), so a flood of made-up announcements costs
+//! little. Nothing slow runs in the loop that reads the events: the directory refresh a new
+//! route calls for runs beside it, one at a time.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -17,7 +21,7 @@ use ferry_peer::discovery::{Announcement, DiscoveryEvent};
 use ferry_peer::route_table::{RouteSource, RouteTable};
 use ferry_peer::routes::{Route, RouteKind};
 use ferry_ticket::NodeId;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tracing::debug;
 
 use super::Network;
@@ -115,23 +119,32 @@ impl SeenPeers {
     }
 }
 
-/// The kind of a route to `ip`: `thunderbolt` if it is on the subnet of a configured
-/// thunderbolt interface, else `lan`.
-fn lan_kind(ip: IpAddr, thunderbolt: &[String]) -> RouteKind {
+/// The subnets of the configured thunderbolt interfaces (IPv4 address and netmask), read once
+/// per announcement.
+fn thunderbolt_subnets(thunderbolt: &[String]) -> Vec<(u32, u32)> {
     if thunderbolt.is_empty() {
-        return RouteKind::Lan;
+        return Vec::new();
     }
-    let on_thunderbolt = if_addrs::get_if_addrs()
+    if_addrs::get_if_addrs()
         .unwrap_or_default()
         .into_iter()
         .filter(|i| thunderbolt.contains(&i.name))
-        .any(|i| match (i.addr, ip) {
-            (if_addrs::IfAddr::V4(v4), IpAddr::V4(peer)) => {
-                let mask = u32::from(v4.netmask);
-                u32::from(v4.ip) & mask == u32::from(peer) & mask
-            }
-            _ => false,
-        });
+        .filter_map(|i| match i.addr {
+            if_addrs::IfAddr::V4(v4) => Some((u32::from(v4.ip), u32::from(v4.netmask))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The kind of a route to `ip`: `thunderbolt` if it is on the subnet of a configured
+/// thunderbolt interface, else `lan`.
+fn lan_kind(ip: IpAddr, thunderbolt: &[(u32, u32)]) -> RouteKind {
+    let on_thunderbolt = match ip {
+        IpAddr::V4(peer) => thunderbolt
+            .iter()
+            .any(|(mine, mask)| mine & mask == u32::from(peer) & mask),
+        IpAddr::V6(_) => false,
+    };
     if on_thunderbolt {
         RouteKind::Thunderbolt
     } else {
@@ -140,7 +153,8 @@ fn lan_kind(ip: IpAddr, thunderbolt: &[String]) -> RouteKind {
 }
 
 impl Network {
-    /// Adds the routes a trusted peer announced. Returns true if any is new.
+    /// Adds the routes a trusted peer announced, as far as the route table's bounds allow.
+    /// Returns true if any is new.
     pub fn apply_seen(&self, node: NodeId) -> bool {
         if self.book.by_node(&node).is_none() {
             return false;
@@ -149,78 +163,98 @@ impl Network {
             return false;
         };
         let now = self.clock.now();
+        let thunderbolt = thunderbolt_subnets(&self.thunderbolt);
+        let lan = seen.lan.iter().map(|addr| {
+            let kind = lan_kind(addr.ip(), &thunderbolt);
+            (Route { kind, addr: *addr }, RouteSource::Mdns)
+        });
+        let tailnet = seen.announcement.tailnet.iter().map(|addr| {
+            let kind = RouteKind::Tailnet;
+            (Route { kind, addr: *addr }, RouteSource::Txt)
+        });
         let mut added = false;
-        for addr in &seen.lan {
-            let route = Route {
-                kind: lan_kind(addr.ip(), &self.thunderbolt),
-                addr: *addr,
-            };
-            added |= self
-                .routes
-                .add_discovered(node, route, RouteSource::Mdns, now);
-        }
-        for addr in &seen.announcement.tailnet {
-            let route = Route {
-                kind: RouteKind::Tailnet,
-                addr: *addr,
-            };
-            added |= self
-                .routes
-                .add_discovered(node, route, RouteSource::Txt, now);
+        for (route, source) in lan.chain(tailnet) {
+            added |= self.routes.add_discovered(node, route, source, now);
         }
         added
     }
 
-    /// Consumes discovery events until the stream ends.
+    /// Consumes discovery events until the stream ends. A new route to a trusted peer asks
+    /// for a directory refresh (hellos to every trusted peer); that runs beside the loop, one
+    /// at a time, and the asks that come while one runs make one more after it.
     pub async fn follow_discovery(self: Arc<Self>, mut events: mpsc::Receiver<DiscoveryEvent>) {
-        while let Some(event) = events.recv().await {
-            match event {
-                DiscoveryEvent::Seen {
-                    announcement,
-                    addrs,
-                } => {
-                    let node = announcement.node;
-                    if node == self.me {
-                        // Our own announcement, back through the network stack: multicast
-                        // works on this machine.
-                        self.heard_self();
-                        continue;
-                    }
-                    let lan = addrs
-                        .into_iter()
-                        .filter(|ip| RouteKind::guess(*ip) != RouteKind::Tailnet)
-                        .map(|ip| SocketAddr::new(ip, announcement.quic_port))
-                        .collect();
-                    debug!(peer = %node.short(), label = %announcement.label_hint, "seen on the LAN");
-                    let book = self.book.clone();
-                    self.seen.record(
-                        Seen {
-                            announcement,
-                            lan,
-                            at: self.clock.now(),
-                        },
-                        |node| book.by_node(node).is_some(),
-                    );
-                    self.routes.revive_peer(node, self.clock.now());
-                    if self.apply_seen(node) {
-                        // A new way to a trusted peer: learn what it owns.
-                        self.hello_all(super::DIRECTORY_REFRESH_BOUND).await;
-                    }
+        let refresh = Notify::new();
+        let follow = async {
+            while let Some(event) = events.recv().await {
+                if self.on_discovery_event(event) {
+                    refresh.notify_one();
                 }
-                DiscoveryEvent::Gone { node } => {
-                    debug!(peer = %node.short(), "said goodbye on the LAN");
-                    heard_goodbye(&self.seen, &self.routes, node, self.clock.now());
+            }
+        };
+        tokio::select! {
+            () = follow => {}
+            () = self.refresh_directory_when_asked(&refresh) => {}
+        }
+    }
+
+    /// Runs a directory refresh each time `asked` is notified (never returns).
+    async fn refresh_directory_when_asked(self: &Arc<Self>, asked: &Notify) {
+        loop {
+            asked.notified().await;
+            self.hello_all(super::DIRECTORY_REFRESH_BOUND).await;
+        }
+    }
+
+    /// Takes one discovery event in; nothing here waits. Returns whether it brought a new way
+    /// to a trusted peer (worth learning again what it owns).
+    fn on_discovery_event(&self, event: DiscoveryEvent) -> bool {
+        match event {
+            DiscoveryEvent::Seen {
+                announcement,
+                addrs,
+            } => {
+                let node = announcement.node;
+                if node == self.me {
+                    // Our own announcement, back through the network stack: multicast
+                    // works on this machine.
+                    self.heard_self();
+                    return false;
                 }
+                let lan = addrs
+                    .into_iter()
+                    .filter(|ip| RouteKind::guess(*ip) != RouteKind::Tailnet)
+                    .map(|ip| SocketAddr::new(ip, announcement.quic_port))
+                    .collect();
+                debug!(peer = %node.short(), label = %announcement.label_hint, "seen on the LAN");
+                let book = self.book.clone();
+                self.seen.record(
+                    Seen {
+                        announcement,
+                        lan,
+                        at: self.clock.now(),
+                    },
+                    |node| book.by_node(node).is_some(),
+                );
+                if self.book.by_node(&node).is_none() {
+                    return false;
+                }
+                self.routes.revive_announced(node, self.clock.now());
+                self.apply_seen(node)
+            }
+            DiscoveryEvent::Gone { node } => {
+                debug!(peer = %node.short(), "said goodbye on the LAN");
+                heard_goodbye(&self.seen, &self.routes, node, self.clock.now());
+                false
             }
         }
     }
 }
 
 /// An mDNS goodbye for `node`: unauthenticated, so it only sends every route to that peer to
-/// be probed at once (see the module doc).
+/// be probed at once (see the module doc), at the pace the route table allows.
 pub fn heard_goodbye(seen: &SeenPeers, routes: &RouteTable, node: NodeId, now: Instant) {
     seen.forget(&node);
-    routes.probe_all_now(node, now);
+    routes.probe_announced_goodbye(node, now);
 }
 
 #[cfg(test)]

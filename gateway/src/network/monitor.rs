@@ -80,6 +80,9 @@ pub async fn watch_routes(network: Arc<Network>, lifecycle: Arc<Lifecycle>) {
                 for (node, route) in network.routes.check_silence(now) {
                     debug!(peer = %node.short(), %route, "route silent: down");
                 }
+                for (node, route) in network.routes.forget_unheard(now) {
+                    debug!(peer = %node.short(), %route, "discovered route unheard: forgotten");
+                }
                 for (node, route, interval) in network.routes.due_probes(now) {
                     if beats.len() >= MAX_IN_FLIGHT {
                         break;

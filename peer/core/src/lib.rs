@@ -13,6 +13,7 @@
 //!   the attempts of any call that is safe to repeat (pooled, then fresh).
 //! - [`liveness`]: when a connection counts as alive for a write, and as dead to a call.
 //! - [`health`], [`routes`], [`route_table`]: route health over time, ranking, the table.
+//! - [`discovered`]: what an unauthenticated announcement may add to the table, and how often.
 //! - [`capacity`]: whether the owner takes and starts a request (its budget: the deadline, the
 //!   per-caller cap, the rate limit, the two classes with aging).
 //! - [`settle`]: what the answers of every gateway that could have received an id add up to.
@@ -23,6 +24,7 @@
 pub mod bugs;
 pub mod capacity;
 pub mod clock;
+pub mod discovered;
 pub mod health;
 pub mod liveness;
 pub mod outcome;

@@ -1,7 +1,10 @@
 //! Every route to every trusted peer, where it came from, and its health.
 //!
 //! Sources: the admin's `ferry trust --addr` (config), mDNS on the LAN, tailnet addresses from a
-//! peer's mDNS TXT record, and this machine's tailnet client. The table ranks a peer's usable
+//! peer's mDNS TXT record, and this machine's tailnet client. Discovered routes come from
+//! unauthenticated announcements, so the table bounds them (`discovered`): a few per peer,
+//! forgotten when unheard, and announcements restart probes only so often. The table ranks a
+//! peer's usable
 //! routes for each call, proven ones first (down routes are left out: a call to a peer whose
 //! every route is down is refused at once, nothing sent), and hands the prober the heartbeats
 //! that are due and the instant it must look again.
@@ -14,6 +17,10 @@ use std::time::{Duration, Instant};
 use ferry_ticket::NodeId;
 use serde::{Deserialize, Serialize};
 
+use crate::discovered::{
+    in_tailnet_range, MAX_DISCOVERED_PER_PEER, MAX_UNPROVEN, PROVE_WINDOW, REVIVE_EVERY,
+    UNHEARD_EXPIRY, UNPROVEN_PACE_CAP, UNPROVEN_PACE_FIRST,
+};
 use crate::health::{Failure, RouteHealth, QUIET_GRID, STALL};
 use crate::routes::{rank_routes, Route, RouteState, Standing};
 
@@ -31,6 +38,75 @@ struct Entry {
     source: RouteSource,
     health: RouteHealth,
     carried_last_call: bool,
+    /// When the route entered the table: a discovered route's time to prove itself runs from
+    /// here.
+    since: Instant,
+    /// Heartbeats sent while the route was unproven, and the earliest the next may go (see
+    /// [`Entry::unproven`]).
+    unproven_probes: u32,
+    unproven_pace: Option<Instant>,
+}
+
+impl Entry {
+    fn new(route: Route, source: RouteSource, now: Instant) -> Self {
+        Self {
+            route,
+            source,
+            health: RouteHealth::new(now),
+            carried_last_call: false,
+            since: now,
+            unproven_probes: 0,
+            unproven_pace: None,
+        }
+    }
+
+    /// A discovered route never heard: nothing says it leads to the peer (anyone can announce
+    /// one). It carries no write, and its heartbeats go at a slowing pace
+    /// ([`UNPROVEN_PACE_FIRST`] doubling), since each is a dial to an address a stranger may
+    /// have chosen; to one where no host answers, the kernel holds the packets (charged to
+    /// the peer socket every call shares) until address resolution fails.
+    fn unproven(&self) -> bool {
+        self.source != RouteSource::Config && self.health.last_heard().is_none()
+    }
+
+    /// Whether the pace of an unproven route holds its next heartbeat back at `now`.
+    fn paced(&self, now: Instant) -> bool {
+        self.unproven() && self.unproven_pace.is_some_and(|pace| now < pace)
+    }
+
+    /// A heartbeat goes out on the route at `now`: an unproven route's next waits longer.
+    fn probe_sent(&mut self, now: Instant) {
+        if self.unproven() {
+            let wait = UNPROVEN_PACE_FIRST
+                .checked_mul(1 << self.unproven_probes.min(16))
+                .map_or(UNPROVEN_PACE_CAP, |wait| wait.min(UNPROVEN_PACE_CAP));
+            self.unproven_pace = Some(now + wait);
+            self.unproven_probes += 1;
+        }
+    }
+
+    /// The latest instant the prober must look at this route again.
+    fn next_wake(&self) -> Option<Instant> {
+        let wake = self.health.next_wake()?;
+        Some(match self.unproven_pace {
+            Some(pace) if self.unproven() => wake.max(pace),
+            _ => wake,
+        })
+    }
+
+    /// A discovered route that has had its chance: never heard within [`PROVE_WINDOW`] of
+    /// being added, or unheard for [`UNHEARD_EXPIRY`] since it last was. Configured routes are
+    /// the admin's and never expire.
+    fn expired(&self, now: Instant) -> bool {
+        if self.source == RouteSource::Config {
+            return false;
+        }
+        let (from, allowed) = match self.health.last_heard() {
+            Some(heard) => (heard, UNHEARD_EXPIRY),
+            None => (self.since, PROVE_WINDOW),
+        };
+        now.saturating_duration_since(from) >= allowed
+    }
 }
 
 /// One route as `ferry routes` shows it.
@@ -55,6 +131,9 @@ pub struct RouteTable {
     bell: ProberBell,
     /// Where the grid of quiet heartbeats starts (`health::QUIET_GRID`): the first look.
     grid_epoch: Mutex<Option<Instant>>,
+    /// When an announcement or goodbye last restarted each peer's probes ([`REVIVE_EVERY`]).
+    /// Only peers in the table have one; forgotten with the peer.
+    announced_revive: Mutex<BTreeMap<NodeId, Instant>>,
 }
 
 /// Rung when a heartbeat became due sooner than the prober may be sleeping for (a call to an
@@ -108,20 +187,19 @@ impl RouteTable {
             if let Some(entry) = entries.iter_mut().find(|e| e.route == *route) {
                 entry.source = RouteSource::Config;
             } else {
-                entries.push(Entry {
-                    route: *route,
-                    source: RouteSource::Config,
-                    health: RouteHealth::new(now),
-                    carried_last_call: false,
-                });
+                entries.push(Entry::new(*route, RouteSource::Config, now));
             }
         }
         drop(peers);
         self.bell.ring();
     }
 
-    /// Adds a discovered route (an upsert: rediscovering a known route changes nothing).
-    /// Returns true if it is new.
+    /// Adds a discovered route (an upsert: rediscovering a known route changes nothing, and
+    /// refreshes nothing: an announcement is no proof). Refused when the peer already has
+    /// [`MAX_DISCOVERED_PER_PEER`] discovered routes, or the table [`MAX_UNPROVEN`] routes
+    /// never heard, whoever they lead to (the ones there are kept: a place frees when one is
+    /// heard or expires), and for a TXT route outside the tailnet's range. Returns true if it
+    /// is new.
     pub fn add_discovered(
         &self,
         node: NodeId,
@@ -129,30 +207,104 @@ impl RouteTable {
         source: RouteSource,
         now: Instant,
     ) -> bool {
+        if source == RouteSource::Txt && !in_tailnet_range(route.addr.ip()) {
+            return false;
+        }
         let mut peers = self.lock();
-        let entries = peers.entry(node).or_default();
+        let entries = peers.get(&node).map(Vec::as_slice).unwrap_or_default();
         if entries.iter().any(|e| e.route.addr == route.addr) {
             return false;
         }
-        entries.push(Entry {
-            route,
-            source,
-            health: RouteHealth::new(now),
-            carried_last_call: false,
-        });
+        let discovered = entries
+            .iter()
+            .filter(|e| e.source != RouteSource::Config)
+            .count();
+        if discovered >= MAX_DISCOVERED_PER_PEER {
+            return false;
+        }
+        let unproven = peers.values().flatten().filter(|e| e.unproven()).count();
+        if unproven >= MAX_UNPROVEN {
+            return false;
+        }
+        peers
+            .entry(node)
+            .or_default()
+            .push(Entry::new(route, source, now));
         drop(peers);
         self.bell.ring();
         true
     }
 
+    /// Forgets the discovered routes that had their chance (see `Entry::expired`): never
+    /// heard within [`PROVE_WINDOW`], or unheard for [`UNHEARD_EXPIRY`]. Returns them.
+    pub fn forget_unheard(&self, now: Instant) -> Vec<(NodeId, Route)> {
+        let mut forgotten = Vec::new();
+        for (node, entries) in self.lock().iter_mut() {
+            entries.retain(|entry| {
+                let expired = entry.expired(now);
+                if expired {
+                    forgotten.push((*node, entry.route));
+                }
+                !expired
+            });
+        }
+        forgotten
+    }
+
     /// Forgets every route to `node` (it was untrusted).
     pub fn forget_peer(&self, node: NodeId) {
         self.lock().remove(&node);
+        self.revives().remove(&node);
+    }
+
+    fn revives(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Instant>> {
+        self.announced_revive
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether an unauthenticated sign about `node` may restart its probes now: the peer is in
+    /// the table, and the last such restart was at least [`REVIVE_EVERY`] ago. Counts this one.
+    fn announced_restart_allowed(&self, node: NodeId, now: Instant) -> bool {
+        if !self.lock().contains_key(&node) {
+            return false;
+        }
+        let mut revives = self.revives();
+        if revives
+            .get(&node)
+            .is_some_and(|last| now.saturating_duration_since(*last) < REVIVE_EVERY)
+        {
+            return false;
+        }
+        revives.insert(node, now);
+        true
+    }
+
+    /// `node` announced itself on the LAN (anyone could have sent it): as
+    /// [`RouteTable::revive_peer`], at most once per [`REVIVE_EVERY`]. Returns whether it did.
+    pub fn revive_announced(&self, node: NodeId, now: Instant) -> bool {
+        let allowed = self.announced_restart_allowed(node, now);
+        if allowed {
+            self.revive_peer(node, now);
+        }
+        allowed
+    }
+
+    /// `node` said goodbye on the LAN (anyone could have sent it): as
+    /// [`RouteTable::probe_all_now`], sharing [`RouteTable::revive_announced`]'s pace. Returns
+    /// whether it did.
+    pub fn probe_announced_goodbye(&self, node: NodeId, now: Instant) -> bool {
+        let allowed = self.announced_restart_allowed(node, now);
+        if allowed {
+            self.probe_all_now(node, now);
+        }
+        allowed
     }
 
     /// `node`'s routes, best first (SPEC 8: proven before doubtful, then kind, then RTT): the
     /// usable ones, and apart from them the down ones, the last resort of calls that are safe
-    /// to repeat.
+    /// to repeat. Discovered routes never heard count as down, after the others: anyone could
+    /// have announced them, and a write must not wait on a stranger's address.
     pub fn ranked(&self, node: NodeId, now: Instant) -> (Vec<Route>, Vec<Route>) {
         let peers = self.lock();
         let Some(entries) = peers.get(&node) else {
@@ -160,13 +312,15 @@ impl RouteTable {
         };
         let mut candidates: Vec<_> = entries
             .iter()
+            .filter(|e| !e.unproven())
             .map(|e| (e.route, e.health.standing(now), e.health.rtt()))
             .collect();
         // Ranking puts down routes last, so they are the tail.
         rank_routes(&mut candidates);
         let first_down = candidates.partition_point(|(_, standing, _)| *standing != Standing::Down);
         let mut usable: Vec<Route> = candidates.into_iter().map(|(route, ..)| route).collect();
-        let down = usable.split_off(first_down);
+        let mut down = usable.split_off(first_down);
+        down.extend(entries.iter().filter(|e| e.unproven()).map(|e| e.route));
         (usable, down)
     }
 
@@ -347,7 +501,7 @@ impl RouteTable {
         self.lock()
             .values()
             .flatten()
-            .filter_map(|e| e.health.next_wake())
+            .filter_map(Entry::next_wake)
             .min()
     }
 
@@ -373,8 +527,12 @@ impl RouteTable {
         let mut due = Vec::new();
         for (node, entries) in self.lock().iter_mut() {
             for entry in entries.iter_mut() {
+                if entry.paced(now) {
+                    continue;
+                }
                 if let Some(interval) = entry.health.probe_due(now) {
                     entry.health.align_quiet_probe(epoch, QUIET_GRID);
+                    entry.probe_sent(now);
                     due.push((*node, entry.route, interval));
                 }
             }
@@ -482,6 +640,242 @@ mod tests {
             (view[0].source, view[0].state),
             (RouteSource::Config, RouteState::Up)
         );
+    }
+
+    fn lan(i: u32) -> Route {
+        Route::parse(&format!("10.77.{}.{}:7420", 1 + i / 200, i % 200 + 10)).unwrap()
+    }
+
+    fn discovered(table: &RouteTable, node: NodeId) -> Vec<Route> {
+        let now = Instant::now();
+        table
+            .view(node, now)
+            .into_iter()
+            .filter(|v| v.source != RouteSource::Config)
+            .map(|v| v.route)
+            .collect()
+    }
+
+    #[test]
+    fn discovered_routes_stop_at_the_cap_and_configured_ones_never_count_nor_go() {
+        let now = Instant::now();
+        let table = RouteTable::default();
+        let node = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let configured = [
+            Route::parse("10.77.0.1:7420").unwrap(),
+            Route::parse("100.77.0.1:7420").unwrap(),
+        ];
+        table.set_configured(node, &configured, now);
+        // A stranger announces the peer at a thousand addresses.
+        let added = (0..1_000)
+            .filter(|i| table.add_discovered(node, lan(*i), RouteSource::Mdns, now))
+            .count();
+        assert_eq!(added, MAX_DISCOVERED_PER_PEER);
+        assert_eq!(
+            discovered(&table, node),
+            (0..8).map(lan).collect::<Vec<_>>()
+        );
+        let view = table.view(node, now);
+        assert_eq!(view.len(), MAX_DISCOVERED_PER_PEER + configured.len());
+        for route in configured {
+            assert!(view
+                .iter()
+                .any(|v| v.route == route && v.source == RouteSource::Config));
+        }
+        // The admin adds one of them by hand: it is configured now, and its place frees.
+        table.set_configured(node, &[configured[0], configured[1], lan(0)], now);
+        assert!(table.add_discovered(node, lan(500), RouteSource::Mdns, now));
+        assert!(!table.add_discovered(node, lan(501), RouteSource::Mdns, now));
+        // The admin's routes are never refused, however many are discovered.
+        let more: Vec<Route> = (0..20).map(|i| lan(600 + i)).collect();
+        table.set_configured(node, &more, now);
+        assert_eq!(
+            table
+                .view(node, now)
+                .iter()
+                .filter(|v| v.source == RouteSource::Config)
+                .count(),
+            20
+        );
+    }
+
+    #[test]
+    fn routes_never_heard_are_bounded_for_all_peers_together() {
+        let now = Instant::now();
+        let table = RouteTable::default();
+        let peers: Vec<NodeId> = (1..=5u8)
+            .map(|i| NodeKey::from_secret_bytes([i; 32]).node_id())
+            .collect();
+        let mut added = Vec::new();
+        for (p, node) in peers.iter().enumerate() {
+            for i in 0..4 {
+                let route = lan(u32::try_from(p * 10 + i).unwrap());
+                if table.add_discovered(*node, route, RouteSource::Mdns, now) {
+                    added.push((*node, route));
+                }
+            }
+        }
+        assert_eq!(added.len(), MAX_UNPROVEN);
+        let last = peers[4];
+        assert!(!table.add_discovered(last, lan(99), RouteSource::Mdns, now));
+        // One answers: it is proven, and its place among the unproven frees.
+        let (node, route) = added[0];
+        table.heard(node, route.addr, now, None);
+        assert!(table.add_discovered(last, lan(99), RouteSource::Mdns, now));
+    }
+
+    #[test]
+    fn an_unproven_route_carries_no_write_and_is_probed_at_a_slowing_pace() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let table = RouteTable::default();
+        let node = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let configured = Route::parse("10.77.0.1:7420").unwrap();
+        let forged = lan(0);
+        table.set_configured(node, &[configured], t0);
+        assert!(table.add_discovered(node, forged, RouteSource::Mdns, t0));
+        // Never heard: after every route that was, even a down one, and never offered to a write.
+        let (usable, down) = table.ranked(node, t0);
+        assert_eq!((usable, down), (vec![configured], vec![forged]));
+        // The peer is in use (heartbeats every 50 ms); the forged route never answers.
+        let mut forged_probes = Vec::new();
+        let mut now = t0;
+        while now < t0 + PROVE_WINDOW {
+            table.calling(node, now);
+            for (_, route, _) in table.due_probes(now) {
+                if route == forged {
+                    forged_probes.push(now - t0);
+                } else {
+                    table.heard(node, route.addr, now, Some(ms(1)));
+                }
+                table.probe_finished(node, route.addr);
+            }
+            // The prober is never asked to wake before the pace allows: no spin.
+            let wake = table.next_wake().unwrap();
+            assert!(wake >= now, "asked to wake in the past at {:?}", now - t0);
+            now += ms(10);
+        }
+        assert_eq!(forged_probes, vec![ms(0), ms(1_000), ms(3_000), ms(7_000)]);
+        // Once it answers it is a route like any other, probed as the peer's use asks.
+        table.heard(node, forged.addr, now, Some(ms(1)));
+        assert_eq!(table.ranked(node, now).0, vec![configured, forged]);
+        let mut probes = 0;
+        for step in 0..100 {
+            let at = now + ms(10 * step);
+            table.calling(node, at);
+            for (_, route, _) in table.due_probes(at) {
+                probes += usize::from(route == forged);
+                table.heard(node, route.addr, at, Some(ms(1)));
+                table.probe_finished(node, route.addr);
+            }
+        }
+        assert!(probes >= 15, "{probes} heartbeats in a second of use");
+    }
+
+    #[test]
+    fn a_tailnet_route_from_a_txt_record_must_be_in_the_tailnet_range() {
+        let now = Instant::now();
+        let table = RouteTable::default();
+        let node = NodeKey::from_secret_bytes([1; 32]).node_id();
+        for off in ["203.0.113.9:7420", "10.77.0.9:7420", "[2001:db8::1]:7420"] {
+            let route = Route::parse(&format!("{off},tailnet")).unwrap();
+            assert!(
+                !table.add_discovered(node, route, RouteSource::Txt, now),
+                "{off}"
+            );
+        }
+        for on in ["100.77.0.9:7420", "[fd7a:115c:a1e0::9]:7420"] {
+            let route = Route::parse(on).unwrap();
+            assert!(
+                table.add_discovered(node, route, RouteSource::Txt, now),
+                "{on}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unheard_discovered_route_is_forgotten_and_its_place_frees() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let table = RouteTable::default();
+        let node = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let configured = Route::parse("10.77.0.1:7420").unwrap();
+        table.set_configured(node, &[configured], t0);
+        for i in 0..8 {
+            assert!(table.add_discovered(node, lan(i), RouteSource::Mdns, t0));
+        }
+        // The real one answers; the others never do, however often they are announced again.
+        table.heard(node, lan(3).addr, t0 + s(1), Some(Duration::from_millis(1)));
+        assert!(!table.add_discovered(node, lan(5), RouteSource::Mdns, t0 + s(9)));
+        assert!(!table.add_discovered(node, lan(100), RouteSource::Mdns, t0 + s(9)));
+        assert_eq!(table.forget_unheard(t0 + PROVE_WINDOW - s(1)), vec![]);
+        let forgotten = table.forget_unheard(t0 + PROVE_WINDOW);
+        assert_eq!(forgotten.len(), 7);
+        assert!(forgotten.iter().all(|(n, r)| *n == node && *r != lan(3)));
+        assert_eq!(discovered(&table, node), vec![lan(3)]);
+        // Places are free again.
+        assert!(table.add_discovered(node, lan(100), RouteSource::Mdns, t0 + PROVE_WINDOW));
+        // A route heard once is kept through a long silence, then forgotten.
+        let heard = t0 + s(1);
+        assert_eq!(
+            table.forget_unheard(heard + UNHEARD_EXPIRY - s(1)),
+            vec![(node, lan(100))]
+        );
+        assert_eq!(
+            table.forget_unheard(heard + UNHEARD_EXPIRY),
+            vec![(node, lan(3))]
+        );
+        // The admin's route stays, heard or not.
+        assert_eq!(table.forget_unheard(heard + UNHEARD_EXPIRY * 100), vec![]);
+        assert_eq!(
+            table.view(node, heard + UNHEARD_EXPIRY * 100)[0].route,
+            configured
+        );
+    }
+
+    #[test]
+    fn announcements_restart_a_peers_probes_at_most_once_per_revive_every() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let table = RouteTable::default();
+        let node = NodeKey::from_secret_bytes([1; 32]).node_id();
+        let route = Route::parse("10.77.0.1:7420").unwrap();
+        table.set_configured(node, &[route], t0);
+        let probed_at = |now: Instant| {
+            let due = table.due_probes(now);
+            for (_, r, _) in &due {
+                table.probe_finished(node, r.addr);
+                table.failed(node, r.addr, now, Failure::Silent);
+            }
+            !due.is_empty()
+        };
+        // Down, its next probe 250 ms on.
+        assert!(probed_at(t0));
+        assert!(!probed_at(t0 + ms(100)));
+        // An announcement: probed at once, backoff restarted.
+        assert!(table.revive_announced(node, t0 + ms(100)));
+        assert!(probed_at(t0 + ms(100)));
+        // A flood of them: nothing more until REVIVE_EVERY has passed; a goodbye shares the pace.
+        for i in 1..100u64 {
+            let now = t0 + ms(100 + i * 4);
+            assert!(!table.revive_announced(node, now));
+            assert!(!table.probe_announced_goodbye(node, now));
+        }
+        assert!(!probed_at(t0 + ms(500)), "next at 100 + 500 ms");
+        let later = t0 + ms(100) + REVIVE_EVERY;
+        assert!(table.revive_announced(node, later));
+        assert!(probed_at(later));
+        // A hello is authenticated: never paced.
+        table.revive_peer(node, later + ms(10));
+        assert!(probed_at(later + ms(10)));
+        // Strangers' node ids leave nothing behind.
+        for i in 2..50u8 {
+            let stranger = NodeKey::from_secret_bytes([i; 32]).node_id();
+            assert!(!table.revive_announced(stranger, later));
+        }
+        assert_eq!(table.revives().len(), 1);
+        table.forget_peer(node);
+        assert_eq!(table.revives().len(), 0);
     }
 
     #[test]

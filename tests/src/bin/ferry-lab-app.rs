@@ -1,7 +1,9 @@
 //! The apps of the lab tests, run inside a lab host: the rolling upgrade's
 //! (`ferry_tests::lab_app`) and, with `"mode": "steady"`, the failover test's
 //! (`ferry_tests::lab_steady`) and, with `"mode": "campaign"`, the fault campaign's
-//! (`ferry_tests::campaign::app`). Their settings come in `FERRY_LAB_UPGRADE_APP`.
+//! (`ferry_tests::campaign::app`), and with `"mode": "mdns-forge"` the stranger forging mDNS
+//! announcements of the discovery test (`ferry_tests::lab_forge`). Their settings come in
+//! `FERRY_LAB_UPGRADE_APP`.
 
 fn main() {
     let Ok(settings) = std::env::var(ferry_tests::lab_app::SETTINGS_VAR) else {
@@ -16,6 +18,7 @@ fn main() {
         Ok(settings) if settings["mode"] == "campaign" => {
             ferry_tests::campaign::app::run(&settings)
         }
+        Ok(settings) if settings["mode"] == "mdns-forge" => ferry_tests::lab_forge::run(&settings),
         Ok(settings) => ferry_tests::lab_app::run(&settings),
         Err(err) => {
             eprintln!("ferry-lab-app: the settings are not JSON: {err}");
