@@ -25,8 +25,8 @@ pub(crate) trait KeyParts<const N: usize> {
 /// An [`OwnedKey`] works it out once, when made, and keeps it: a table that grows (a cache
 /// filling to its bound, 100,000 keys by default) rehashes every key it holds, which walked
 /// each key's text through the hasher again and took 3% of the calling gateway's CPU per
-/// write while the caches filled (`performance.md`, "The call log's slots in mapped
-/// memory"), in pauses of milliseconds on the one runtime thread. Now a rehash reads a number.
+/// write while the caches filled (`docs/history/performance-log.md`, "The call log's slots in
+/// mapped memory"), in pauses of milliseconds on the one runtime thread. Now a rehash reads a number.
 ///
 /// Keyed at random once per process: apps choose keys, and a hash they could predict would let
 /// one choose keys that all collide.

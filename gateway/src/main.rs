@@ -2,7 +2,7 @@
 
 /// glibc's allocator spent about a fifth of the calling gateway's CPU on a read (arena locks
 /// and chunk consolidation as tokio moves tasks between worker threads); mimalloc's
-/// thread-local free lists do not. See docs/performance.md.
+/// thread-local free lists do not. See docs/history/performance-log.md, "Reads".
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

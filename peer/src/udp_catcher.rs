@@ -7,7 +7,7 @@
 //! then went unread for hundreds of milliseconds, the kernel's buffer filled and dropped the
 //! owner's datagrams, QUIC fell into loss recovery, and a live connection with hundreds of
 //! writes on it went silent and was closed: each write became `outcome_unknown`
-//! (docs/performance.md, "The lost connection back on a slower hour").
+//! (docs/history/performance-log.md, "The lost connection back on a slower hour").
 //!
 //! Moving QUIC to a thread of its own ended the drops but cost every call two cross-thread wake
 //! ups each way (CPU per durable write 149 us against 103, measured A/B the same hour). So QUIC

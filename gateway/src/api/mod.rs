@@ -126,10 +126,10 @@ fn router(state: ApiState) -> Router {
 ///
 /// A service around the whole router rather than axum middleware: a layer on the router wraps
 /// every route and, on every request, clones and boxes the service under it. Three layers cost
-/// about 3 us of CPU per cache hit (`performance.md`, "Reads"). The one `from_fn` layer left
-/// after that did the same on a smaller scale; this service measured about 0.6 us less per
-/// cache hit, within the runs' noise (`performance.md`, "A plain put decided without its
-/// record").
+/// about 3 us of CPU per cache hit (`docs/history/performance-log.md`, "Reads"). The one
+/// `from_fn` layer left after that did the same on a smaller scale; this service measured about
+/// 0.6 us less per cache hit, within the runs' noise (the same log, "A plain put decided
+/// without its record").
 #[derive(Clone)]
 struct Edge {
     routes: Router,

@@ -5,7 +5,7 @@
 //! As two `pwrite`s that cost 2-4 us of the calling gateway's CPU per write in the
 //! benchmark (and 7 us on this machine's ext4 in a tight loop: each `pwrite` dirties the inode's
 //! times and joins the filesystem's journal); as copies into a shared mapping they cost tens of
-//! nanoseconds (`performance.md`, "The call log's slots in mapped memory").
+//! nanoseconds (`docs/history/performance-log.md`, "The call log's slots in mapped memory").
 //!
 //! A copy into a shared mapping lands in the kernel's page cache, the same pages `pwrite`
 //! writes: it survives this process being killed, and is written to the disk later, as a

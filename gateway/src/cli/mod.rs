@@ -267,7 +267,7 @@ pub fn main() -> ExitCode {
 /// a pool of one worker: a pool puts a task woken by the running task in a slot that runs next,
 /// so each write's stream woke the QUIC connection's driver at once and went out in a datagram
 /// of its own. Here a woken task queues behind the others, and one datagram carries the
-/// requests of many writes (docs/performance.md, "The current-thread scheduler").
+/// requests of many writes (docs/history/performance-log.md, "The current-thread scheduler").
 fn runtime_builder(threads: usize) -> tokio::runtime::Builder {
     if threads == 1 {
         return tokio::runtime::Builder::new_current_thread();

@@ -197,14 +197,14 @@ ALTER TABLE peers ADD COLUMN release TEXT;
 /// - (4) The check on `state` is three comparisons instead of an `IN` list. SQLite checks an
 ///   `IN` list of three or more values by building a temporary index, every time a statement
 ///   checks it: the owner's two journal statements per write paid about 2 us each for it
-///   (`performance.md`, "A temporary index per journal statement").
+///   (`docs/history/performance-log.md`, "A temporary index per journal statement").
 /// - (5) The rows live in their key's B-tree (`WITHOUT ROWID`), keyed by request id first. A
 ///   rowid table kept each row twice, in the table and in its key's index, so every write's
 ///   two journal statements wrote two B-trees; and with the caller first, every comparison
 ///   walked the 64 hex digits all of one caller's ids share before reaching the id. Now each
 ///   statement finds its row in one B-tree, a comparison ends in the id's first bytes, and a
-///   batch's commits write about 15% fewer pages (`performance.md`, "The journal in one
-///   B-tree"). The id's first bytes are its time, so collecting old rows reads the key's start.
+///   batch's commits write about 15% fewer pages (`docs/history/performance-log.md`, "The
+///   journal in one B-tree"). The id's first bytes are its time, so collecting old rows reads the key's start.
 ///
 /// A database older than 4 is rebuilt once, here, not first to 4 and then again.
 const JOURNAL_V5: &str = "

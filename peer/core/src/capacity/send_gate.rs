@@ -34,8 +34,8 @@ use crate::wire::RequestId;
 
 /// The maps' hasher: seeded at random per process, and several times faster on these short
 /// keys than the standard library's SipHash, which came to 1% of the calling gateway's CPU per
-/// write across this gate and the registry of calls in flight (`performance.md`, "The call
-/// log's slots in mapped memory"). foldhash is only minimally resistant to hash flooding,
+/// write across this gate and the registry of calls in flight
+/// (`docs/history/performance-log.md`, "The call log's slots in mapped memory"). foldhash is only minimally resistant to hash flooding,
 /// which is enough here: the keys are request ids and app names that local apps holding the
 /// gateway's token choose.
 type FastKeyed = foldhash::fast::RandomState;
