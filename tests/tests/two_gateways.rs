@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod harness;
+mod readme_tour;
 
 use harness::{ferry_bin, pair_with_notes, two_with_notes, Gateway, START_BOUND};
 use serde_json::Value;
@@ -371,4 +372,68 @@ fn a_gateway_runs_on_the_runtime_threads_it_is_given_and_carries_concurrent_writ
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
+}
+
+/// The README's short tour, read from README.md and run as written against the built binary
+/// (`readme_tour` says what of the shell it understands), so the tour cannot drift from the CLI.
+#[test]
+fn the_readme_tour_runs_as_written() {
+    let path = readme_tour::readme_path();
+    let readme = std::fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("reading {}: {err}", path.display()));
+    readme_tour::run(&readme, ferry_bin());
+}
+
+/// The tour's reading of the README: steps, comments, words and what a step prints.
+#[test]
+fn the_readme_tour_reads_commands_comments_and_outputs() {
+    let readme = "# R\n\n## A short tour\n\nText:\n\n    \
+                  ferry --home /tmp/a get k  # world  (a note)\n    \
+                  curl -H 'A: b' \\\n      \"x\"    # (only a note)\n\n## Next\n\n    not this\n";
+    let steps = readme_tour::steps(readme, "## A short tour");
+    assert_eq!(
+        steps,
+        vec![
+            readme_tour::Step {
+                command: "ferry --home /tmp/a get k".into(),
+                prints: Some("world".into())
+            },
+            readme_tour::Step {
+                command: "curl -H 'A: b' \"x\"".into(),
+                prints: None
+            },
+        ]
+    );
+    assert_eq!(
+        readme_tour::statements("ferry a stop; ferry b serve &"),
+        vec![
+            ("ferry a stop".to_string(), false),
+            ("ferry b serve".to_string(), true)
+        ]
+    );
+    let words = readme_tour::words(
+        r#"trust "$(ferry id)" -H 'X: y' "http://$(cat f)/v1""#,
+        &mut |inner| format!("<{inner}>"),
+    );
+    assert_eq!(
+        words,
+        ["trust", "<ferry id>", "-H", "X: y", "http://<cat f>/v1"]
+    );
+
+    use readme_tour::check_prints;
+    assert!(check_prints(
+        "done: revision 1 (request ...)",
+        "done: revision 1 (request 0191)\n"
+    )
+    .is_ok());
+    assert!(check_prints(
+        "done: revision 1 (request ...)",
+        "done: revision 2 (request 0191)"
+    )
+    .is_err());
+    assert!(check_prints("world", "world").is_ok());
+    assert!(check_prints("world", "worlds").is_err());
+    let json = "{\n  \"revision\": 1,\n  \"source\": \"cache\",\n  \"value\": \"world\"\n}\n";
+    assert!(check_prints(r#"{"value": "world", "source": "cache", ...}"#, json).is_ok());
+    assert!(check_prints(r#"{"value": "world", "source": "owner", ...}"#, json).is_err());
 }

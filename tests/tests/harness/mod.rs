@@ -204,7 +204,7 @@ impl Gateway {
             }
             None => Command::new(bin),
         };
-        let mut child = command
+        let child = command
             .args([
                 "--home",
                 home.to_str().unwrap(),
@@ -225,6 +225,14 @@ impl Gateway {
             .stderr(log)
             .spawn()
             .expect("spawn ferry serve");
+        Self::adopt(bin, child, label, home)
+    }
+
+    /// Takes on `child`, a `ferry serve` of the build at `bin` just spawned on `home` (however
+    /// its command line was written, e.g. by the README's tour) with its standard error going
+    /// to `serve.log` there: waits, bounded, until it listens, then reads its token, node id
+    /// and QUIC address. Dropping the handle kills the process.
+    pub fn adopt(bin: &Path, mut child: Child, label: &str, home: &Path) -> Self {
         // Bounded, and fails at once with the log if the process exits before it listens.
         let api = ferry_tests::wait_until_listening(&mut child, home, label)
             .trim()
