@@ -94,6 +94,23 @@ impl LocalRefusal {
     }
 }
 
+impl LocalRefusal {
+    /// Two or more trusted peers (`owners`, by label) each own a vault called `vault`, and
+    /// this gateway holds none: `409 vault_ambiguous`, nothing sent.
+    pub fn vault_ambiguous(vault: &str, owners: &[String]) -> Self {
+        Self {
+            code: RefusalCode::VaultAmbiguous,
+            detail: crate::network::collisions::ambiguous_detail(vault, owners),
+        }
+    }
+
+    /// [`LocalRefusal::vault_ambiguous`] with the owners as `network` names them.
+    pub fn ambiguous_among(network: &Network, vault: &str, owners: &[NodeId]) -> Self {
+        let labels: Vec<String> = owners.iter().map(|owner| network.label_of(owner)).collect();
+        Self::vault_ambiguous(vault, &labels)
+    }
+}
+
 /// Why a read has no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadFailure {
@@ -269,9 +286,11 @@ impl Reads {
                         })
                 }
             },
-            Place::Ambiguous(owners) => {
-                Err(ReadFailure::Refused(self.network.ambiguous(vault, &owners)))
-            }
+            Place::Ambiguous(owners) => Err(ReadFailure::Refused(LocalRefusal::ambiguous_among(
+                &self.network,
+                vault,
+                &owners,
+            ))),
             Place::Remote(owner) => {
                 self.read_planned(app, vault, key, &owner, None, deadline)
                     .await
@@ -679,7 +698,7 @@ impl Reads {
                 Ok((answer, ListSource::Local))
             }
             Some(Place::Ambiguous(owners)) => Err(ReadFailure::Refused(
-                self.network.ambiguous(&vault, &owners),
+                LocalRefusal::ambiguous_among(&self.network, &vault, &owners),
             )),
             Some(Place::Remote(target)) => {
                 let request = ReadRequest {

@@ -322,13 +322,6 @@ impl Settlement {
                 (format!("{} ({why})", self.network.label_of(node)), None)
             })
             .collect();
-        if witnesses.before_record {
-            answers.push((
-                "any peer this gateway untrusted under an earlier release (which kept no record of them), for an id that may have been sent before this release ran"
-                    .to_string(),
-                None,
-            ));
-        }
         while let Some(joined) = asks.join_next().await {
             answers.push(match joined {
                 Ok((owner, Ok(state))) => (self.network.label_of(&owner), Some(state)),

@@ -180,7 +180,13 @@ impl Writes {
                 }
             },
             Place::Remote(target) => target,
-            Place::Ambiguous(owners) => return Err(self.network.ambiguous(&call.vault, &owners)),
+            Place::Ambiguous(owners) => {
+                return Err(LocalRefusal::ambiguous_among(
+                    &self.network,
+                    &call.vault,
+                    &owners,
+                ))
+            }
         };
         self.write_remote(call, target, deadline).await
     }

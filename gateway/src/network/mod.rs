@@ -17,14 +17,12 @@ use std::time::{Duration, Instant};
 
 use ferry_core::clock::Clock;
 use ferry_peer::call::{Caller, Target};
-use ferry_peer::outcome::RefusalCode;
 use ferry_peer::route_table::RouteTable;
 use ferry_peer::transport::CLOSE_UNTRUSTED;
 use ferry_ticket::NodeId;
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use crate::reads::LocalRefusal;
 use crate::store::trust::{PeerVersion, TrustedPeer};
 use crate::store::vaults::VaultRow;
 use crate::vaults::Vaults;
@@ -337,15 +335,6 @@ impl Network {
             Owners::None => None,
             Owners::One(owner) => self.target(&owner).map(Place::Remote),
             Owners::Many(owners) => Some(Place::Ambiguous(owners)),
-        }
-    }
-
-    /// The refusal of a call by a name several peers own (`409 vault_ambiguous`).
-    pub fn ambiguous(&self, vault: &str, owners: &[NodeId]) -> LocalRefusal {
-        let labels: Vec<String> = owners.iter().map(|owner| self.label_of(owner)).collect();
-        LocalRefusal {
-            code: RefusalCode::VaultAmbiguous,
-            detail: collisions::ambiguous_detail(vault, &labels),
         }
     }
 

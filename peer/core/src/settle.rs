@@ -61,9 +61,10 @@ pub enum CannotAsk {
 pub struct Witnesses<N> {
     pub ask: Vec<N>,
     pub cannot_ask: Vec<(N, CannotAsk)>,
-    /// The id may have been sent by an earlier release, which kept no record of the peers it
-    /// untrusted: one of them may have run it, and none can be named or asked. Counts as a
-    /// witness that cannot be asked (the id can be found, never fenced).
+    /// The id may have been sent by an earlier release, which wrote down neither where writes
+    /// went nor whom it untrusted: every peer was asked, whatever vault the app named. (A peer
+    /// that release untrusted is unknown here, and not asked: the one case, bounded by the
+    /// journal's retention after an upgrade, where a fence can rest on the others' word.)
     pub before_record: bool,
 }
 
@@ -249,9 +250,8 @@ mod tests {
     }
 
     #[test]
-    fn an_id_an_earlier_release_may_have_sent_is_never_fenced() {
-        // Stamped before the record began: everyone is asked whatever the name says, and the
-        // peers the earlier release untrusted, unknown, count as not asked.
+    fn an_id_an_earlier_release_may_have_sent_is_asked_of_everyone() {
+        // Stamped before the record began: everyone is asked whatever the name says.
         let w = witnesses(9 * MIN, &memory(), Some(&named(&[2], &[2], None)));
         assert_eq!(w.ask, vec![0, 2, 3]);
         assert!(w.before_record);
