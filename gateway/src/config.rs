@@ -64,6 +64,55 @@ pub struct Config {
     /// Background reads (a replica's change pages) this owner serves at once; more wait, so a
     /// replica catching up cannot crowd out apps' reads and writes.
     pub background_reads: usize,
+    /// The local API's connections, the `[local_api]` table.
+    pub local_api: LocalApiConfig,
+}
+
+/// How many connections the local API holds and how long one may wait for a request (the
+/// `[local_api]` table; `api::connections` says how the bound is kept).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalApiConfig {
+    /// Connections held at once. At the bound a new one takes the place of the oldest that has
+    /// not yet shown the token and waits for the rest of its request; when there is none, it is
+    /// refused `503 unavailable`. Held below the process's open-file limit, which leaves room for
+    /// the gateway's other files.
+    pub max_connections: usize,
+    /// How long a connection may go without a whole request head, counted from its opening or
+    /// from the end of its last answer: the bound of a half-sent request and of an idle
+    /// keep-alive connection alike. A request in progress (a long poll) is not held to it.
+    pub header_timeout_ms: u64,
+}
+
+impl Default for LocalApiConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl LocalApiConfig {
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_connections == 0 || self.max_connections > 1_000_000 {
+            return Err(ConfigError::Invalid {
+                key: "local_api.max_connections",
+                detail: "must be between 1 and 1000000".into(),
+            });
+        }
+        if !(100..=600_000).contains(&self.header_timeout_ms) {
+            return Err(ConfigError::Invalid {
+                key: "local_api.header_timeout_ms",
+                detail: "must be between 100 and 600000 (ten minutes)".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The owner's capacity budget: what it admits and in what order (SPEC 7 rule 7).
@@ -182,6 +231,7 @@ impl Default for Config {
             replica_fresh_ms: 2_000,
             capacity: CapacityConfig::default(),
             background_reads: 2,
+            local_api: LocalApiConfig::default(),
         }
     }
 }
@@ -253,6 +303,7 @@ impl Config {
             });
         }
         self.capacity.validate()?;
+        self.local_api.validate()?;
         if self.background_reads == 0 {
             return Err(ConfigError::Invalid {
                 key: "background_reads",
@@ -336,6 +387,27 @@ mod tests {
         assert!(err.to_string().contains("capacity.per_caller"), "{err}");
         let err = toml::from_str::<Config>("[capacity]\nper_callr = 3").unwrap_err();
         assert!(err.to_string().contains("per_callr"), "{err}");
+    }
+
+    #[test]
+    fn the_local_api_table_is_read_and_checked() {
+        let config: Config =
+            toml::from_str("[local_api]\nmax_connections = 64\nheader_timeout_ms = 1000").unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.local_api.max_connections, 64);
+        assert_eq!(config.local_api.header_timeout(), Duration::from_secs(1));
+        let config: Config = toml::from_str("[local_api]\nheader_timeout_ms = 0").unwrap();
+        let err = config.validate().unwrap_err();
+        assert!(
+            err.to_string().contains("local_api.header_timeout_ms"),
+            "{err}"
+        );
+        let config: Config = toml::from_str("[local_api]\nmax_connections = 0").unwrap();
+        let err = config.validate().unwrap_err();
+        assert!(
+            err.to_string().contains("local_api.max_connections"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -21,7 +21,6 @@ use ferry_peer::mdns::MdnsDiscovery;
 
 use crate::network::DiscoveryState;
 use ferry_peer::transport::{BindError, PeerEndpoint, TransportTuning};
-use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
@@ -59,6 +58,8 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     home.ensure()?;
     // Before anything of the home but its config is read, and kept past this function's end.
     home.lock()?.hold_until_exit();
+    // Before any file or socket is opened: every connection to the local API takes a file.
+    let file_limit = crate::platform::raise_file_limit();
     let key = home.node_key()?;
     let token = home.local_token()?;
     let book = Arc::new(PeerBook::default());
@@ -76,12 +77,10 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
              `udp buffer`, says what to raise)"
         );
     }
-    let listener = TcpListener::bind(config.api)
-        .await
-        .map_err(|source| StartError::Api {
-            addr: config.api,
-            source,
-        })?;
+    let listener = api::bind(config.api).map_err(|source| StartError::Api {
+        addr: config.api,
+        source,
+    })?;
     let api_addr = listener.local_addr().map_err(|source| StartError::Api {
         addr: config.api,
         source,
@@ -111,7 +110,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     gateway.set_api_addr(api_addr);
 
     let mut tasks = JoinSet::new();
-    tasks.spawn(api::serve(gateway.clone(), listener));
+    tasks.spawn(api::serve(gateway.clone(), listener, file_limit));
     let discovery = match start_discovery(&gateway).await {
         Some((discovery, events)) => {
             tasks.spawn(gateway.network().clone().follow_discovery(events));

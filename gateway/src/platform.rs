@@ -1,6 +1,6 @@
 //! Everything that differs between operating systems, in one place: how a private directory
-//! and a private file are made, positioned reads and writes of the call log's slot file, and
-//! the signal a service manager stops the gateway with.
+//! and a private file are made, positioned reads and writes of the call log's slot file, the
+//! limit on open files, and the signal a service manager stops the gateway with.
 //!
 //! Unix (Linux, macOS): directories 0700 and files 0600, set when they are made, so a secret
 //! is never readable by others even for a moment; SIGTERM is the stop.
@@ -121,6 +121,52 @@ pub fn write_all_at(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()>
     }
 }
 
+/// The most open files `setrlimit` takes on macOS (`OPEN_MAX` in `<sys/syslimits.h>`): asking
+/// for more, or for "unlimited", fails there even when the hard limit is higher.
+#[cfg(target_os = "macos")]
+const MACOS_OPEN_MAX: u64 = 10_240;
+
+/// Raises this process's soft limit on open files to its hard limit, and returns the soft limit
+/// then in force; `None` where there is none to speak of (unlimited, or Windows, whose sockets
+/// are not counted against such a limit). Every connection to the local API takes a file, and
+/// the soft limit most systems start a process with (1024; 256 on macOS) is far below what the
+/// hard limit allows (systemd: 524288). Best effort: if the raise is refused, the old limit
+/// stays and is returned.
+pub fn raise_file_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let now = getrlimit(Resource::Nofile);
+        #[cfg(target_os = "macos")]
+        let ceiling = Some(
+            now.maximum
+                .map_or(MACOS_OPEN_MAX, |hard| hard.min(MACOS_OPEN_MAX)),
+        );
+        #[cfg(not(target_os = "macos"))]
+        let ceiling = now.maximum;
+        let wanted = match (now.current, ceiling) {
+            (Some(current), Some(ceiling)) if ceiling > current => Some(ceiling),
+            (Some(_), None) => None,
+            (current, _) => return current,
+        };
+        let raised = Rlimit {
+            current: wanted,
+            maximum: now.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => wanted,
+            Err(err) => {
+                tracing::debug!(%err, "the open-file limit could not be raised");
+                now.current
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 /// Waits for the stop a service manager sends (besides Ctrl-C, which the caller watches on
 /// every platform). Never returns if it cannot be watched, after saying so.
 pub async fn service_stop() {
@@ -192,6 +238,19 @@ mod tests {
             Err(std::io::ErrorKind::UnexpectedEof),
             "a short read is an error, not a half-filled buffer"
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_file_limit_is_raised_to_the_hard_limit() {
+        use rustix::process::{getrlimit, Resource};
+        let raised = raise_file_limit();
+        let now = getrlimit(Resource::Nofile);
+        assert_eq!(raised, now.current, "it returns the limit in force");
+        #[cfg(not(target_os = "macos"))]
+        if now.maximum.is_some() {
+            assert_eq!(now.current, now.maximum, "the soft limit is the hard one");
+        }
     }
 
     #[cfg(unix)]

@@ -29,6 +29,20 @@ fn assert_serves(args: &[&str], from: &str) {
 
 const SYSTEMD_BINARY: &str = "%h/.cargo/bin/ferry";
 
+/// The local API's connection bound, as the service's file limit leaves it: the default must
+/// fit, or a local process holding connections could take every file the gateway may open.
+fn assert_files_fit_the_bound(files: Option<u64>, from: &str) {
+    let files = files.unwrap_or_else(|| panic!("{from} sets no open-file limit"));
+    let configured = ferry_gateway::config::Config::default()
+        .local_api
+        .max_connections;
+    assert_eq!(
+        ferry_gateway::api::connections::bound(configured, Some(files)),
+        configured,
+        "{from}: {files} open files hold the local API below its {configured} connections"
+    );
+}
+
 #[test]
 fn the_systemd_unit_runs_ferry_serve_and_gives_the_drain_room() {
     let unit = read("systemd/ferry.service");
@@ -49,6 +63,11 @@ fn the_systemd_unit_runs_ferry_serve_and_gives_the_drain_room() {
         stop_timeout >= 2 * drain_secs,
         "SIGKILL must not cut a drain short: stop timeout {stop_timeout} s, drain {drain_secs} s"
     );
+    let files = unit
+        .lines()
+        .find_map(|line| line.strip_prefix("LimitNOFILE="))
+        .and_then(|files| files.trim().parse().ok());
+    assert_files_fit_the_bound(files, "ferry.service");
 }
 
 #[test]
@@ -102,4 +121,11 @@ fn the_launchd_agent_runs_ferry_serve_and_gives_the_drain_room() {
         "the launchd agent",
     );
     assert!(plist.contains("<key>ExitTimeOut</key>\n    <integer>20</integer>"));
+    let files = plist
+        .split_once("<key>SoftResourceLimits</key>")
+        .and_then(|(_, limits)| limits.split_once("<key>NumberOfFiles</key>"))
+        .and_then(|(_, rest)| rest.trim_start().strip_prefix("<integer>"))
+        .and_then(|rest| rest.split_once("</integer>"))
+        .and_then(|(files, _)| files.trim().parse().ok());
+    assert_files_fit_the_bound(files, "the launchd agent");
 }

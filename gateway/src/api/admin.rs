@@ -313,8 +313,12 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Vec<Vaul
     Ok(Json(rows))
 }
 
-pub async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+pub async fn metrics(
+    State(gateway): State<Arc<Gateway>>,
+    State(connections): State<Arc<super::Connections>>,
+) -> Response {
     let mut text = gateway.metrics().render();
+    connections.render(&mut text);
     if let Some(counts) = gateway.catcher_counts() {
         crate::metrics::render_catcher(&mut text, counts);
     }

@@ -11,9 +11,11 @@
 
 mod admin;
 mod calls;
+pub mod connections;
 mod drain;
 mod error;
 mod headers;
+mod listen;
 mod records;
 mod ui;
 pub mod ui_sessions;
@@ -22,12 +24,12 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRef, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Router, ServiceExt};
+use axum::Router;
 use tokio::net::TcpListener;
 use tower_service::Service;
 use tracing::warn;
@@ -35,25 +37,42 @@ use tracing::warn;
 use crate::gateway::Gateway;
 pub use admin::{parse_trust_request, trusted_peer};
 pub use calls::call_answer;
+use connections::{Connections, Ticket};
 pub use error::ApiError;
 
-/// Serves the API on `listener` until the gateway stops.
-pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) {
-    let mut stopping = gateway.lifecycle().stopping();
-    // Made into a service once, cloned per connection (an `Arc` each): served as a plain
-    // `Router`, axum rebuilds its table of routes for every connection (35 MiB at the peak in
-    // heaptrack for the overload benchmark's 2,048 connections to one gateway; an idle
-    // connection 30 KiB resident instead of 15).
-    let app = Edge::new(gateway).into_make_service();
-    let shutdown = async move {
-        let _ = stopping.wait_for(|stopping| *stopping).await;
-    };
-    if let Err(err) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        warn!(%err, "local API stopped with an error");
+/// Listens for apps on `addr`.
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    listen::bind(addr)
+}
+
+/// Serves the API on `listener` until the gateway stops. `file_limit` is the process's limit on
+/// open files (see [`crate::platform::raise_file_limit`]), which the connection bound stays
+/// below.
+pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, file_limit: Option<u64>) {
+    let limits = gateway.config().local_api.clone();
+    let bound = connections::bound(limits.max_connections, file_limit);
+    if bound < limits.max_connections {
+        warn!(
+            file_limit,
+            bound,
+            "the open-file limit holds the local API to fewer connections than local_api.max_connections ({}); raise the limit (LimitNOFILE in the systemd unit, `ulimit -n`)",
+            limits.max_connections
+        );
     }
+    let connections = Arc::new(Connections::new(bound));
+    // Made once and cloned per connection (an `Arc` each): served as a plain `Router`, axum
+    // rebuilds its table of routes for every connection (35 MiB at the peak in heaptrack for
+    // the overload benchmark's 2,048 connections to one gateway; an idle connection 30 KiB
+    // resident instead of 15).
+    let edge = Edge::new(gateway.clone(), connections.clone());
+    listen::run(
+        listener,
+        edge,
+        connections,
+        limits.header_timeout(),
+        gateway.lifecycle().stopping(),
+    )
+    .await;
 }
 
 /// The largest body an admin call takes (a trust request with its routes is well under it).
@@ -64,11 +83,18 @@ const ADMIN_BODY_LIMIT: usize = 64 * 1024;
 struct ApiState {
     gateway: Arc<Gateway>,
     sessions: ui::SharedUiSessions,
+    connections: Arc<Connections>,
 }
 
 impl FromRef<ApiState> for Arc<Gateway> {
     fn from_ref(state: &ApiState) -> Self {
         state.gateway.clone()
+    }
+}
+
+impl FromRef<ApiState> for Arc<Connections> {
+    fn from_ref(state: &ApiState) -> Self {
+        state.connections.clone()
     }
 }
 
@@ -122,7 +148,7 @@ fn router(state: ApiState) -> Router {
 
 /// What every request meets before its route, outermost first: the rest of a body the route
 /// left unread is read before the answer goes ([`drain`]), errors that are not Ferry's JSON
-/// become it ([`error::json_errors`]), and the [`refusal`]s.
+/// become it ([`error::json_errors`]), and the refusals ([`access`]).
 ///
 /// A service around the whole router rather than axum middleware: a layer on the router wraps
 /// every route and, on every request, clones and boxes the service under it. Three layers cost
@@ -137,10 +163,11 @@ struct Edge {
 }
 
 impl Edge {
-    fn new(gateway: Arc<Gateway>) -> Self {
+    fn new(gateway: Arc<Gateway>, connections: Arc<Connections>) -> Self {
         let state = ApiState {
             gateway,
             sessions: ui::SharedUiSessions::default(),
+            connections,
         };
         Self {
             routes: router(state.clone()),
@@ -148,21 +175,56 @@ impl Edge {
         }
     }
 
-    async fn answer(self, request: Request) -> Response {
-        let Self { mut routes, state } = self;
-        // Outermost, so even early refusals wait for the body they left unread.
-        drain::unread_bodies(request, |request| async move {
-            let response = match refusal(&state.gateway, &state.sessions, &request) {
-                Some(refused) => refused,
-                None => match routed(&mut routes, request).await {
-                    Ok(response) => response,
-                    Err(never) => match never {},
-                },
-            };
-            error::json_errors(response).await
-        })
-        .await
+    /// The service for one connection, which holds its place (`ticket`) until it closes.
+    fn on_connection(self, ticket: Ticket) -> OnConnection {
+        OnConnection { edge: self, ticket }
     }
+}
+
+/// The edge on one connection: hyper's service. Who may call is decided as the request head
+/// arrives, so a request that shows the token proves its connection ([`connections`]) before
+/// anything else happens.
+struct OnConnection {
+    edge: Edge,
+    ticket: Ticket,
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for OnConnection {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        let request = request.map(Body::new);
+        let state = &self.edge.state;
+        let refused = match access(&state.gateway, &state.sessions, &request) {
+            Ok(access) => {
+                if access != Access::Public {
+                    self.ticket.prove();
+                }
+                None
+            }
+            Err(refused) => Some(refused.into_response()),
+        };
+        let routes = self.edge.routes.clone();
+        Box::pin(async move { Ok(answer(routes, request, refused).await) })
+    }
+}
+
+/// The answer to `request`: `refused`, or the route's.
+async fn answer(mut routes: Router, request: Request, refused: Option<Response>) -> Response {
+    // Outermost, so even early refusals wait for the body they left unread.
+    drain::unread_bodies(request, |request| async move {
+        let response = match refused {
+            Some(refused) => refused,
+            None => match routed(&mut routes, request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            },
+        };
+        error::json_errors(response).await
+    })
+    .await
 }
 
 /// The router's answer (it is always ready, and never fails: errors are responses).
@@ -171,33 +233,29 @@ async fn routed(routes: &mut Router, request: Request) -> Result<Response, Infal
     routes.call(request).await
 }
 
-impl Service<Request> for Edge {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let edge = self.clone();
-        Box::pin(async move { Ok(edge.answer(request).await) })
-    }
+/// How a request that may go on was let in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// It showed the token.
+    Token,
+    /// It showed a status page's session (minted with the token).
+    Session,
+    /// A route open to all (the page's assets, the code trade).
+    Public,
 }
 
 /// Who may call what: other web pages are kept out first (see [`ui`]), then the token opens
 /// everything and a status page's session the status routes; new calls are refused once the
-/// gateway is stopping. `None`: the request may go on.
-fn refusal(
+/// gateway is stopping. `Err`: the refusal to answer with.
+fn access(
     gateway: &Gateway,
     sessions: &ui::SharedUiSessions,
     request: &Request,
-) -> Option<Response> {
+) -> Result<Access, ApiError> {
     let headers = request.headers();
     // A browser running another site's page always says so in `Origin`; apps send none.
     if !ui::origin_allowed(headers) {
-        return Some(ui::forbidden("requests from other web pages are refused").into_response());
+        return Err(ui::forbidden("requests from other web pages are refused"));
     }
     let method = request.method();
     let path = request.uri().path();
@@ -207,33 +265,36 @@ fn refusal(
         .and_then(|value| value.strip_prefix("Bearer "));
     let with_token = presented
         .is_some_and(|bearer| constant_time_eq(bearer.as_bytes(), gateway.token().as_bytes()));
-    if !with_token {
+    let access = if with_token {
+        Access::Token
+    } else {
         // What a browser may reach without the token (the page, the code trade, a session's
         // reads) answers only under an IP or `localhost`: a page of another site whose name was
         // made to point here says its own name. Apps hold the token, so whatever host name they
         // dial by (a container's service name, say) is theirs to use.
         if !ui::host_allowed(headers) {
-            return Some(ui::forbidden(
+            return Err(ui::forbidden(
                 "without the token this API answers only to an IP address or `localhost` as its host (a web page that renamed itself to this machine is refused)",
-            )
-            .into_response());
+            ));
         }
-        let allowed = ui::is_public(method, path)
-            || presented.is_some_and(|bearer| {
-                ui_sessions::session_may(method, path)
-                    && sessions
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .touch(bearer, std::time::Instant::now())
-            });
-        if !allowed {
-            return Some(ApiError::unauthorized().into_response());
+        if ui::is_public(method, path) {
+            Access::Public
+        } else if presented.is_some_and(|bearer| {
+            ui_sessions::session_may(method, path)
+                && sessions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .touch(bearer, std::time::Instant::now())
+        }) {
+            Access::Session
+        } else {
+            return Err(ApiError::unauthorized());
         }
-    }
+    };
     if gateway.is_stopping() {
-        return Some(ApiError::stopping().into_response());
+        return Err(ApiError::stopping());
     }
-    None
+    Ok(access)
 }
 
 /// Compares without an early exit, so response timing does not reveal how much of a guessed

@@ -15,6 +15,8 @@
 //! `cargo run --release -p ferry-bench -- scale` measures Ferry as it grows: an idle gateway's
 //! memory, a vault of 10 million records beside one of 10,000 (reads, writes, pages, start-up,
 //! a replica's sync and catch-up, memory), and one gateway trusting 100 peers.
+//! `cargo run --release -p ferry-bench -- slowloris` measures an app's writes while a local
+//! process without the token holds 2,000 half-sent requests to its gateway's local API.
 //! `--quick` runs a few hundred requests per system, for smoke tests. `--json` prints one JSON
 //! object instead of the markdown: the same figures, and every target with its judgement. See
 //! `docs/performance.md`.
@@ -23,6 +25,7 @@
 //!   `overload`: the overload benchmark, with its own traffic, gateways and report;
 //!   `scale`: the scale benchmark, with its report; `memory`: resident memory from `/proc`;
 //!   `liveness`: the cost of heartbeats to many peers, with its floor and report;
+//!   `slowloris`: an app beside a stranger holding the local API's connections, with its report;
 //!   `bare_relay`: the yardsticks; `ferry_procs`: the gateways; `sqlite`: durable SQLite and the
 //!   floor; `cpu`: CPU per side from `/proc`; `report`, `reads_report`: the tables, with `figures`
 //!   formatting them for people; `targets`: the targets, judged once for both outputs; `json`:
@@ -45,6 +48,7 @@ mod reads;
 mod reads_report;
 mod report;
 mod scale;
+mod slowloris;
 mod sqlite;
 mod targets;
 mod udp_drops;
@@ -122,6 +126,13 @@ enum Bench {
     /// app long-polling each follower's change feed, and a frozen follower. (`--layouts` is
     /// ignored.)
     Propagation {
+        #[command(flatten)]
+        flags: Flags,
+    },
+    /// An app's writes while a local process without the token holds 2,000 half-sent requests
+    /// to the gateway's local API: under the default connection bound, and over a bound of 500
+    /// (the stranger reopening every connection closed). (`--layouts` is ignored.)
+    Slowloris {
         #[command(flatten)]
         flags: Flags,
     },
@@ -251,6 +262,17 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             let report = propagation::run(
                 &flags.options(propagation::Plan::quick, propagation::Plan::full),
             )?;
+            if as_json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            report.clean()
+        }
+        Bench::Slowloris { flags } => {
+            let as_json = flags.json;
+            let report =
+                slowloris::run(&flags.options(slowloris::Plan::quick, slowloris::Plan::full))?;
             if as_json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

@@ -429,8 +429,8 @@ async fn open_connections(spec: &Spec) -> Result<Vec<Mutex<Vec<Conn>>>, (SocketA
             .unwrap_or(0);
     }
     // Paced: a gateway accepts a burst of connects more slowly than they complete in the
-    // kernel, and once its accept queue (128 here) is full the kernel drops the next SYN, which
-    // the client sends again only a second later.
+    // kernel, and once its accept queue (4096 for the local API) is full the kernel drops the
+    // next SYN, which the client sends again only a second later.
     let mut conns: Vec<Vec<Conn>> = wanted.iter().map(|n| Vec::with_capacity(*n)).collect();
     let mut ticker = tokio::time::interval(CONNECT_PACE);
     loop {
