@@ -224,7 +224,7 @@ fn refusal(
                     && sessions
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .touch(bearer, std::time::Instant::now())
+                        .touch(bearer, ferry_peer::clock::now())
             });
         if !allowed {
             return Some(ApiError::unauthorized().into_response());
