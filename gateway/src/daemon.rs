@@ -126,7 +126,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
     gateway.lifecycle().begin_stop();
     endpoint.refuse_new_connections();
     let drain = gateway.config().drain();
-    let drain_until = tokio::time::Instant::now() + drain;
+    let drain_until = tokio::time::Instant::from_std(gateway.clock().now()) + drain;
     // Apps' writes already on their way finish first (their outcome goes to the call log);
     // then the executor drains what is queued.
     let writes_done = tokio::time::timeout_at(drain_until, gateway.writes().tasks().wait_idle())
@@ -139,7 +139,7 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
         && gateway
             .owner()
             .executor()
-            .drain(drain_until.saturating_duration_since(tokio::time::Instant::now()))
+            .drain(drain_until.saturating_duration_since(gateway.clock().now().into()))
             .await;
     // The goodbye on the LAN first, so peers stop choosing this gateway; then the answers of
     // streams in flight (the executor's, and "going away" to anything that came since) leave

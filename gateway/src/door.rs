@@ -75,10 +75,10 @@ impl PeerService {
             network,
             vaults,
             metrics,
+            pacer: Arc::new(PushPacer::new(clock.now())),
             clock,
             background_reads: Arc::new(tokio::sync::Semaphore::new(background_reads)),
             lifecycle,
-            pacer: Arc::default(),
         }
     }
 
@@ -169,8 +169,8 @@ impl PeerService {
         // to reach the puller before its deadline (as a queued write is withdrawn).
         let _turn = match verb {
             ReadVerb::Changes { .. } => {
-                let now = tokio::time::Instant::now();
-                let until = ferry_core::capacity::withdraw_at(deadline.into_std(), now.into_std());
+                let now = self.clock.now();
+                let until = ferry_core::capacity::withdraw_at(deadline.into_std(), now);
                 match tokio::time::timeout_at(until.into(), self.background_reads.acquire()).await {
                     Ok(Ok(permit)) => Some(permit),
                     _ => {
@@ -229,7 +229,7 @@ impl Service for PeerService {
         }
         self.metrics.peer_read_served();
         // One deadline for everything this request does, from its arrival.
-        let arrived = tokio::time::Instant::now();
+        let arrived = tokio::time::Instant::from_std(self.clock.now());
         let deadline = arrived + Duration::from_millis(u64::from(request.deadline_ms));
         // A long poll of a change page of a vault held here. Nothing past the cursor: the
         // answer waits for the first commit or the end of the wait, leaving the caller a
@@ -257,7 +257,7 @@ impl Service for PeerService {
         let mut news_age = None;
         if let ReadAnswer::Changes { changes, .. } = &answer {
             let news = !changes.is_empty();
-            let now = std::time::Instant::now();
+            let now = self.clock.now();
             if news {
                 if let Some(age) = start.news_age(woken_at, now) {
                     self.metrics.feed_push(age);

@@ -63,16 +63,6 @@ pub struct PushPacer {
     origin: Instant,
 }
 
-impl Default for PushPacer {
-    fn default() -> Self {
-        Self {
-            answered: Mutex::default(),
-            waiting: Mutex::default(),
-            origin: Instant::now(),
-        }
-    }
-}
-
 /// A follower's long poll, counted among its vault's waiting followers while this lives.
 #[derive(Debug)]
 pub struct Following {
@@ -120,6 +110,15 @@ impl Start {
 }
 
 impl PushPacer {
+    /// A pacer counting its ticks from `origin` (now, on the door's clock).
+    pub fn new(origin: Instant) -> Self {
+        Self {
+            answered: Mutex::default(),
+            waiting: Mutex::default(),
+            origin,
+        }
+    }
+
     /// `from`'s long poll of `vault` starts.
     pub fn start(self: &Arc<Self>, from: NodeId, vault: &str) -> Start {
         let waiting = {
@@ -195,6 +194,7 @@ fn not_before(previous: Option<Answered>, gather: Duration, origin: Instant) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferry_core::clock::system_now;
 
     fn node(seed: u8) -> NodeId {
         ferry_ticket::NodeKey::from_secret_bytes([seed; 32]).node_id()
@@ -238,10 +238,10 @@ mod tests {
 
     #[test]
     fn a_follower_is_paced_from_its_own_last_news_when_many_follow() {
-        let pacer = Arc::new(PushPacer::default());
+        let pacer = Arc::new(PushPacer::new(system_now()));
         let (a, b, c) = (node(1), node(2), node(3));
         // Two followers: never paced, even right after news.
-        let t0 = Instant::now();
+        let t0 = system_now();
         pacer.answered(a, "v", t0, true);
         let _b = pacer.start(b, "v");
         let first = pacer.start(a, "v");
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn followers_answered_apart_are_sent_their_next_news_on_one_tick() {
-        let pacer = Arc::new(PushPacer::default());
+        let pacer = Arc::new(PushPacer::new(system_now()));
         let waiting: Vec<_> = (10..32).map(|seed| pacer.start(node(seed), "v")).collect();
         let period = tick_period(gather_for(waiting.len() + 1));
         assert_eq!(period, MAX_GATHER);
@@ -294,9 +294,9 @@ mod tests {
 
     #[test]
     fn news_is_dated_from_the_wake_else_from_a_recent_previous_answer_else_not_at_all() {
-        let pacer = Arc::new(PushPacer::default());
+        let pacer = Arc::new(PushPacer::new(system_now()));
         let a = node(1);
-        let t0 = Instant::now();
+        let t0 = system_now();
         let now = t0 + Duration::from_secs(60);
         // Never answered: news found waiting cannot be dated; news that woke the wait can.
         let first = pacer.start(a, "v");
@@ -326,9 +326,9 @@ mod tests {
 
     #[test]
     fn a_follower_that_stops_waiting_is_not_counted() {
-        let pacer = Arc::new(PushPacer::default());
+        let pacer = Arc::new(PushPacer::new(system_now()));
         let a = node(1);
-        pacer.answered(a, "v", Instant::now(), true);
+        pacer.answered(a, "v", system_now(), true);
         let others: Vec<_> = (2..5).map(|seed| pacer.start(node(seed), "v")).collect();
         assert!(pacer.start(a, "v").not_before.is_some());
         drop(others);

@@ -208,7 +208,7 @@ pub async fn get(
     key: &str,
     timeout: Duration,
 ) -> Result<AroundRead, PeerReadError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = ferry_peer::clock::now() + timeout;
     let loading = home.clone();
     let local = tokio::task::spawn_blocking(move || LocalState::load(&loading))
         .await
@@ -222,7 +222,7 @@ pub async fn get(
         TransportTuning::default(),
     )?;
     let routes = Arc::new(RouteTable::default());
-    let now = Instant::now();
+    let now = ferry_peer::clock::now();
     for peer in &local.peers {
         routes.set_configured(peer.node_id, &peer.routes, now);
     }
@@ -348,7 +348,9 @@ impl Ask {
     /// One get from `target`; `Err` says why it gave no usable answer.
     async fn read_from(&self, target: &Target, role: Role) -> Result<AroundRead, Unusable> {
         let (source, stale) = source_of(&target.label, role);
-        let left = self.deadline.saturating_duration_since(Instant::now());
+        let left = self
+            .deadline
+            .saturating_duration_since(ferry_peer::clock::now());
         let request = ReadRequest {
             app: self.app.clone(),
             vault: self.vault.clone(),

@@ -7,9 +7,10 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use ferry_core::clock::Clock;
 use ferry_peer::wire::ReadAnswer;
 use tokio::sync::watch;
 
@@ -21,12 +22,21 @@ pub struct Moved {
 }
 
 /// The vaults' revision watches, made on first use.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Revisions {
     by_vault: Mutex<HashMap<String, watch::Sender<Moved>>>,
+    /// Dates the commits (the executor's clock).
+    clock: Arc<dyn Clock>,
 }
 
 impl Revisions {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            by_vault: Mutex::default(),
+            clock,
+        }
+    }
+
     /// A receiver that sees `vault`'s revision move from now on.
     pub fn watch(&self, vault: &str) -> watch::Receiver<Moved> {
         let mut by_vault = self.by_vault.lock().unwrap_or_else(|p| p.into_inner());
@@ -35,7 +45,7 @@ impl Revisions {
             .or_insert_with(|| {
                 watch::channel(Moved {
                     revision: 0,
-                    at: Instant::now(),
+                    at: self.clock.now(),
                 })
                 .0
             })
@@ -53,7 +63,7 @@ impl Revisions {
                 if news {
                     *seen = Moved {
                         revision,
-                        at: Instant::now(),
+                        at: self.clock.now(),
                     };
                 }
                 news
@@ -159,29 +169,30 @@ impl LongPoll {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferry_peer::clock::{now, tokio_now, TokioClock};
     use std::time::Duration;
 
     #[tokio::test]
     async fn a_paced_long_poll_reads_news_no_sooner_than_its_time_and_a_quiet_one_on_news() {
-        let revisions = Revisions::default();
+        let revisions = Revisions::new(Arc::new(TokioClock::system()));
         let (_stop, stopping) = watch::channel(false);
-        let started = tokio::time::Instant::now();
+        let started = tokio_now();
         let until = started + Duration::from_secs(5);
         let gather = Duration::from_millis(30);
         // News already there, but the follower was answered just now: read after the gather.
         let paced = LongPoll::new(&revisions, "v", stopping.clone(), until)
-            .not_before(Some(Instant::now() + gather));
-        let read_at = || async { tokio::time::Instant::now() };
+            .not_before(Some(now() + gather));
+        let read_at = || async { tokio_now() };
         let (at, woken) = paced.run(read_at, |_| false).await;
         assert!(at - started >= gather, "read after {:?}", at - started);
         assert_eq!(woken, None);
         // Nothing yet, not paced: the first commit wakes it and it reads at once.
-        let started = tokio::time::Instant::now();
+        let started = tokio_now();
         let quiet = LongPoll::new(&revisions, "v", stopping, until);
         let reads = std::sync::atomic::AtomicUsize::new(0);
         let read = || {
             let n = reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            async move { (n, tokio::time::Instant::now()) }
+            async move { (n, tokio_now()) }
         };
         let commit = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -195,16 +206,16 @@ mod tests {
         // A stopping gateway does not hold news for pacing.
         let (stop, stopping) = watch::channel(false);
         let _ = stop.send(true);
-        let started = tokio::time::Instant::now();
+        let started = tokio_now();
         let held = LongPoll::new(&revisions, "v", stopping, until)
-            .not_before(Some(Instant::now() + Duration::from_secs(4)));
+            .not_before(Some(now() + Duration::from_secs(4)));
         let (at, _) = held.run(read_at, |_| false).await;
         assert!(at - started < Duration::from_secs(4));
     }
 
     #[tokio::test]
     async fn a_waiter_wakes_on_news_only() {
-        let revisions = Revisions::default();
+        let revisions = Revisions::new(Arc::new(TokioClock::system()));
         // Nobody waits: nothing is kept.
         revisions.advanced("v", 3);
         let mut rx = revisions.watch("v");

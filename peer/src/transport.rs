@@ -381,7 +381,7 @@ impl PeerEndpoint {
                 addr,
                 detail: err.to_string(),
             })?;
-        let started = tokio::time::Instant::now();
+        let started = crate::clock::now();
         let conn = match tokio::time::timeout(timeout, connecting).await {
             Err(_) => {
                 return Err(DialError::TimedOut {
@@ -398,7 +398,7 @@ impl PeerEndpoint {
         // The pair met on `ferry/versions`: the other side states its range on a stream and
         // closes. Nothing is sent from this side.
         let ours = self.tuning.protocols;
-        let left = timeout.saturating_sub(started.elapsed());
+        let left = timeout.saturating_sub(crate::clock::since(started));
         let stated = async {
             let mut recv = conn.accept_uni().await.ok()?;
             let said = recv.read_to_end(STATEMENT_MAX).await.ok()?;

@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use ferry_core::clock::system_now;
 use quinn::udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
 use quinn::{AsyncUdpSocket, UdpPoller};
 use tokio::io::Interest;
@@ -86,7 +87,8 @@ struct Backlog {
     queued_bytes: usize,
     /// When the endpoint last read the socket empty. A gateway keeping up empties it at every
     /// turn; one that is behind reads a little each turn (quinn's endpoint stops after 50 us)
-    /// and leaves the rest, however often its turns come.
+    /// and leaves the rest, however often its turns come. On the system's clock, not tokio's:
+    /// the catcher is a thread of its own, watching a real socket in real time.
     drained: Instant,
     /// The endpoint's waker, from its last poll that found nothing.
     waker: Option<Waker>,
@@ -139,7 +141,8 @@ impl Shared {
             }
             backlog.drained
         };
-        drained.elapsed() >= BEHIND_AFTER && datagram_waiting(&self.peek)
+        system_now().saturating_duration_since(drained) >= BEHIND_AFTER
+            && datagram_waiting(&self.peek)
     }
 
     /// Whether the endpoint is known to be behind: datagrams caught and not yet taken, or the
@@ -262,7 +265,7 @@ impl CatchingUdpSocket {
             backlog: Mutex::new(Backlog {
                 queue: VecDeque::new(),
                 queued_bytes: 0,
-                drained: Instant::now(),
+                drained: system_now(),
                 waker: None,
             }),
             peek,
@@ -329,7 +332,7 @@ fn run_catcher(shared: Weak<Shared>, socket: std::net::UdpSocket, state: UdpSock
             return;
         }
         let drained = shared.backlog().drained;
-        if !lookout.behind(drained, Instant::now(), || datagram_waiting(&socket)) {
+        if !lookout.behind(drained, system_now(), || datagram_waiting(&socket)) {
             continue;
         }
         let mut caught = 0u64;
@@ -479,7 +482,7 @@ impl AsyncUdpSocket for CatchingUdpSocket {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
                 Poll::Pending => {
-                    backlog.drained = Instant::now();
+                    backlog.drained = system_now();
                     self.shared.known_behind.store(false, Ordering::Relaxed);
                     if self.shared.held_back.swap(false, Ordering::SeqCst) {
                         self.shared.caught_up.notify_waiters();
@@ -547,6 +550,8 @@ impl UdpPoller for WritablePoller {
 }
 
 #[cfg(test)]
+// Tests may read the real clock (`clippy.toml`): an origin or a bound of theirs is real time.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

@@ -17,6 +17,8 @@
 //! `target/compat/<commit>/` (`ferry_tests::previous::previous_build`): the first run takes
 //! minutes; later runs find the binary and each test takes seconds.
 
+// Tests measure real time (`clippy.toml` bans reading a clock outside the clock modules).
+#![allow(clippy::disallowed_methods)]
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -352,7 +352,7 @@ impl Kit {
         options: &WriteOptions,
         policy: RetryPolicy,
     ) -> WriteResult {
-        let started = tokio::time::Instant::now();
+        let started = crate::clock::now();
         let deadline = started + policy.within;
         let mut options = options.clone();
         // One id for every attempt: the owner runs it at most once, whichever attempt lands.
@@ -378,7 +378,7 @@ impl Kit {
         };
         let mut backoff = policy.first_backoff;
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let left = deadline.saturating_duration_since(crate::clock::now());
             // Each attempt's own timeout ends with the budget (so the last one cannot overrun),
             // and is one the gateway accepts: at most MAX_TIMEOUT, at least a millisecond.
             let attempt_timeout = asked
@@ -394,7 +394,7 @@ impl Kit {
             };
             let wait = retry_after.max(backoff) + jitter(&request_id, backoff);
             backoff = (backoff * 2).min(policy.max_backoff);
-            let now = tokio::time::Instant::now();
+            let now = crate::clock::now();
             // The wait and a useful attempt after it must fit (a millisecond is no attempt).
             if now + wait + Duration::from_millis(10) >= deadline {
                 return result;

@@ -77,7 +77,7 @@ pub async fn exchange(
     bound: Duration,
 ) -> Result<Answer, Failure> {
     let request = build(&call)?;
-    let deadline = tokio::time::Instant::now() + bound;
+    let deadline = crate::clock::now() + bound;
     let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(source)) => return Err(Failure::NotConnected { addr, source }),

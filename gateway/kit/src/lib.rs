@@ -19,6 +19,7 @@
 
 pub mod admin;
 mod client;
+mod clock;
 pub mod contract;
 pub mod http;
 mod outcome;

@@ -284,7 +284,7 @@ fn access(
                 && sessions
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .touch(bearer, std::time::Instant::now())
+                    .touch(bearer, ferry_peer::clock::now())
         }) {
             Access::Session
         } else {

@@ -474,7 +474,8 @@ pub async fn changes(
             ),
         ));
     }
-    let until = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
+    let until =
+        tokio::time::Instant::from_std(gateway.clock().now()) + Duration::from_secs_f64(wait);
     let stopping = gateway.lifecycle().stopping();
     let long_poll = LongPoll::new(gateway.vaults().revisions(), &vault, stopping, until);
     let _waiting = (wait > 0.0).then(|| gateway.metrics().feed_waiter());

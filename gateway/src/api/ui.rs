@@ -16,7 +16,6 @@
 //!   `textContent`, never HTML from data.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -85,7 +84,7 @@ pub async fn mint_code(
     sessions
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .add_code(code.clone(), Instant::now());
+        .add_code(code.clone(), ferry_peer::clock::now());
     let api = gateway
         .api_addr()
         .map(|addr| addr.to_string())
@@ -106,7 +105,7 @@ pub async fn trade_code(
     let traded = sessions.lock().unwrap_or_else(|p| p.into_inner()).trade(
         &body.code,
         session.clone(),
-        Instant::now(),
+        ferry_peer::clock::now(),
     );
     if traded {
         Ok(Json(UiSession { session }))

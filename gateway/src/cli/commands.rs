@@ -67,16 +67,16 @@ pub async fn run(cli: Cli) -> Exit {
             };
             let options = options(write);
             let _notice = write_wait_notice(&vault, &options);
-            let started = std::time::Instant::now();
+            let started = ferry_peer::clock::now();
             let result = kit.put(&vault, &key, value, &options).await;
-            report_write(result, json, started.elapsed())
+            report_write(result, json, ferry_peer::clock::since(started))
         }
         Command::Delete { vault, key, write } => {
             let options = options(write);
             let _notice = write_wait_notice(&vault, &options);
-            let started = std::time::Instant::now();
+            let started = ferry_peer::clock::now();
             let result = kit.delete(&vault, &key, &options).await;
-            report_write(result, json, started.elapsed())
+            report_write(result, json, ferry_peer::clock::since(started))
         }
         Command::Get { vault, key } => get(&kit, json, &vault, &key).await,
         Command::Calls { state } => calls(&kit, json, state).await,
@@ -1169,9 +1169,9 @@ async fn wait_for_catch_up(kit: &Kit, json: bool, vault: &str) {
         }
     };
     let mut catch_up = CatchUp::default();
-    let mut last_move = (std::time::Instant::now(), None);
+    let mut last_move = (ferry_peer::clock::now(), None);
     loop {
-        let now = std::time::Instant::now();
+        let now = ferry_peer::clock::now();
         let vaults: Vec<Vault> = match kit.get_typed("/v1/vaults").await {
             Ok(vaults) => vaults,
             Err(err) => {

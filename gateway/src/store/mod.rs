@@ -377,10 +377,7 @@ pub fn in_transaction<R>(
 
 /// Milliseconds since the Unix epoch, for timestamps stored in the database.
 pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    ferry_core::clock::system_unix_ms()
 }
 
 #[cfg(test)]
