@@ -14,7 +14,7 @@ use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::IntoResponse;
@@ -97,7 +97,7 @@ pub(super) async fn run(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
             accepted = listener.accept() => accepted,
         };
-        let now = Instant::now();
+        let now = ferry_peer::clock::now();
         let stream = match accepted {
             Ok((stream, _)) => stream,
             // The peer gave up between its connect and the accept: nothing to serve.
@@ -179,7 +179,7 @@ async fn serve(
     };
     if let Err(err) = served {
         if err.is_timeout() {
-            if let Some(count) = connections.header_timed_out(Instant::now()) {
+            if let Some(count) = connections.header_timed_out(ferry_peer::clock::now()) {
                 info!(
                     count,
                     "closed local API connections that sent no whole request head within local_api.header_timeout_ms (count: since the last such line)"
