@@ -223,6 +223,18 @@ impl Connections {
         }
     }
 
+    /// At the bound, with no unproven connection known to wait, but some not yet read: one of
+    /// those may turn out to wait (and make room) once its task has read it.
+    pub fn unread_may_make_room(&self) -> bool {
+        let held = self.held();
+        held.count() >= self.bound
+            && !held.unproven.is_empty()
+            && !held
+                .unproven
+                .values()
+                .any(|slot| slot.waiting.load(Ordering::Relaxed))
+    }
+
     /// Closes the oldest waiting unproven connection, to free its file when `accept` found none
     /// left; false if there is none.
     pub fn make_room(&self) -> bool {

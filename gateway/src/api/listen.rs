@@ -36,6 +36,10 @@ use super::{drain, Edge};
 /// refusing cannot take more files than this.
 const REFUSING_AT_MOST: usize = 32;
 
+/// How many turns of the runtime a new connection waits, at the bound, for connections not yet
+/// read to show whether they wait (and so may make room) before it is refused.
+const READ_TURNS_BEFORE_REFUSING: usize = 8;
+
 /// The most a refusal waits for the request it answers.
 const REFUSAL_TIME: Duration = Duration::from_secs(1);
 
@@ -113,6 +117,16 @@ pub(super) async fn run(
                 continue;
             }
         };
+        // Connections accepted just before this one may not have been read yet, and only a
+        // connection a read found waiting may make room: before refusing, let their tasks run
+        // (a few turns of the runtime), so a stranger's burst of fresh connections is not
+        // taken for apps holding every place.
+        for _ in 0..READ_TURNS_BEFORE_REFUSING {
+            if !connections.unread_may_make_room() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
         match connections.admit() {
             Admission::Admitted { ticket, made_room } => {
                 if made_room {
