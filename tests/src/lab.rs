@@ -808,6 +808,22 @@ impl Drop for Lab {
     }
 }
 
+/// `ferry trust` on `me` of `them`, with both routes: the LAN one and the tailnet one.
+pub fn trust_by_both_routes(me: &LabGateway, them: &LabGateway) -> Output {
+    let lan = format!("{},lan", them.lan_addr);
+    let tailnet = format!("{},tailnet", them.tailnet_addr);
+    me.cli(&[
+        "trust",
+        &them.node_id,
+        "--label",
+        &them.label,
+        "--addr",
+        &lan,
+        "--addr",
+        &tailnet,
+    ])
+}
+
 /// Makes every gateway trust every other, with both routes: the LAN one and the tailnet one.
 pub fn trust_all(gateways: &[&LabGateway]) {
     for me in gateways {
@@ -815,18 +831,7 @@ pub fn trust_all(gateways: &[&LabGateway]) {
             if me.node_id == them.node_id {
                 continue;
             }
-            let lan = format!("{},lan", them.lan_addr);
-            let tailnet = format!("{},tailnet", them.tailnet_addr);
-            let out = me.cli(&[
-                "trust",
-                &them.node_id,
-                "--label",
-                &them.label,
-                "--addr",
-                &lan,
-                "--addr",
-                &tailnet,
-            ]);
+            let out = trust_by_both_routes(me, them);
             assert!(
                 out.status.success(),
                 "{} trusting {}: {}",

@@ -385,18 +385,7 @@ fn start_stranger(lab: &Lab, bug: Option<Bug>) -> LabGateway {
 
 /// `me` trusts `them` by both routes.
 fn trust(me: &LabGateway, them: &LabGateway) {
-    let lan = format!("{},lan", them.lan_addr());
-    let tailnet = format!("{},tailnet", them.tailnet_addr());
-    let out = me.cli(&[
-        "trust",
-        them.node_id(),
-        "--label",
-        them.label(),
-        "--addr",
-        &lan,
-        "--addr",
-        &tailnet,
-    ]);
+    let out = crate::lab::trust_by_both_routes(me, them);
     if !out.status.success() {
         eprintln!(
             "campaign: {} trusting {} failed: {}",
