@@ -33,7 +33,6 @@ use crate::call_log::CallLog;
 use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
-use crate::network::book::Owners;
 use crate::network::Network;
 use crate::owner::Owner;
 use crate::store::calls::{self, CallRow, RowState};
@@ -263,14 +262,9 @@ impl Settlement {
     /// What this gateway knows of the vault called `vault`: the owners its writes went to,
     /// the peers claiming it now, and the copy held here.
     fn named_vault(&self, vault: &str) -> settle::NamedVault<NodeId> {
-        let claimants_now = match self.network.directory().owners_of(vault) {
-            Owners::None => Vec::new(),
-            Owners::One(owner) => vec![owner],
-            Owners::Many(owners) => owners,
-        };
         settle::NamedVault {
             claimed: self.vaults.claimed_owners(vault),
-            claimants_now,
+            claimants_now: self.network.directory().claimants(vault),
             held_by: self.vaults.get(vault).map(|row| row.owner),
         }
     }

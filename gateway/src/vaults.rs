@@ -3,7 +3,7 @@
 //! truth and this mirrors it on every change), the reading connections for the local copy, and
 //! the changes to the vault list itself, made through the store's one writer (the executor).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use ferry_core::clock::Clock;
@@ -23,7 +23,7 @@ pub struct Vaults {
     /// Every (vault name, owner) a write was sent to from here, as `vault_claims` holds it
     /// (`store::claims`): asked before every remote write, so only the first write of a name
     /// to an owner writes it down.
-    claims: RwLock<BTreeSet<(String, NodeId)>>,
+    claims: RwLock<BTreeMap<String, BTreeSet<NodeId>>>,
     reader: Reader,
     writer: Arc<Executor>,
     clock: Arc<dyn Clock>,
@@ -40,7 +40,13 @@ impl Vaults {
     ) -> Self {
         Self {
             rows: RwLock::new(rows.into_iter().map(|v| (v.name.clone(), v)).collect()),
-            claims: RwLock::new(claims),
+            claims: RwLock::new(claims.into_iter().fold(
+                BTreeMap::<String, BTreeSet<NodeId>>::new(),
+                |mut by_name, (name, owner)| {
+                    by_name.entry(name).or_default().insert(owner);
+                    by_name
+                },
+            )),
             reader,
             writer,
             clock,
@@ -82,24 +88,27 @@ impl Vaults {
     /// leaves: settling then knows every machine an answered write of `vault` may have run on,
     /// even after a restart or a second claim of the name (`Settlement`).
     pub async fn note_claim(&self, vault: &str, owner: NodeId) -> Result<(), StoreError> {
-        let key = (vault.to_string(), owner);
+        // Asked on every remote write: a lookup by the borrowed name, nothing allocated.
         if self
             .claims
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&key)
+            .get(vault)
+            .is_some_and(|owners| owners.contains(&owner))
         {
             return Ok(());
         }
         let now_ms = self.clock.unix_ms();
-        let name = key.0.clone();
+        let name = vault.to_string();
         self.writer
             .apply(move |conn| claims::record_claim(conn, &name, owner, now_ms))
             .await?;
         self.claims
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key);
+            .entry(vault.to_string())
+            .or_default()
+            .insert(owner);
         Ok(())
     }
 
@@ -108,10 +117,9 @@ impl Vaults {
         self.claims
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|(name, _)| name == vault)
-            .map(|(_, owner)| *owner)
-            .collect()
+            .get(vault)
+            .map(|owners| owners.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Every owner any write was ever sent to from here.
@@ -119,8 +127,9 @@ impl Vaults {
         self.claims
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(_, owner)| *owner)
+            .values()
+            .flatten()
+            .copied()
             .collect()
     }
 

@@ -395,8 +395,8 @@ fn a_vault_name_two_peers_own_never_lets_the_other_fence_a_write_that_ran() {
         "a settle that could only ask b must not fence: {body}"
     );
     assert!(
-        body["detail"].as_str().unwrap_or("").contains('a'),
-        "{body}"
+        body["detail"].as_str().unwrap_or("").contains("a ("),
+        "the answer must name a as the machine it could not ask: {body}"
     );
     // Without the vault named, the same.
     let (status, body) = c.settle(&id, None);

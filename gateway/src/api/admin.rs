@@ -18,7 +18,6 @@ use ferry_ticket::NodeId;
 use super::ApiError;
 use crate::gateway::Gateway;
 use crate::names;
-use crate::network::book::Owners;
 use crate::network::collisions;
 use crate::replication::FollowError;
 use crate::store::vaults;
@@ -284,13 +283,8 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Vec<Vaul
         })
         .collect();
     let directory = network.directory();
-    let claimants = |name: &str| match directory.owners_of(name) {
-        Owners::None => Vec::new(),
-        Owners::One(owner) => vec![owner],
-        Owners::Many(owners) => owners,
-    };
     for (row, vault) in rows.iter_mut().zip(&local) {
-        row.collision = collisions::of_local(vault, &claimants(&vault.name), label_of);
+        row.collision = collisions::of_local(vault, &directory.claimants(&vault.name), label_of);
     }
     for (name, owner) in directory.remote_vaults() {
         let held = local.iter().find(|v| v.name == name);
@@ -300,7 +294,13 @@ pub async fn vaults(State(gateway): State<Arc<Gateway>>) -> Result<Json<Vec<Vaul
         }
         rows.push(Vault {
             replicas: Some(directory.replicas_of(&name).iter().map(&label_of).collect()),
-            collision: collisions::of_remote(&name, &owner, held, &claimants(&name), label_of),
+            collision: collisions::of_remote(
+                &name,
+                &owner,
+                held,
+                &directory.claimants(&name),
+                label_of,
+            ),
             name,
             owner: label_of(&owner),
             role: "remote".into(),

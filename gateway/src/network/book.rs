@@ -153,6 +153,11 @@ impl Directory {
         }
     }
 
+    /// Every trusted peer that claims `vault` (sorted; empty if none).
+    pub fn claimants(&self, vault: &str) -> Vec<NodeId> {
+        read(&self.owners).get(vault).cloned().unwrap_or_default()
+    }
+
     /// Every claim, by name then owner: a name may appear once per claiming peer.
     pub fn remote_vaults(&self) -> Vec<(String, NodeId)> {
         let mut list: Vec<_> = read(&self.owners)
