@@ -218,6 +218,12 @@ pub struct VaultHeld {
     pub revision: u64,
 }
 
+/// The body of an admin request that takes no arguments (`POST /v1/admin/stop`,
+/// `/v1/admin/tickets/rotate`, `/v1/admin/ui-code`): `{}`. The gateway reads no body there, so
+/// a script may send none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoArguments {}
+
 /// The answer of `POST /v1/admin/stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stopping {

@@ -303,6 +303,25 @@ pub enum CallStateName {
     Other,
 }
 
+impl CallStateName {
+    /// The name the API gives the state (`not_carried_out`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Done => "done",
+            Self::Running => "running",
+            Self::NotCarriedOut => "not_carried_out",
+            Self::Unknown => "unknown",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for CallStateName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One key of a listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListedKey {
@@ -365,6 +384,22 @@ mod tests {
             assert_eq!(
                 serde_json::to_value(&code).unwrap(),
                 serde_json::json!(code.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn call_states_are_named_as_they_serialize() {
+        for state in [
+            CallStateName::Done,
+            CallStateName::Running,
+            CallStateName::NotCarriedOut,
+            CallStateName::Unknown,
+            CallStateName::Other,
+        ] {
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::json!(state.as_str())
             );
         }
     }
