@@ -7,7 +7,7 @@ use ferry_kit::contract::CallAnswer;
 use ferry_kit::{Kit, Settlement};
 use serde::Serialize;
 
-use super::{fail, kit_failure, output};
+use super::{fail, kit_failure, output, show};
 use crate::cli::progress::WaitNotice;
 use crate::cli::Exit;
 
@@ -16,14 +16,10 @@ pub(super) async fn list(kit: &Kit, json: bool, state: Option<String>) -> Exit {
         None => "/v1/calls".to_string(),
         Some(state) => format!("/v1/calls?state={state}"),
     };
-    let calls: Vec<CallAnswer> = match kit.get_typed(&path).await {
-        Ok(calls) => calls,
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&calls);
-        return Exit::Done;
-    }
+    show(kit, json, &path, print_calls).await
+}
+
+fn print_calls(calls: Vec<CallAnswer>) {
     let rows: Vec<Vec<String>> = calls
         .into_iter()
         .map(|c| {
@@ -40,7 +36,6 @@ pub(super) async fn list(kit: &Kit, json: bool, state: Option<String>) -> Exit {
         &["request id", "owner", "vault", "state", "since (unix ms)"],
         &rows,
     );
-    Exit::Done
 }
 
 /// `ferry settle --json`: what the owner says became of the write. `state` is `done` (with

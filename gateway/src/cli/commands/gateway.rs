@@ -6,7 +6,7 @@ use ferry_kit::admin::{DoctorReport, NoArguments, OwnerQueue, Status, Stopping, 
 use ferry_kit::Kit;
 use serde::Serialize;
 
-use super::{fail, kit_failure, output};
+use super::{fail, kit_failure, output, show, show_post};
 use crate::cli::{Exit, ServeArgs};
 use crate::config::Config;
 use crate::home::Home;
@@ -36,27 +36,23 @@ pub(super) async fn serve(home: Home, args: ServeArgs) -> Exit {
 }
 
 pub(super) async fn stop(kit: &Kit, json: bool) -> Exit {
-    let answer: Stopping = match kit.post_typed("/v1/admin/stop", &NoArguments {}).await {
-        Ok(answer) => answer,
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&answer);
-    } else {
-        println!("stopping: in-flight writes drain, then the gateway exits");
-    }
-    Exit::Done
+    show_post(
+        kit,
+        json,
+        "/v1/admin/stop",
+        &NoArguments {},
+        |_: Stopping| {
+            println!("stopping: in-flight writes drain, then the gateway exits");
+        },
+    )
+    .await
 }
 
 pub(super) async fn status(kit: &Kit, json: bool) -> Exit {
-    let status: Status = match kit.get_typed("/v1/status").await {
-        Ok(status) => status,
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&status);
-        return Exit::Done;
-    }
+    show(kit, json, "/v1/status", print_status).await
+}
+
+fn print_status(status: Status) {
     // The addresses as a JSON list, as this line has always shown them.
     let addresses = output::to_text(&status.addresses, false).unwrap_or_default();
     for (field, value) in [
@@ -76,7 +72,6 @@ pub(super) async fn status(kit: &Kit, json: bool) -> Exit {
     for mismatch in &status.version_mismatches {
         println!("{:<10} {mismatch}", "mismatch");
     }
-    Exit::Done
 }
 
 /// The owner's queue in `ferry status`: depth by class, the rules, the busiest callers.

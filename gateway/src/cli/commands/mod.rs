@@ -16,7 +16,8 @@ mod records;
 mod tickets;
 mod vaults;
 
-use ferry_kit::KitError;
+use ferry_kit::{Kit, KitError};
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::output;
@@ -105,6 +106,61 @@ pub async fn run(cli: Cli) -> Exit {
             }
         }
     }
+}
+
+/// Reads the answer of `GET path` as `T` and prints it: as JSON with `--json`, else as
+/// `for_people` has it.
+async fn show<T: DeserializeOwned + Serialize>(
+    kit: &Kit,
+    json: bool,
+    path: &str,
+    for_people: impl FnOnce(T),
+) -> Exit {
+    print_answer(kit.get_typed(path).await, json, for_people)
+}
+
+/// Sends `body` to `POST path`, reads the answer as `T` and prints it, as [`show`] does.
+async fn show_post<B: Serialize, T: DeserializeOwned + Serialize>(
+    kit: &Kit,
+    json: bool,
+    path: &str,
+    body: &B,
+    for_people: impl FnOnce(T),
+) -> Exit {
+    print_answer(kit.post_typed(path, body).await, json, for_people)
+}
+
+/// Like [`show_post`], but with no gateway running `offline` does the same to the state
+/// directory instead (and has said why when it cannot).
+async fn show_post_or_offline<B: Serialize, T: DeserializeOwned + Serialize>(
+    kit: &Kit,
+    json: bool,
+    path: &str,
+    body: &B,
+    offline: impl FnOnce(&B) -> Result<T, Exit>,
+    for_people: impl FnOnce(T),
+) -> Exit {
+    let answer = match kit.post_typed(path, body).await {
+        Err(KitError::LocalGatewayDown { .. }) => match offline(body) {
+            Ok(answer) => Ok(answer),
+            Err(exit) => return exit,
+        },
+        answer => answer,
+    };
+    print_answer(answer, json, for_people)
+}
+
+fn print_answer<T: Serialize>(
+    answer: Result<T, KitError>,
+    json: bool,
+    for_people: impl FnOnce(T),
+) -> Exit {
+    match answer {
+        Ok(answer) if json => output::json(&answer),
+        Ok(answer) => for_people(answer),
+        Err(err) => return kit_failure(err, json),
+    }
+    Exit::Done
 }
 
 /// `--json`'s answer when a call other than a write failed.

@@ -1,9 +1,9 @@
 //! The commands about other gateways: `trust`, `untrust`, `peers`, `routes`.
 
 use ferry_kit::admin::{Peer, RouteHealth, TrustRequest, UntrustRequest, Untrusted};
-use ferry_kit::{Kit, KitError};
+use ferry_kit::Kit;
 
-use super::{fail, kit_failure, lock_for_offline_write, output};
+use super::{fail, lock_for_offline_write, output, show, show_post_or_offline};
 use crate::cli::Exit;
 use crate::home::Home;
 use crate::store::{self, trust};
@@ -21,20 +21,18 @@ pub(super) async fn trust(
         label,
         routes: addrs,
     };
-    let answer: Peer = match kit.post_typed("/v1/admin/trust", &body).await {
-        Ok(answer) => answer,
-        Err(KitError::LocalGatewayDown { .. }) => match trust_offline(home, &body) {
-            Ok(answer) => answer,
-            Err(exit) => return exit,
+    let offline = |body: &TrustRequest| trust_offline(home, body);
+    show_post_or_offline(
+        kit,
+        json,
+        "/v1/admin/trust",
+        &body,
+        offline,
+        |peer: Peer| {
+            println!("trusted {} as {}", peer.node_id, peer.label);
         },
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&answer);
-    } else {
-        println!("trusted {} as {}", answer.node_id, answer.label);
-    }
-    Exit::Done
+    )
+    .await
 }
 
 /// No gateway running: checks the request the way the gateway would and writes the trust
@@ -51,24 +49,22 @@ fn trust_offline(home: &Home, body: &TrustRequest) -> Result<Peer, Exit> {
 
 pub(super) async fn untrust(home: &Home, kit: &Kit, json: bool, label: String) -> Exit {
     let body = UntrustRequest { label };
-    let answer: Untrusted = match kit.post_typed("/v1/admin/untrust", &body).await {
-        Ok(answer) => answer,
-        Err(KitError::LocalGatewayDown { .. }) => match untrust_offline(home, body.label) {
-            Ok(answer) => answer,
-            Err(exit) => return exit,
+    let offline = |body: &UntrustRequest| untrust_offline(home, &body.label);
+    show_post_or_offline(
+        kit,
+        json,
+        "/v1/admin/untrust",
+        &body,
+        offline,
+        |gone: Untrusted| {
+            println!("no longer trusting {}", gone.label);
         },
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&answer);
-    } else {
-        println!("no longer trusting {}", answer.label);
-    }
-    Exit::Done
+    )
+    .await
 }
 
 /// No gateway running: removes the peer from the trust store directly.
-fn untrust_offline(home: &Home, label: String) -> Result<Untrusted, Exit> {
+fn untrust_offline(home: &Home, label: &str) -> Result<Untrusted, Exit> {
     let _lock = lock_for_offline_write(home)?;
     // The sent mark on disk bounds what this home ever sent (a torn one bounds nothing, so
     // every id may have gone to the peer).
@@ -77,10 +73,9 @@ fn untrust_offline(home: &Home, label: String) -> Result<Untrusted, Exit> {
         Err(_) => u64::MAX,
     };
     let sent_up_to_ms = crate::settlement::untrust_cover(sent, store::unix_ms());
-    match store::open(&home.db_path()).and_then(|conn| trust::remove(&conn, &label, sent_up_to_ms))
-    {
+    match store::open(&home.db_path()).and_then(|conn| trust::remove(&conn, label, sent_up_to_ms)) {
         Ok(Some(node)) => Ok(Untrusted {
-            label,
+            label: label.to_string(),
             node_id: node.to_string(),
         }),
         Ok(None) => Err(fail(
@@ -92,14 +87,10 @@ fn untrust_offline(home: &Home, label: String) -> Result<Untrusted, Exit> {
 }
 
 pub(super) async fn list(kit: &Kit, json: bool) -> Exit {
-    let peers: Vec<Peer> = match kit.get_typed("/v1/peers").await {
-        Ok(peers) => peers,
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&peers);
-        return Exit::Done;
-    }
+    show(kit, json, "/v1/peers", print_peers).await
+}
+
+fn print_peers(peers: Vec<Peer>) {
     let rows: Vec<Vec<String>> = peers
         .into_iter()
         .map(|p| {
@@ -133,18 +124,13 @@ pub(super) async fn list(kit: &Kit, json: bool) -> Exit {
         ],
         &rows,
     );
-    Exit::Done
 }
 
 pub(super) async fn routes(kit: &Kit, json: bool) -> Exit {
-    let routes: Vec<RouteHealth> = match kit.get_typed("/v1/routes").await {
-        Ok(routes) => routes,
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&routes);
-        return Exit::Done;
-    }
+    show(kit, json, "/v1/routes", print_routes).await
+}
+
+fn print_routes(routes: Vec<RouteHealth>) {
     let rows: Vec<Vec<String>> = routes
         .into_iter()
         .map(|r| {
@@ -171,5 +157,4 @@ pub(super) async fn routes(kit: &Kit, json: bool) -> Exit {
         ],
         &rows,
     );
-    Exit::Done
 }

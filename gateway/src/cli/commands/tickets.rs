@@ -4,18 +4,14 @@
 use ferry_kit::admin::{HeldTicket, NoArguments, Rotated};
 use ferry_kit::Kit;
 
-use super::{kit_failure, output};
+use super::{output, show, show_post};
 use crate::cli::Exit;
 
 pub(super) async fn list(kit: &Kit, json: bool) -> Exit {
-    let tickets: Vec<HeldTicket> = match kit.get_typed("/v1/tickets").await {
-        Ok(tickets) => tickets,
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&tickets);
-        return Exit::Done;
-    }
+    show(kit, json, "/v1/tickets", print_tickets).await
+}
+
+fn print_tickets(tickets: Vec<HeldTicket>) {
     let rows: Vec<Vec<String>> = tickets
         .into_iter()
         .map(|t| {
@@ -33,24 +29,15 @@ pub(super) async fn list(kit: &Kit, json: bool) -> Exit {
         &["owner", "app", "vault", "verbs", "epoch", "expires in s"],
         &rows,
     );
-    Exit::Done
 }
 
 pub(super) async fn rotate(kit: &Kit, json: bool) -> Exit {
-    let answer: Rotated = match kit
-        .post_typed("/v1/admin/tickets/rotate", &NoArguments {})
-        .await
-    {
-        Ok(answer) => answer,
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&answer);
-    } else {
+    let path = "/v1/admin/tickets/rotate";
+    show_post(kit, json, path, &NoArguments {}, |rotated: Rotated| {
         println!(
             "ticket epoch is now {}; every ticket issued before is refused at the door",
-            answer.epoch
+            rotated.epoch
         );
-    }
-    Exit::Done
+    })
+    .await
 }

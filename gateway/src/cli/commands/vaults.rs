@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use ferry_kit::admin::{CreateVault, FollowVault, Vault, VaultHeld};
-use ferry_kit::{Kit, KitError};
+use ferry_kit::Kit;
 
-use super::{fail, kit_failure, lock_for_offline_write, output};
+use super::{fail, kit_failure, lock_for_offline_write, output, show, show_post_or_offline};
 use crate::cli::progress::{CatchUp, Display};
 use crate::cli::Exit;
 use crate::config::Config;
@@ -15,20 +15,18 @@ use crate::store::{self, vaults};
 
 pub(super) async fn create(home: &Home, kit: &Kit, json: bool, name: String) -> Exit {
     let body = CreateVault { name };
-    let answer: VaultHeld = match kit.post_typed("/v1/admin/vaults", &body).await {
-        Ok(answer) => answer,
-        Err(KitError::LocalGatewayDown { .. }) => match create_offline(home, &body.name) {
-            Ok(answer) => answer,
-            Err(exit) => return exit,
+    let offline = |body: &CreateVault| create_offline(home, &body.name);
+    show_post_or_offline(
+        kit,
+        json,
+        "/v1/admin/vaults",
+        &body,
+        offline,
+        |held: VaultHeld| {
+            println!("created vault {} (owned here)", held.name);
         },
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&answer);
-    } else {
-        println!("created vault {} (owned here)", answer.name);
-    }
-    Exit::Done
+    )
+    .await
 }
 
 /// No gateway running: checks the name and writes the vault into the store directly.
@@ -53,14 +51,10 @@ fn create_offline(home: &Home, name: &str) -> Result<VaultHeld, Exit> {
 }
 
 pub(super) async fn list(kit: &Kit, json: bool) -> Exit {
-    let vaults: Vec<Vault> = match kit.get_typed("/v1/vaults").await {
-        Ok(vaults) => vaults,
-        Err(err) => return kit_failure(err, json),
-    };
-    if json {
-        output::json(&vaults);
-        return Exit::Done;
-    }
+    show(kit, json, "/v1/vaults", print_vaults).await
+}
+
+fn print_vaults(vaults: Vec<Vault>) {
     let rows: Vec<Vec<String>> = vaults
         .iter()
         .map(|v| {
@@ -85,7 +79,6 @@ pub(super) async fn list(kit: &Kit, json: bool) -> Exit {
             println!("collision: {} (owner {}): {collision}", v.name, v.owner);
         }
     }
-    Exit::Done
 }
 
 pub(super) async fn follow(
