@@ -5,11 +5,11 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::harness;
+use crate::harness::two_with_notes;
 use ferry_peer::frames;
 use ferry_peer::tls::TrustedKeys;
 use ferry_peer::transport::{self, PeerEndpoint, TransportTuning, RESET_MALFORMED};
@@ -17,7 +17,6 @@ use ferry_peer::wire::{
     Extensions, Hello, ProtocolFailure, ProtocolRange, Request, RequestFrame, Response,
 };
 use ferry_peer::{NodeId, NodeKey};
-use harness::two_with_notes;
 
 #[derive(Debug)]
 struct OnlyThis(NodeId);
