@@ -125,6 +125,16 @@ macro_rules! name_type {
                 Ok(Self(text.to_owned()))
             }
 
+            /// A name written in the source (a constant, a test's): panics if it is not a
+            /// valid one, a bug the first run of that code shows, as `http`'s
+            /// `HeaderValue::from_static` does. Never for a name from outside.
+            pub fn from_static(text: &'static str) -> Self {
+                match Self::parse(text) {
+                    Ok(name) => name,
+                    Err(err) => panic!("{text:?} is not a valid name: {err}"),
+                }
+            }
+
             /// The name's text.
             pub fn as_str(&self) -> &str {
                 &self.0
