@@ -34,6 +34,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tracing::{debug, warn, Instrument};
 
+use crate::names::Label;
 use crate::admin::Admin;
 use crate::call_log::CallLog;
 use crate::config::Config;
@@ -69,7 +70,7 @@ pub struct Parts {
     pub slots_path: PathBuf,
     pub config: Config,
     pub key: NodeKey,
-    pub label: String,
+    pub label: Label,
     /// The state directory (shown by `ferry status`).
     pub home: Home,
     /// The local API's bearer token.
@@ -94,7 +95,7 @@ pub enum GatewayStartError {
 pub struct Gateway {
     config: Config,
     key: NodeKey,
-    label: String,
+    label: Label,
     home: Home,
     token: String,
     started: Instant,
@@ -440,7 +441,7 @@ impl Gateway {
         self.key.node_id()
     }
 
-    pub fn label(&self) -> &str {
+    pub fn label(&self) -> &Label {
         &self.label
     }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use ferry_peer::wire::{ReadAnswer, ReadVerb};
 use rusqlite::Connection;
 
+use crate::names::VaultName;
 use crate::env::Blocking;
 use crate::store::{self, records, vaults, StoreError};
 
@@ -89,7 +90,7 @@ impl Reader {
     /// change pages, and reads that cannot be quick go to the blocking pool.
     pub async fn read_verb(
         &self,
-        vault: String,
+        vault: VaultName,
         verb: ReadVerb,
     ) -> Result<Option<ReadAnswer>, StoreError> {
         let inline = match &verb {

@@ -190,7 +190,7 @@ fn request_id(unix_ms: u64, index: usize, rng: &mut Rng) -> RequestId {
     bytes[6] = 0x70 | (bytes[6] & 0x0f); // version 7
     bytes[8] = 0x80 | (bytes[8] & 0x3f); // RFC 9562 variant
     bytes[12..].copy_from_slice(&(index as u32).to_be_bytes());
-    let id = RequestId(bytes);
+    let id = RequestId::from_bytes(bytes);
     assert_eq!(RequestId::parse(&id.to_string()), Ok(id), "a valid UUIDv7");
     id
 }

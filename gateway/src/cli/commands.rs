@@ -12,7 +12,7 @@ use super::output::{self, cell};
 use super::{Cli, Command, Exit, ServeArgs, TicketsCommand, VaultCommand, WriteFlags};
 use crate::config::Config;
 use crate::home::Home;
-use crate::names;
+use crate::names::{Label, VaultName};
 use crate::store::{self, trust, vaults};
 use ferry_kit::admin::{
     CreateVault, DoctorReport, FollowVault, HeldTicket, OwnerQueue, Peer, Rotated, RouteHealth,
@@ -390,7 +390,7 @@ async fn id(home: &Home, kit: &Kit, json: bool) -> Exit {
             status.get("addresses").cloned().unwrap_or(json!([])),
         ),
         Err(_) => (
-            config.label_or_hostname(),
+            config.label_or_hostname().into_string(),
             json!([config.listen.to_string()]),
         ),
     };
@@ -409,12 +409,12 @@ async fn trust_peer(
     kit: &Kit,
     json: bool,
     node_id: String,
-    label: String,
+    label: Label,
     addrs: Vec<String>,
 ) -> Exit {
     let body = TrustRequest {
         node_id,
-        label: label.clone(),
+        label: label.to_string(),
         routes: addrs,
     };
     let answer = match admin_post::<_, Peer>(kit, "/v1/admin/trust", &body).await {
@@ -422,7 +422,7 @@ async fn trust_peer(
         Err(KitError::LocalGatewayDown { .. }) => {
             // No gateway running: check the same way and write the trust store directly.
             let parsed = crate::api::parse_trust_request(&body).map_err(|err| err.body.detail);
-            let (node, routes) = match parsed {
+            let (_, node, routes) = match parsed {
                 Ok(parsed) => parsed,
                 Err(detail) => return fail(Exit::Usage, &detail),
             };
@@ -451,12 +451,12 @@ async fn trust_peer(
     Exit::Done
 }
 
-async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: String) -> Exit {
+async fn untrust_peer(home: &Home, kit: &Kit, json: bool, label: Label) -> Exit {
     let answer = match kit
         .post_typed::<_, Untrusted>(
             "/v1/admin/untrust",
             &UntrustRequest {
-                label: label.clone(),
+                label: label.to_string(),
             },
         )
         .await
@@ -604,16 +604,18 @@ async fn routes(kit: &Kit, json: bool) -> Exit {
     }
 }
 
-async fn create_vault(home: &Home, kit: &Kit, json: bool, name: String) -> Exit {
+async fn create_vault(home: &Home, kit: &Kit, json: bool, name: VaultName) -> Exit {
     let answer = match kit
-        .post_typed::<_, VaultHeld>("/v1/admin/vaults", &CreateVault { name: name.clone() })
+        .post_typed::<_, VaultHeld>(
+            "/v1/admin/vaults",
+            &CreateVault {
+                name: name.to_string(),
+            },
+        )
         .await
     {
         Ok(answer) => to_json(&answer),
         Err(KitError::LocalGatewayDown { .. }) => {
-            if let Err(err) = names::check_vault(&name) {
-                return fail(Exit::Usage, &err.to_string());
-            }
             let _lock = match lock_for_offline_write(home) {
                 Ok(lock) => lock,
                 Err(exit) => return exit,
@@ -1008,7 +1010,7 @@ async fn settle(
     json: bool,
     request_id: &str,
     wait: Option<String>,
-    vault: Option<String>,
+    vault: Option<VaultName>,
 ) -> Exit {
     let wait = match wait.as_deref().map(ferry_kit::contract::parse_wait) {
         None => None,
@@ -1132,9 +1134,15 @@ async fn rotate_tickets(kit: &Kit, json: bool) -> Exit {
     }
 }
 
-async fn follow_vault(kit: &Kit, json: bool, name: String, owner: String, detach: bool) -> Exit {
+async fn follow_vault(kit: &Kit, json: bool, name: VaultName, owner: Label, detach: bool) -> Exit {
     let held = match kit
-        .post_typed::<_, VaultHeld>("/v1/admin/vaults/follow", &FollowVault { name, owner })
+        .post_typed::<_, VaultHeld>(
+            "/v1/admin/vaults/follow",
+            &FollowVault {
+                name: name.into_string(),
+                owner: owner.into_string(),
+            },
+        )
         .await
     {
         Ok(held) => held,

@@ -9,6 +9,7 @@
 
 use ferry_ticket::NodeId;
 
+use crate::names::VaultName;
 use crate::store::vaults::{Role, VaultRow};
 
 /// How to choose between vaults of one name, for a person.
@@ -88,7 +89,7 @@ pub struct Collision {
 /// (name, owner) trusted peers claim), one per name.
 pub fn every(
     held: &[VaultRow],
-    claims: &[(String, NodeId)],
+    claims: &[(VaultName, NodeId)],
     label_of: impl Fn(&NodeId) -> String,
 ) -> Vec<Collision> {
     let mut names: Vec<&str> = claims.iter().map(|(name, _)| name.as_str()).collect();

@@ -44,6 +44,7 @@ use super::fault;
 use super::marks::{Mark, MarkFile};
 use super::verbs::{self, Execution, WriteLimits};
 use crate::env::Blocking;
+use crate::names::{AppName, VaultName};
 use crate::metrics::Metrics;
 use crate::revisions::Revisions;
 use crate::store::immediate::Immediate;
@@ -63,7 +64,7 @@ const MAX_STRANDED: usize = 65_536;
 const MARKS_FILE: &str = "owner.marks";
 
 /// A caller of the owner as the capacity budget counts it: its node and its app.
-pub type CallerKey = (NodeId, String);
+pub type CallerKey = (NodeId, AppName);
 
 /// One piece of work for the owner thread.
 // Writes are nearly every job, so boxing their variant would add an allocation to the common
@@ -82,8 +83,8 @@ enum Job {
     Status {
         caller: NodeId,
         request_id: RequestId,
-        /// The vault the caller named (`""`: none): a tombstone is recorded under it.
-        vault: String,
+        /// The vault the caller named, if any: a tombstone is recorded under it.
+        vault: Option<VaultName>,
         reply: oneshot::Sender<Result<CallState, StatusFailed>>,
     },
     /// Forget journal rows of request ids dated before `before_ms` (see `journal::collect`).
@@ -754,13 +755,13 @@ impl Executor {
         &self,
         caller: NodeId,
         request_id: RequestId,
-        vault: Option<&str>,
+        vault: Option<VaultName>,
     ) -> Result<CallState, SubmitError> {
         let (reply, answer) = oneshot::channel();
         let queued = self.enqueue(Job::Status {
             caller,
             request_id,
-            vault: vault.unwrap_or_default().to_string(),
+            vault,
             reply,
         });
         if let Err(SubmitError::Stopping) = queued {
@@ -1182,7 +1183,7 @@ impl Work {
                         self.stranded.push(Mark {
                             caller,
                             request_id: request.request_id,
-                            vault: request.vault,
+                            vault: request.vault.into_string(),
                         });
                     }
                     drop(reply);
@@ -1468,7 +1469,7 @@ fn execute_all(
                 &tx,
                 *caller,
                 *request_id,
-                vault,
+                vault.as_ref(),
                 limits,
                 now_ms,
             )?));
@@ -1631,7 +1632,7 @@ mod tests {
     fn id_at(ms: u64) -> RequestId {
         let mut bytes = RequestId::generate().0;
         bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
-        RequestId(bytes)
+        RequestId::from_bytes(bytes)
     }
 
     fn put(request_id: RequestId, key: &str) -> WriteCall {

@@ -21,7 +21,7 @@ use ferry_peer::wire::{CallState, RequestId, WriteAnswer, WriteVerb};
 use ferry_ticket::NodeId;
 use rusqlite::Connection;
 
-use crate::names;
+use crate::names::{self, VaultName};
 use crate::store::journal;
 use crate::store::vaults::Role;
 use crate::store::{records, vaults, StoreError};
@@ -314,7 +314,7 @@ pub fn status(
     conn: &Connection,
     caller: NodeId,
     request_id: RequestId,
-    vault: &str,
+    vault: Option<&VaultName>,
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<CallState, StoreError> {
@@ -348,13 +348,15 @@ pub fn status(
     }
     // Filed under the vault the caller named only if this store owns it: the name comes from
     // the caller, and a fence filed under a vault owned elsewhere would be filed nowhere useful.
-    let owned =
-        !vault.is_empty() && vaults::get(conn, vault)?.is_some_and(|row| row.role == Role::Owner);
+    let owned = match vault {
+        Some(vault) => vaults::get(conn, vault)?.is_some_and(|row| row.role == Role::Owner),
+        None => false,
+    };
     journal::tombstone(
         conn,
         caller,
         request_id,
-        if owned { vault } else { "" },
+        vault.filter(|_| owned).map_or("", VaultName::as_str),
         NotCarriedOutReason::NeverArrived,
         now_ms,
     )?;

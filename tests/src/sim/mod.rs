@@ -194,7 +194,7 @@ fn request_id(unix_ms: u64, rng: &mut Rng) -> RequestId {
     bytes[7] = random[1];
     bytes[8] = 0x80 | (random[2] & 0x3f);
     bytes[9..16].copy_from_slice(&more[..7]);
-    RequestId(bytes)
+    RequestId::from_bytes(bytes)
 }
 
 /// One fault, as the schedule draws it.
@@ -684,7 +684,7 @@ fn read_stores(shared: &Shared) -> Result<(Owners, Replicas), String> {
                     _ => JournalState::Refused,
                 },
             };
-            journal.insert((caller, RequestId(id).to_string()), entry);
+            journal.insert((caller, RequestId::from_bytes(id).to_string()), entry);
         }
         owners.insert(
             vault.clone(),
