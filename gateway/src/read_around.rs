@@ -398,8 +398,11 @@ mod tests {
     fn hello(owned: &[&str], replicated: &[&str]) -> Hello {
         Hello {
             label_hint: "p".into(),
-            owned_vaults: owned.iter().map(|v| v.to_string()).collect(),
-            replicated_vaults: replicated.iter().map(|v| v.to_string()).collect(),
+            owned_vaults: owned.iter().map(|v| VaultName::parse(v).unwrap()).collect(),
+            replicated_vaults: replicated
+                .iter()
+                .map(|v| VaultName::parse(v).unwrap())
+                .collect(),
             release: None,
         }
     }
@@ -428,8 +431,8 @@ mod tests {
         let home = Home::locate(Some(dir.path().join("h"))).unwrap();
         let result = get(
             &home,
-            "app",
-            "notes",
+            &AppName::from_static("app"),
+            &VaultName::from_static("notes"),
             "k",
             ferry_kit::contract::DEFAULT_TIMEOUT,
         )

@@ -283,15 +283,16 @@ pub fn decode(slot: &[u8]) -> Option<CallRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{AppName, Label, VaultName};
     use ferry_ticket::NodeKey;
 
     fn row() -> CallRow {
         CallRow {
             request_id: RequestId::generate(),
             owner: NodeKey::from_secret_bytes([9; 32]).node_id(),
-            owner_label: "studio".into(),
-            vault: "notes".into(),
-            app: "x".repeat(64),
+            owner_label: Label::from_static("studio"),
+            vault: VaultName::from_static("notes"),
+            app: AppName::try_from("x".repeat(64)).unwrap(),
             state: RowState::InFlight,
             since_ms: 1_700_000_000_000,
         }

@@ -144,7 +144,7 @@ mod tests {
 
     fn row(role: Role, owner: NodeId) -> VaultRow {
         VaultRow {
-            name: "notes".into(),
+            name: VaultName::from_static("notes"),
             owner,
             role,
             revision: 0,
@@ -186,13 +186,13 @@ mod tests {
     #[test]
     fn every_collision_is_found_once_per_name() {
         let claims = vec![
-            ("notes".to_string(), node(1)),
-            ("notes".to_string(), node(2)),
-            ("photos".to_string(), node(1)),
-            ("mine".to_string(), node(2)),
+            (VaultName::from_static("notes"), node(1)),
+            (VaultName::from_static("notes"), node(2)),
+            (VaultName::from_static("photos"), node(1)),
+            (VaultName::from_static("mine"), node(2)),
         ];
         let mut mine = row(Role::Owner, node(9));
-        mine.name = "mine".into();
+        mine.name = VaultName::from_static("mine");
         let found = every(&[mine], &claims, label);
         let names: Vec<(&str, bool)> = found
             .iter()

@@ -1630,7 +1630,7 @@ mod tests {
 
     /// A UUIDv7 dated `ms`.
     fn id_at(ms: u64) -> RequestId {
-        let mut bytes = RequestId::generate().0;
+        let mut bytes = *RequestId::generate().as_bytes();
         bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
         RequestId::from_bytes(bytes)
     }
@@ -1638,8 +1638,8 @@ mod tests {
     fn put(request_id: RequestId, key: &str) -> WriteCall {
         WriteCall {
             request_id,
-            app: "app".into(),
-            vault: "v".into(),
+            app: AppName::from_static("app"),
+            vault: VaultName::from_static("v"),
             verb: WriteVerb::Put {
                 key: key.into(),
                 value: b"x".to_vec(),
@@ -1659,7 +1659,7 @@ mod tests {
         {
             // A write that ran eight days ago, when the id was fresh.
             let conn = store::open(&db).unwrap();
-            vaults::create_owned(&conn, "v", me, 0).unwrap();
+            vaults::create_owned(&conn, &VaultName::from_static("v"), me, 0).unwrap();
             let done = WriteAnswer::Done { revision: 1 };
             journal::record_first_answer(&conn, me, old, "v", &done, now - 8 * DAY_MS).unwrap();
         }
@@ -1708,11 +1708,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ferry.db");
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&store::open(&db).unwrap(), "v", me, 0).unwrap();
+        vaults::create_owned(&store::open(&db).unwrap(), &VaultName::from_static("v"), me, 0).unwrap();
         let executor = start(&db, limits(), CapacityRules::default());
         let future = id_at(store::unix_ms() + 10 * 60_000);
-        let mut wrong_variant = RequestId::generate();
-        wrong_variant.0[8] = (wrong_variant.0[8] & 0x3f) | 0xc0;
+        let mut bytes = *RequestId::generate().as_bytes();
+        bytes[8] = (bytes[8] & 0x3f) | 0xc0;
+        let wrong_variant = RequestId::from_bytes(bytes);
         let deadline = Instant::now() + Duration::from_secs(5);
         for id in [future, wrong_variant] {
             let answer = executor.submit(me, put(id, "k"), deadline).await.unwrap();
@@ -1824,7 +1825,7 @@ mod tests {
     ) -> (Arc<Executor>, NodeId) {
         let db = dir.join("ferry.db");
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&store::open(&db).unwrap(), "v", me, 0).unwrap();
+        vaults::create_owned(&store::open(&db).unwrap(), &VaultName::from_static("v"), me, 0).unwrap();
         let executor = Executor::start(
             &db,
             ExecutorSettings {
@@ -1878,7 +1879,7 @@ mod tests {
             let far = clock.now() + Duration::from_secs(3600);
             let mut bulk = put(RequestId::generate(), "bulk");
             bulk.priority = Priority::Background;
-            bulk.app = "importer".into();
+            bulk.app = AppName::from_static("importer");
             let bulk = spawn_put(&executor, me, bulk, far);
             until_queued(&executor, 0, 1).await;
             clock.advance(Duration::from_secs(waited));
@@ -1980,7 +1981,7 @@ mod tests {
         );
         // Another app of the same caller is not held back by the first's cap.
         let mut other = put(RequestId::generate(), "other");
-        other.app = "other".into();
+        other.app = AppName::from_static("other");
         let other = spawn_put(&executor, me, other, far);
         until_queued(&executor, 5, 0).await;
         drop(release);

@@ -463,6 +463,7 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{AppName, VaultName};
     use crate::owner::marks::Mark;
     use crate::store::open_temp;
     use ferry_peer::wire::Priority;
@@ -477,8 +478,8 @@ mod tests {
     fn put(key: &str, value: &[u8], if_revision: Option<u64>) -> WriteCall {
         WriteCall {
             request_id: RequestId::generate(),
-            app: "app".into(),
-            vault: "v".into(),
+            app: AppName::from_static("app"),
+            vault: VaultName::from_static("v"),
             verb: WriteVerb::Put {
                 key: key.into(),
                 value: value.to_vec(),
@@ -491,7 +492,7 @@ mod tests {
     fn setup() -> (tempfile::TempDir, Connection, NodeId, u64) {
         let (dir, conn) = open_temp();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), me, 0).unwrap();
         (dir, conn, me, crate::store::unix_ms())
     }
 
@@ -582,7 +583,7 @@ mod tests {
             RefusalCode::BadRequest
         );
         let mut elsewhere = put("k", b"a", None);
-        elsewhere.vault = "nope".into();
+        elsewhere.vault = VaultName::from_static("nope");
         assert_eq!(
             code(apply(&conn, me, &elsewhere, &LIMITS, now).unwrap()),
             RefusalCode::UnknownVault
@@ -594,7 +595,7 @@ mod tests {
         let (_dir, conn, me, now) = setup();
         let request = put("k", b"a", None);
         assert_eq!(
-            status(&conn, me, request.request_id, "v", &LIMITS, now).unwrap(),
+            status(&conn, me, request.request_id, Some(&VaultName::from_static("v")), &LIMITS, now).unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }
@@ -613,10 +614,11 @@ mod tests {
         let (_dir, conn, me, now) = setup();
         let filed_under = |vault: &str| {
             let id = RequestId::generate();
-            status(&conn, me, id, vault, &LIMITS, now).unwrap();
+            let vault = VaultName::parse(vault).ok();
+            status(&conn, me, id, vault.as_ref(), &LIMITS, now).unwrap();
             conn.query_row(
                 "SELECT vault FROM journal WHERE request_id = ?1",
-                [&id.0[..]],
+                [&id.as_bytes()[..]],
                 |row| row.get::<_, String>(0),
             )
             .unwrap()
@@ -624,7 +626,7 @@ mod tests {
         assert_eq!(filed_under("v"), "v");
         assert_eq!(filed_under("not-here"), "");
         assert_eq!(filed_under(""), "");
-        vaults::create_replica(&conn, "copy", me, 0).unwrap();
+        vaults::create_replica(&conn, &VaultName::from_static("copy"), me, 0).unwrap();
         assert_eq!(
             filed_under("copy"),
             "",
@@ -635,10 +637,11 @@ mod tests {
     #[test]
     fn a_malformed_id_is_answered_never_arrived_without_a_row() {
         let (_dir, conn, me, now) = setup();
-        let mut wrong_variant = RequestId::generate();
-        wrong_variant.0[8] &= 0x3f;
+        let mut bytes = *RequestId::generate().as_bytes();
+        bytes[8] &= 0x3f;
+        let wrong_variant = RequestId::from_bytes(bytes);
         assert_eq!(
-            status(&conn, me, wrong_variant, "v", &LIMITS, now).unwrap(),
+            status(&conn, me, wrong_variant, Some(&VaultName::from_static("v")), &LIMITS, now).unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }
@@ -650,7 +653,7 @@ mod tests {
         Mark {
             caller,
             request_id: request.request_id,
-            vault: request.vault.clone(),
+            vault: request.vault.to_string(),
         }
     }
 
@@ -663,7 +666,9 @@ mod tests {
         // Dated past the journal's retention at recovery: its row may have been collected
         // after it ran, so no fence may claim it never did.
         let mut old = put("o", b"c", None);
-        old.request_id.0[..6].copy_from_slice(&(now - 8 * 86_400_000).to_be_bytes()[2..]);
+        let mut bytes = *old.request_id.as_bytes();
+        bytes[..6].copy_from_slice(&(now - 8 * 86_400_000).to_be_bytes()[2..]);
+        old.request_id = RequestId::from_bytes(bytes);
         let marks = [mark(me, &cut_short), mark(me, &ran), mark(me, &old)];
         assert_eq!(fence_marks(&conn, &marks, &LIMITS, now).unwrap(), 1);
         assert_eq!(journal::lookup(&conn, me, old.request_id).unwrap(), None);
@@ -694,7 +699,9 @@ mod tests {
         // A copy of a write that ran in an earlier batch was never cut short.
         assert_eq!(fence(&conn, me, &ran, &LIMITS, now).unwrap(), done);
         let mut malformed = put("m", b"c", None);
-        malformed.request_id.0[8] &= 0x3f;
+        let mut bytes = *malformed.request_id.as_bytes();
+        bytes[8] &= 0x3f;
+        malformed.request_id = RequestId::from_bytes(bytes);
         let WriteAnswer::Refused(refusal) = fence(&conn, me, &malformed, &LIMITS, now).unwrap()
         else {
             panic!("a malformed id is refused, and nothing is filed for it")

@@ -236,9 +236,9 @@ mod tests {
         CallRow {
             request_id: id,
             owner: NodeKey::from_secret_bytes([3; 32]).node_id(),
-            owner_label: "a".into(),
-            vault: "v".into(),
-            app: "app".into(),
+            owner_label: Label::from_static("a"),
+            vault: VaultName::from_static("v"),
+            app: AppName::from_static("app"),
             state: RowState::InFlight,
             since_ms: 1,
         }

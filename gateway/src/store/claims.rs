@@ -127,14 +127,14 @@ mod tests {
         record_claim(&conn, "notes", node(2), 30).unwrap();
         let claims = claims(&conn).unwrap();
         assert_eq!(claims.len(), 2);
-        assert!(claims.contains(&("notes".to_string(), node(2))));
+        assert!(claims.contains(&(VaultName::from_static("notes"), node(2))));
         record_untrusted(&conn, node(3), "old", 100).unwrap();
         record_untrusted(&conn, node(3), "older", 50).unwrap();
         assert_eq!(
             former_peers(&conn).unwrap(),
             vec![FormerPeer {
                 node_id: node(3),
-                label: "older".into(),
+                label: Label::from_static("older"),
                 sent_up_to_ms: 100
             }]
         );

@@ -230,7 +230,7 @@ mod tests {
 
     /// A UUIDv7 dated `ms`.
     pub(crate) fn id_at(ms: u64) -> RequestId {
-        let mut bytes = RequestId::generate().0;
+        let mut bytes = *RequestId::generate().as_bytes();
         bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
         RequestId::from_bytes(bytes)
     }
@@ -261,7 +261,7 @@ mod tests {
         let vault: String = conn
             .query_row(
                 "SELECT vault FROM journal WHERE request_id = ?1",
-                [&id.0[..]],
+                [&id.as_bytes()[..]],
                 |row| row.get(0),
             )
             .unwrap();

@@ -193,10 +193,10 @@ mod tests {
         let a = NodeKey::from_secret_bytes([1; 32]).node_id();
         let b = NodeKey::from_secret_bytes([2; 32]).node_id();
         let route = Route::parse("127.0.0.1:7000").unwrap();
-        add(&conn, "a", a, &[route], 0).unwrap();
+        add(&conn, &Label::from_static("a"), a, &[route], 0).unwrap();
         let again = add(
             &conn,
-            "a",
+            &Label::from_static("a"),
             a,
             &[Route::parse("100.77.0.1:7000").unwrap()],
             0,
@@ -204,14 +204,14 @@ mod tests {
         .unwrap();
         assert_eq!(again.routes.len(), 2);
         assert!(matches!(
-            add(&conn, "a", b, &[], 0),
+            add(&conn, &Label::from_static("a"), b, &[], 0),
             Err(StoreError::LabelTaken { .. })
         ));
         assert!(matches!(
-            add(&conn, "z", a, &[], 0),
+            add(&conn, &Label::from_static("z"), a, &[], 0),
             Err(StoreError::NodeTaken { .. })
         ));
-        assert_eq!(remove(&conn, "a", 1).unwrap(), Some(a));
+        assert_eq!(remove(&conn, &Label::from_static("a"), 1).unwrap(), Some(a));
         assert_eq!(list(&conn).unwrap(), vec![]);
     }
 }
