@@ -11,6 +11,7 @@
 
 mod harness;
 
+use ferry_names::{AppName, VaultName};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,8 +73,8 @@ async fn ask(conn: &quinn::Connection, body: Request, ext: Extensions) -> Ended 
 fn put(request_id: RequestId, key: &str, ticket: &Ticket) -> Request {
     Request::Write(Box::new(WriteRequest {
         request_id,
-        app: "prober-app".into(),
-        vault: "notes".into(),
+        app: AppName::from_static("prober-app"),
+        vault: VaultName::from_static("notes"),
         verb: WriteVerb::Put {
             key: key.into(),
             value: key.as_bytes().to_vec(),
@@ -137,8 +138,8 @@ fn a_stopping_owner_answers_a_resent_id_from_its_journal_never_did_not_run() {
     let ticket = match runtime.block_on(ask(
         &conn,
         Request::IssueTicket(TicketRequest {
-            app: "prober-app".into(),
-            vault: "notes".into(),
+            app: AppName::from_static("prober-app"),
+            vault: VaultName::from_static("notes"),
             verbs: VerbSet::all_writes(),
         }),
         Extensions::default(),

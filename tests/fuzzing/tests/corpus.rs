@@ -2,6 +2,7 @@
 //! its body, so what the fuzzers learned (and every finding, once fixed) is checked by every
 //! `cargo test`, with no fuzzer installed.
 
+use ferry_names::{AppName, VaultName};
 use std::path::{Path, PathBuf};
 
 fn corpus_dir(target: &str) -> PathBuf {
@@ -76,8 +77,8 @@ fn write_the_seed_corpus() {
         TicketClaims {
             owner: owner.node_id(),
             holder,
-            app: "notes".into(),
-            vault: "alpha".into(),
+            app: AppName::from_static("notes"),
+            vault: VaultName::from_static("alpha"),
             verbs: VerbSet::from_verbs(&[Verb::Put, Verb::Delete]),
             issued_at_ms: 1_764_600_000_000,
             expires_at_ms: 1_764_603_600_000,
@@ -114,8 +115,8 @@ fn write_the_seed_corpus() {
             request_id: ferry_core::wire::RequestId::generate(),
             owner: id,
             owner_label: "studio".into(),
-            vault: "alpha".into(),
-            app: "notes".into(),
+            vault: VaultName::from_static("alpha"),
+            app: AppName::from_static("notes"),
             state: RowState::InFlight,
             since_ms: 1_764_600_000_000,
         };

@@ -27,6 +27,7 @@ mod owner;
 
 pub use owner::Records;
 
+use ferry_names::{AppName, VaultName};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
@@ -444,8 +445,8 @@ mod tests {
         Target {
             api,
             token: "t".into(),
-            app: "bench".into(),
-            vault: "bench".into(),
+            app: AppName::from_static("bench"),
+            vault: VaultName::from_static("bench"),
         }
     }
 
