@@ -17,8 +17,8 @@ use ferry_kit::admin::{DoctorFinding, DoctorReport};
 use ferry_peer::transport::ReceiveBuffer;
 use tokio::task::JoinSet;
 
-use crate::names::Label;
 use crate::gateway::Gateway;
+use crate::names::Label;
 pub use crate::network::DiscoveryState;
 
 /// How long one probe of a route may take: a live peer answers within milliseconds; a route

@@ -34,7 +34,6 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tracing::{debug, warn, Instrument};
 
-use crate::names::Label;
 use crate::admin::Admin;
 use crate::call_log::CallLog;
 use crate::config::Config;
@@ -44,6 +43,7 @@ use crate::home::Home;
 use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
+use crate::names::Label;
 use crate::network::book::PeerBook;
 use crate::network::{Network, NetworkParts, DIRECTORY_REFRESH_BOUND};
 use crate::owner::executor::{Executor, ExecutorSettings};

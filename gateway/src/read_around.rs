@@ -30,9 +30,9 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use crate::names::{AppName, Label, VaultName};
 use crate::config::Config;
 use crate::home::{Home, HomeError};
+use crate::names::{AppName, Label, VaultName};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role};
 use crate::store::StoreError;

@@ -15,8 +15,8 @@ use std::time::Duration;
 use ferry_peer::wire::{ReadAnswer, ReadVerb};
 use rusqlite::Connection;
 
-use crate::names::VaultName;
 use crate::env::Blocking;
+use crate::names::VaultName;
 use crate::store::{self, records, vaults, StoreError};
 
 /// Pages are capped so one answer stays well inside a frame.
@@ -341,9 +341,15 @@ mod tests {
             key: key.into(),
             known_revision: None,
         };
-        let read = reader.read_verb(VaultName::from_static("v"), get("big")).await.unwrap();
+        let read = reader
+            .read_verb(VaultName::from_static("v"), get("big"))
+            .await
+            .unwrap();
         assert_eq!(value_of(read), big);
-        let read = reader.read_verb(VaultName::from_static("v"), get("small")).await.unwrap();
+        let read = reader
+            .read_verb(VaultName::from_static("v"), get("small"))
+            .await
+            .unwrap();
         assert_eq!(value_of(read), b"x");
     }
 

@@ -370,12 +370,8 @@ impl Reads {
                     }
                     ReadStep::AskOwner { known_revision } => {
                         let reads = self.clone();
-                        let (owner, app, vault, key) = (
-                            owner.clone(),
-                            app.clone(),
-                            vault.clone(),
-                            key.to_string(),
-                        );
+                        let (owner, app, vault, key) =
+                            (owner.clone(), app.clone(), vault.clone(), key.to_string());
                         owner_read = Some(Box::pin(async move {
                             reads
                                 .ask_owner_for(&owner, &app, &vault, &key, known_revision, deadline)
@@ -384,12 +380,8 @@ impl Reads {
                     }
                     ReadStep::AskReplicas => {
                         let reads = self.clone();
-                        let (app, vault, key, owner) = (
-                            app.clone(),
-                            vault.clone(),
-                            key.to_string(),
-                            owner.node,
-                        );
+                        let (app, vault, key, owner) =
+                            (app.clone(), vault.clone(), key.to_string(), owner.node);
                         replicas_read = Some(Box::pin(async move {
                             reads
                                 .read_from_replicas(&app, &vault, &key, owner, deadline)

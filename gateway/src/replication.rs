@@ -21,8 +21,8 @@ use ferry_ticket::NodeId;
 use tracing::{debug, info};
 
 use crate::lifecycle::Lifecycle;
-use crate::names::{AppName, Label, VaultName};
 use crate::metrics::Metrics;
+use crate::names::{AppName, Label, VaultName};
 use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
 use crate::reads::Reads;
 use crate::store::vaults::{Role, VaultRow};

@@ -33,11 +33,11 @@ use crate::call_log::CallLog;
 use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
+use crate::names::VaultName;
 use crate::network::Network;
 use crate::owner::Owner;
 use crate::store::calls::{self, CallRow, RowState};
 use crate::store::{claims, journal, meta, StoreError};
-use crate::names::VaultName;
 use crate::vaults::Vaults;
 
 /// How often remembered `outcome_unknown` calls are asked about while their owner is away.

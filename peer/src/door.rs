@@ -26,9 +26,9 @@ use crate::frames;
 use crate::outcome::{Refusal, RefusalCode};
 use crate::transport::{self, ReadFrameError, RESET_MALFORMED, RESET_UNANSWERED};
 use crate::wire::{
-    CallState, CallStatusRequest, Extensions, Hello, NamedRequest, ProtocolFailure, ReadAnswer, ReadRequest,
-    Request, Response, ResponseFrame, TicketAnswer, TicketRequest, WriteAnswer, WriteRequest,
-    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    CallState, CallStatusRequest, Extensions, Hello, NamedRequest, ProtocolFailure, ReadAnswer,
+    ReadRequest, Request, Response, ResponseFrame, TicketAnswer, TicketRequest, WriteAnswer,
+    WriteRequest, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 /// A peer that opens a stream must send its whole request within this time, or the stream is

@@ -114,8 +114,7 @@ pub fn decode_request(version: u16, body: &[u8]) -> Result<RequestFrame, DecodeE
                 1 => codec::decode_body::<Received<_>>(payload)?
                     .into_request(|write| Request::Write(Box::new(write))),
                 2 => codec::decode_body::<Received<_>>(payload)?.into_request(Request::Read),
-                3 => codec::decode_body::<Received<_>>(payload)?
-                    .into_request(Request::IssueTicket),
+                3 => codec::decode_body::<Received<_>>(payload)?.into_request(Request::IssueTicket),
                 4 => Request::CallStatus(codec::decode_body(payload)?),
                 5 => Request::Heartbeat(codec::decode_body(payload)?),
                 kind => Request::Unknown { kind },

@@ -13,8 +13,7 @@ use ferry_peer::outcome::NotCarriedOutReason;
 use ferry_peer::wire::{
     CallState, Extension, Extensions, Hello, NamedRequest, Priority, ReadRequest, ReadVerb,
     Request, RequestFrame, RequestId, Response, ResponseFrame, TicketRequest, WriteAnswer,
-    WriteRequest, WriteVerb, FIRST_OPEN_CALL_STATE,
-    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    WriteRequest, WriteVerb, FIRST_OPEN_CALL_STATE, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use ferry_peer::{NodeId, NodeKey};
 use ferry_ticket::{Ticket, VerbSet};
@@ -288,7 +287,9 @@ fn a_request_naming_an_invalid_vault_or_app_decodes_as_bad_name() {
                     matches!(
                         &decoded.body,
                         Request::BadName {
-                            error: NameError::DotsOnly { kind: NameKind::App },
+                            error: NameError::DotsOnly {
+                                kind: NameKind::App
+                            },
                             ..
                         }
                     ),

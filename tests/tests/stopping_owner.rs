@@ -213,7 +213,11 @@ fn a_stopping_owner_answers_a_resent_id_from_its_journal_never_did_not_run() {
         "a copy of a write running in the drain: {copy:?}"
     );
     // Asked about, it is running (or done); the one that ran is done.
-    let asked = runtime.block_on(ask(&conn, status(draining), Extensions::vault("notes")));
+    let asked = runtime.block_on(ask(
+        &conn,
+        status(draining),
+        Extensions::vault(&VaultName::from_static("notes")),
+    ));
     assert!(
         matches!(
             &asked,
@@ -223,7 +227,11 @@ fn a_stopping_owner_answers_a_resent_id_from_its_journal_never_did_not_run() {
         ),
         "a settle query about a write running in the drain: {asked:?}"
     );
-    let asked = runtime.block_on(ask(&conn, status(ran), Extensions::vault("notes")));
+    let asked = runtime.block_on(ask(
+        &conn,
+        status(ran),
+        Extensions::vault(&VaultName::from_static("notes")),
+    ));
     assert!(
         matches!(&asked, Ended::Answered(Response::CallStatus(CallState::Answered(answer))) if *answer == first),
         "a settle query about a write that ran: {asked:?}"

@@ -61,7 +61,10 @@ fn hello(version: u16) -> Hello {
     Hello {
         label_hint: "laptop".into(),
         owned_vaults: vec![VaultName::from_static("notes")],
-        replicated_vaults: vec![VaultName::from_static("photos"), VaultName::from_static("music")],
+        replicated_vaults: vec![
+            VaultName::from_static("photos"),
+            VaultName::from_static("music"),
+        ],
         // Protocol 1 has no release in a hello: that sample decodes without one.
         release: (version >= 2).then(|| "0.2.0".into()),
     }

@@ -346,9 +346,7 @@ pub async fn trust(
 
 /// Checks a trust request: the label, the node id and each route; shared with the CLI's
 /// offline path.
-pub fn parse_trust_request(
-    body: &TrustRequest,
-) -> Result<(Label, NodeId, Vec<Route>), ApiError> {
+pub fn parse_trust_request(body: &TrustRequest) -> Result<(Label, NodeId, Vec<Route>), ApiError> {
     let label = Label::parse(&body.label).map_err(ApiError::bad_request)?;
     let node: NodeId = body
         .node_id
@@ -381,9 +379,7 @@ pub async fn untrust(
         None => Err(ApiError::new(
             404,
             ErrorCode::NotFound,
-            format!(
-                "no peer is trusted under the label {label:?}; `ferry peers` lists them"
-            ),
+            format!("no peer is trusted under the label {label:?}; `ferry peers` lists them"),
         )),
     }
 }

@@ -44,8 +44,8 @@ use super::fault;
 use super::marks::{Mark, MarkFile};
 use super::verbs::{self, Execution, WriteLimits};
 use crate::env::Blocking;
-use crate::names::{AppName, VaultName};
 use crate::metrics::Metrics;
+use crate::names::{AppName, VaultName};
 use crate::revisions::Revisions;
 use crate::store::immediate::Immediate;
 use crate::store::{self, journal, StoreError};
@@ -1708,7 +1708,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ferry.db");
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&store::open(&db).unwrap(), &VaultName::from_static("v"), me, 0).unwrap();
+        vaults::create_owned(
+            &store::open(&db).unwrap(),
+            &VaultName::from_static("v"),
+            me,
+            0,
+        )
+        .unwrap();
         let executor = start(&db, limits(), CapacityRules::default());
         let future = id_at(store::unix_ms() + 10 * 60_000);
         let mut bytes = *RequestId::generate().as_bytes();
@@ -1825,7 +1831,13 @@ mod tests {
     ) -> (Arc<Executor>, NodeId) {
         let db = dir.join("ferry.db");
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&store::open(&db).unwrap(), &VaultName::from_static("v"), me, 0).unwrap();
+        vaults::create_owned(
+            &store::open(&db).unwrap(),
+            &VaultName::from_static("v"),
+            me,
+            0,
+        )
+        .unwrap();
         let executor = Executor::start(
             &db,
             ExecutorSettings {

@@ -595,7 +595,15 @@ mod tests {
         let (_dir, conn, me, now) = setup();
         let request = put("k", b"a", None);
         assert_eq!(
-            status(&conn, me, request.request_id, Some(&VaultName::from_static("v")), &LIMITS, now).unwrap(),
+            status(
+                &conn,
+                me,
+                request.request_id,
+                Some(&VaultName::from_static("v")),
+                &LIMITS,
+                now
+            )
+            .unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }
@@ -641,7 +649,15 @@ mod tests {
         bytes[8] &= 0x3f;
         let wrong_variant = RequestId::from_bytes(bytes);
         assert_eq!(
-            status(&conn, me, wrong_variant, Some(&VaultName::from_static("v")), &LIMITS, now).unwrap(),
+            status(
+                &conn,
+                me,
+                wrong_variant,
+                Some(&VaultName::from_static("v")),
+                &LIMITS,
+                now
+            )
+            .unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }

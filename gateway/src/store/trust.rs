@@ -38,9 +38,11 @@ fn add_in(
     now_ms: u64,
 ) -> Result<(), StoreError> {
     let by_label: Option<String> = tx
-        .query_row("SELECT node_id FROM peers WHERE label = ?1", [label.as_str()], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT node_id FROM peers WHERE label = ?1",
+            [label.as_str()],
+            |r| r.get(0),
+        )
         .optional()?;
     let by_node: Option<String> = tx
         .query_row(

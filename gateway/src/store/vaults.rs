@@ -87,7 +87,12 @@ fn create(
     let inserted = conn.execute(
         "INSERT INTO vaults (name, owner, role, revision, created_ms) VALUES (?1, ?2, ?3, 0, ?4)
          ON CONFLICT (name) DO NOTHING",
-        params![name.as_str(), owner.to_string(), role.as_str(), now_ms as i64],
+        params![
+            name.as_str(),
+            owner.to_string(),
+            role.as_str(),
+            now_ms as i64
+        ],
     )?;
     if inserted == 0 {
         return Err(StoreError::VaultExists { name: name.clone() });

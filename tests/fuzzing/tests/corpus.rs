@@ -77,8 +77,8 @@ fn write_the_seed_corpus() {
         TicketClaims {
             owner: owner.node_id(),
             holder,
-            app: AppName::from_static("notes"),
-            vault: VaultName::from_static("alpha"),
+            app: "notes".into(),
+            vault: "alpha".into(),
             verbs: VerbSet::from_verbs(&[Verb::Put, Verb::Delete]),
             issued_at_ms: 1_764_600_000_000,
             expires_at_ms: 1_764_603_600_000,
@@ -114,7 +114,7 @@ fn write_the_seed_corpus() {
         let row = CallRow {
             request_id: ferry_core::wire::RequestId::generate(),
             owner: id,
-            owner_label: "studio".into(),
+            owner_label: ferry_names::Label::from_static("studio"),
             vault: VaultName::from_static("alpha"),
             app: AppName::from_static("notes"),
             state: RowState::InFlight,

@@ -27,7 +27,6 @@ mod owner;
 
 pub use owner::Records;
 
-use ferry_names::{AppName, VaultName};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
@@ -445,8 +444,8 @@ mod tests {
         Target {
             api,
             token: "t".into(),
-            app: AppName::from_static("bench"),
-            vault: VaultName::from_static("bench"),
+            app: "bench".into(),
+            vault: "bench".into(),
         }
     }
 
