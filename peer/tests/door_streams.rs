@@ -11,9 +11,7 @@ use ferry_names::{AppName, VaultName};
 use std::sync::Arc;
 use std::time::Duration;
 
-mod common;
-
-use common::{ask, endpoint, WAIT};
+use crate::common::{ask, endpoint, WAIT};
 use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::tls::peer_node_id;
 use ferry_peer::wire::{

@@ -14,9 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{caller_to, endpoint, WAIT};
+use crate::common::{caller_to, endpoint, WAIT};
 use ferry_peer::call::{Caller, Target};
 use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::outcome::NotCarriedOutReason;

@@ -13,9 +13,7 @@ use ferry_names::{AppName, VaultName};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{caller_to, endpoint, WAIT};
+use crate::common::{caller_to, endpoint, WAIT};
 use ferry_peer::call::{Target, TicketError, TicketSource, WriteCall};
 use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::outcome::{UnknownReason, WriteOutcome};

@@ -11,9 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-mod common;
-
-use common::{ask, ask_raw, Anyone, WAIT};
+use crate::common::{ask, ask_raw, Anyone, WAIT};
 use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::tls::{self, peer_node_id};
 use ferry_peer::transport::{self, DialError, PeerEndpoint, TransportTuning};

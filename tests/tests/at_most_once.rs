@@ -7,11 +7,9 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::time::{Duration, Instant};
 
-use harness::{
+use crate::harness::{
     fresh_request_id, pair_with_notes, two_with_notes, wait_for, Gateway, SIGCONT, SIGSTOP,
 };
 use serde_json::Value;

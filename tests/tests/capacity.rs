@@ -11,11 +11,9 @@
 #![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::time::{Duration, Instant};
 
-use harness::{fresh_request_id, pair_with_notes, wait_for, Gateway};
+use crate::harness::{fresh_request_id, pair_with_notes, wait_for, Gateway};
 use serde_json::Value;
 
 /// Each write batch on the owner takes this long.
@@ -586,7 +584,7 @@ fn an_app_importing_3000_records_through_its_own_gateway_is_never_rate_limited()
 }
 
 /// The whole of issue 43's import, too long for every run (about 90 s of puts in a debug
-/// build): `cargo test -p ferry-tests --test capacity -- --ignored --nocapture hundred_thousand`
+/// build): `cargo test -p ferry-tests --test integration capacity::hundred_thousand -- --ignored --nocapture`
 /// prints the count refused `429`, the time and the rate.
 #[test]
 #[ignore = "minutes; run on its own (see the comment)"]

@@ -8,14 +8,13 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::harness;
+use crate::harness::{replica_of_notes, two_with_notes, Gateway};
 use ferry_kit::contract::FeedChange;
 use ferry_kit::{ChangeFeed, Kit, KitError};
-use harness::{replica_of_notes, two_with_notes, Gateway};
 use serde_json::Value;
 
 /// GET the feed; status and body.

@@ -17,17 +17,15 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::harness::{pair_with_notes, wait_for, Gateway, SIGCONT, SIGSTOP};
 use ferry_kit::contract::ErrorCode;
 use ferry_kit::{Kit, Settlement, WriteOptions, WriteResult};
 use ferry_tests::rng::Rng;
-use harness::{pair_with_notes, wait_for, Gateway, SIGCONT, SIGSTOP};
 
 const SEEDS: [u64; 2] = [7, 1009];
 const RUN_FOR: Duration = Duration::from_secs(6);

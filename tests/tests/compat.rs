@@ -22,15 +22,16 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::harness;
+use crate::harness::{
+    ferry_bin, fresh_request_id, pair_with_notes, serve_refused, wait_for, Gateway,
+};
 use ferry_gateway::store::SCHEMA_VERSION;
 use ferry_tests::previous::{previous_build, PREVIOUS};
-use harness::{ferry_bin, fresh_request_id, pair_with_notes, serve_refused, wait_for, Gateway};
 use serde_json::{json, Value};
 
 /// This build's release, as its hello names it to peers of protocol 2.

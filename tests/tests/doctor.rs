@@ -6,9 +6,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
-use harness::Gateway;
+use crate::harness::Gateway;
 use serde_json::Value;
 
 const SIGSTOP: i32 = 19;

@@ -11,11 +11,9 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::process::{Command, Stdio};
 
-use harness::{fresh_request_id, Gateway};
+use crate::harness::{fresh_request_id, Gateway};
 
 /// How many tombstones to ask for, one after the other.
 const QUERIES: usize = 10;

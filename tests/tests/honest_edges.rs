@@ -8,15 +8,14 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use ferry_gateway::home::Home;
 use ferry_gateway::read_around;
 use std::time::Duration;
 
+use crate::harness;
+use crate::harness::{two_with_notes, Gateway};
 use ferry_kit::http::{self, Method};
 use ferry_kit::{WriteOptions, WriteResult};
-use harness::{two_with_notes, Gateway};
 
 /// Keys that a URL library would rewrite if sent as raw path segments.
 const PATH_LIKE_KEYS: [&str; 7] = [

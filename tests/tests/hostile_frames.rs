@@ -5,11 +5,11 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::harness;
+use crate::harness::two_with_notes;
 use ferry_names::{AppName, VaultName};
 use ferry_peer::frames;
 use ferry_peer::outcome::{NotCarriedOutReason, RefusalCode};
@@ -22,7 +22,6 @@ use ferry_peer::wire::{
 };
 use ferry_peer::{NodeId, NodeKey};
 use ferry_ticket::VerbSet;
-use harness::two_with_notes;
 
 #[derive(Debug)]
 struct OnlyThis(NodeId);

@@ -4,13 +4,11 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
+use crate::harness::two_with_notes;
 use ferry_gateway::home::Home;
 use ferry_gateway::read_around;
 use ferry_kit::contract::ErrorCode;
 use ferry_kit::{Settlement, WriteOptions, WriteResult};
-use harness::two_with_notes;
 
 #[test]
 fn the_kit_types_every_outcome_and_never_writes_around_a_stopped_gateway() {

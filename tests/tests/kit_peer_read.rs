@@ -6,15 +6,14 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::time::{Duration, Instant};
 
+use crate::harness;
+use crate::harness::{two_with_notes, wait_for, Gateway};
 use ferry_gateway::home::Home;
 use ferry_gateway::read_around;
 use ferry_kit::contract::ErrorCode;
 use ferry_kit::{KitError, ReadRecord, WriteOptions, WriteResult};
-use harness::{two_with_notes, wait_for, Gateway};
 
 /// A stopped peer's port refuses at once, so giving up on it costs far less than the deadline.
 const GIVE_UP_BOUND: Duration = Duration::from_secs(10);

@@ -3,7 +3,7 @@
 //! A fixed seed, so a failure here replays with `ferry-campaign` and the seed it prints. Then
 //! each bug the checker must catch is switched on in turn, in a smaller campaign, and caught.
 //!
-//! Run: `cargo test -p ferry-tests --test lab_campaign -- --nocapture --test-threads 1` (as
+//! Run: `cargo test -p ferry-tests --test integration lab_campaign:: -- --nocapture --test-threads 1` (as
 //! root; without root these say SKIPPED, and CI, which sets `FERRY_LAB_REQUIRED=1`, fails).
 
 use std::path::PathBuf;

@@ -10,20 +10,19 @@
 //! own (empty) subnets, and 192.0.2.0/24 and 203.0.113.0/24 are documentation ranges the lab's
 //! hosts have no route to, so nothing leaves them.
 //!
-//! Run: `cargo test -p ferry-tests --test lab_discovery -- --nocapture` (as root).
+//! Run: `cargo test -p ferry-tests --test integration lab_discovery:: -- --nocapture` (as root).
 
 // Tests measure real time (`clippy.toml` bans reading a clock outside the clock modules).
 #![allow(clippy::disallowed_methods)]
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lab;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ferry_core::discovered::MAX_DISCOVERED_PER_PEER;
-use lab::{trust_all, wait_for, Lab, LabGateway};
+use ferry_tests::lab;
+use ferry_tests::lab::{trust_all, wait_for, Lab, LabGateway};
 use serde_json::{json, Value};
 
 /// Forged announcements a second: what one unprivileged program on the LAN sends without

@@ -10,7 +10,7 @@
 //! (a regression to the old seconds fails them); the targets are in `docs/performance.md`,
 //! "Measured in the lab".
 //!
-//! Run: `FERRY_LAB_REQUIRED=1 cargo test -p ferry-tests --test lab_failover -- --nocapture`
+//! Run: `FERRY_LAB_REQUIRED=1 cargo test -p ferry-tests --test integration lab_failover:: -- --nocapture`
 //! (as root).
 
 // Tests measure real time (`clippy.toml` bans reading a clock outside the clock modules).
@@ -18,19 +18,17 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lab;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 use ferry_tests::history::{self, History, OwnerState, Read, Write, WriteFate};
+use ferry_tests::lab::{trust_all, Lab, LabCli, LabGateway, Nic, StartOptions};
 use ferry_tests::lab_app::now_ms;
 use ferry_tests::lab_steady::APP;
 use ferry_tests::owner_db::{journal, open_read_only, records, settled_fate, told_fate};
 use ferry_tests::{vault_revision, wait_for};
-use lab::{trust_all, Lab, LabCli, LabGateway, Nic, StartOptions};
 use serde_json::{json, Value};
 
 /// How many times a timed scenario repeats for its median.

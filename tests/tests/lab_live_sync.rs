@@ -3,20 +3,18 @@
 //! over the tailnet), then h2 loses both links (powered off), then everything heals; the replica
 //! must converge to exactly the owner's records, and the test prints how long after the heal.
 //!
-//! Run: `cargo test -p ferry-tests --test lab_live_sync -- --nocapture` (as root).
+//! Run: `cargo test -p ferry-tests --test integration lab_live_sync:: -- --nocapture` (as root).
 
 // Tests measure real time (`clippy.toml` bans reading a clock outside the clock modules).
 #![allow(clippy::disallowed_methods)]
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lab;
-
 use std::time::{Duration, Instant};
 
+use ferry_tests::lab::{trust_all, wait_for, Lab, LabGateway};
 use ferry_tests::owner_db::{open_read_only, records};
 use ferry_tests::vault_revision;
-use lab::{trust_all, wait_for, Lab, LabGateway};
 
 /// Changes written in each phase (before the cut, while cut off, ...), at least.
 const PHASE: u64 = 40;

@@ -3,19 +3,18 @@
 //! Each test prints the figures it measured as `figure: ...` lines; the scenarios that report
 //! figures repeat a few times and print the median.
 //!
-//! Run: `cargo test -p ferry-tests --test lab_routes -- --nocapture` (as root).
+//! Run: `cargo test -p ferry-tests --test integration lab_routes:: -- --nocapture` (as root).
 
 // Tests measure real time (`clippy.toml` bans reading a clock outside the clock modules).
 #![allow(clippy::disallowed_methods)]
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lab;
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use lab::{wait_for, Lab, LabGateway};
+use ferry_tests::lab;
+use ferry_tests::lab::{wait_for, Lab, LabGateway};
 use serde_json::Value;
 
 /// How many times a measured scenario repeats for its median.

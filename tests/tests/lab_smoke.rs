@@ -9,11 +9,10 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lab;
-
 use std::time::{Duration, Instant};
 
-use lab::{trust_all, wait_for, Dropped, Lab, LabGateway, Nic};
+use ferry_tests::lab;
+use ferry_tests::lab::{trust_all, wait_for, Dropped, Lab, LabGateway, Nic};
 use serde_json::Value;
 
 /// The last lines of a gateway's log, for failure messages.

@@ -27,14 +27,12 @@
 //! starts the `ferry-lab-app` binary there (`ferry_tests::lab_app`) and reads what each app did
 //! from a file of JSON lines.
 //!
-//! Run: `cargo test -p ferry-tests --test lab_upgrade -- --nocapture` (as root).
+//! Run: `cargo test -p ferry-tests --test integration lab_upgrade:: -- --nocapture` (as root).
 
 // Tests measure real time (`clippy.toml` bans reading a clock outside the clock modules).
 #![allow(clippy::disallowed_methods)]
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -44,11 +42,12 @@ use std::time::{Duration, Instant};
 use ferry_gateway::store::SCHEMA_VERSION;
 use ferry_peer::wire::{ProtocolRange, PROTOCOL_VERSION, RELEASE};
 use ferry_tests::history::{self, History, OwnerState, Read, ReplicaState, Write, WriteFate};
+use ferry_tests::lab;
+use ferry_tests::lab::{trust_all, Lab, LabGateway, StartOptions};
 use ferry_tests::lab_app::{now_ms, APP, OLD_ERA_SAMPLE, PROBE};
 use ferry_tests::owner_db::{journal, records, settled_fate, told_fate};
 use ferry_tests::previous::{previous_build, PREVIOUS};
 use ferry_tests::vault_revision;
-use lab::{trust_all, Lab, LabGateway, StartOptions};
 use serde_json::{json, Value};
 
 /// The vaults, the host that owns each and the hosts that replicate it. h3 does not replicate

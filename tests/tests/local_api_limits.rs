@@ -9,14 +9,13 @@
 // Tests read the real clock (`clippy.toml`): their bounds and timings are real time.
 #![allow(clippy::disallowed_methods)]
 
-mod harness;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::harness;
+use crate::harness::Gateway;
 use ferry_kit::{Kit, WriteOptions, WriteResult};
-use harness::Gateway;
 
 /// A request head cut off before its end: the gateway waits for the rest.
 const HALF_SENT: &[u8] = b"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";

@@ -9,14 +9,12 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-#[path = "openapi/patterns.rs"]
 mod patterns;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use harness::{fresh_request_id, pair_with_notes, Gateway};
+use crate::harness::{fresh_request_id, pair_with_notes, Gateway};
 use reqwest::Method;
 use serde_json::{json, Value};
 

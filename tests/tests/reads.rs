@@ -7,11 +7,10 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::time::{Duration, Instant};
 
-use harness::{replica_of_notes, two_with_notes, wait_for, Gateway};
+use crate::harness;
+use crate::harness::{replica_of_notes, two_with_notes, wait_for, Gateway};
 
 /// `GET` a record of `notes`: status, value, revision, source, stale.
 fn read(g: &Gateway, key: &str) -> (u16, Vec<u8>, Option<u64>, String, bool) {

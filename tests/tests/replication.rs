@@ -7,11 +7,9 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::time::{Duration, Instant};
 
-use harness::{wait_for, Gateway};
+use crate::harness::{wait_for, Gateway};
 
 const RECORDS: u64 = 100_000;
 

@@ -11,19 +11,17 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ferry_gateway::home::Home;
-use ferry_gateway::read_around;
-use ferry_kit::{Settlement, WriteOptions, WriteResult};
-use harness::{
+use crate::harness::{
     ferry_bin, fresh_request_id, pair_with_notes, two_with_notes, wait_for, Gateway, SIGCONT,
     SIGSTOP,
 };
+use ferry_gateway::home::Home;
+use ferry_gateway::read_around;
+use ferry_kit::{Settlement, WriteOptions, WriteResult};
 
 /// Until `gateway`'s log has a line about `request_id` that says `what`.
 fn wait_for_log(gateway: &Gateway, request_id: &str, what: &str) {

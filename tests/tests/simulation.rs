@@ -121,7 +121,7 @@ fn many_seeds() {
     for report in &reports {
         assert!(
             report.violations.is_empty(),
-            "{}\nreplay it alone: FERRY_SIM_SEED={} cargo test -p ferry-tests --test simulation one_seed -- --nocapture",
+            "{}\nreplay it alone: FERRY_SIM_SEED={} cargo test -p ferry-tests --test integration simulation::one_seed -- --nocapture",
             report.describe(),
             report.seed
         );

@@ -19,12 +19,10 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use harness::{ferry_bin, replica_of_notes, two_with_notes, Gateway};
+use crate::harness::{ferry_bin, replica_of_notes, two_with_notes, Gateway};
 use serde_json::Value;
 
 fn browser_dir() -> PathBuf {

@@ -9,12 +9,12 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use ferry_names::{AppName, VaultName};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::harness;
+use crate::harness::{wait_for, Gateway};
 use ferry_peer::frames;
 use ferry_peer::outcome::{RefusalCode, WriteAnswer};
 use ferry_peer::tls::TrustedKeys;
@@ -27,7 +27,6 @@ use ferry_peer::wire::{
 };
 use ferry_peer::{NodeId, NodeKey};
 use ferry_ticket::{Ticket, VerbSet};
-use harness::{wait_for, Gateway};
 
 /// How long the owner holds every write batch before its commit: long enough that a write is
 /// surely still running while the test sends its copy, well inside the 5 s drain.

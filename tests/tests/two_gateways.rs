@@ -4,10 +4,9 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-mod readme_tour;
-
-use harness::{ferry_bin, pair_with_notes, two_with_notes, Gateway, START_BOUND};
+use crate::harness;
+use crate::harness::{ferry_bin, pair_with_notes, two_with_notes, Gateway, START_BOUND};
+use crate::readme_tour;
 use serde_json::Value;
 
 #[test]

@@ -9,11 +9,10 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::time::Duration;
 
-use harness::{wait_for, Gateway};
+use crate::harness;
+use crate::harness::{wait_for, Gateway};
 use serde_json::Value;
 
 const MISMATCH_BOUND: Duration = Duration::from_secs(15);

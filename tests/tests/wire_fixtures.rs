@@ -10,7 +10,7 @@
 //! same bytes back.
 //!
 //! A frame type new in a version gets its file with `FERRY_BLESS_FIXTURES=1 cargo test -p
-//! ferry-tests --test wire_fixtures`, which writes only files that do not exist yet: a released
+//! ferry-tests --test integration wire_fixtures::`, which writes only files that do not exist yet: a released
 //! file is never rewritten.
 
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.

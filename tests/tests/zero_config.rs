@@ -4,12 +4,10 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use harness::{ferry_bin, wait_for, START_BOUND};
+use crate::harness::{ferry_bin, wait_for, START_BOUND};
 
 /// A network namespace with only loopback, removed on drop.
 struct PrivateNetns {
