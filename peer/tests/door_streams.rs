@@ -7,6 +7,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ferry_names::{AppName, VaultName};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ impl Service for PanicsOnRead {
     async fn hello(&self, _: NodeId, _: Hello, _: u16) -> Hello {
         Hello {
             label_hint: "server".into(),
-            owned_vaults: vec!["v".into()],
+            owned_vaults: vec![VaultName::from_static("v")],
             replicated_vaults: Vec::new(),
             release: None,
         }
@@ -44,7 +45,7 @@ impl Service for PanicsOnRead {
         &self,
         _: NodeId,
         _: CallStatusRequest,
-        _: Option<String>,
+        _: Option<VaultName>,
     ) -> Option<CallState> {
         unreachable!("this test asks about no calls")
     }
@@ -89,8 +90,8 @@ async fn a_stream_whose_handler_panics_leaves_the_connections_other_streams_serv
     let (conn, serving, _stop) = connected_to_door().await;
 
     let read = Request::Read(ReadRequest {
-        app: "app".into(),
-        vault: "v".into(),
+        app: AppName::from_static("app"),
+        vault: VaultName::from_static("v"),
         verb: ReadVerb::Get {
             key: "k".into(),
             known_revision: None,

@@ -8,6 +8,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ferry_names::VaultName;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -33,7 +34,7 @@ impl Service for NeverHeard {
     async fn hello(&self, _: NodeId, _: Hello, _: u16) -> Hello {
         Hello {
             label_hint: "owner".into(),
-            owned_vaults: vec!["v".into()],
+            owned_vaults: vec![VaultName::from_static("v")],
             replicated_vaults: Vec::new(),
             release: None,
         }
@@ -51,7 +52,7 @@ impl Service for NeverHeard {
         &self,
         _: NodeId,
         _: CallStatusRequest,
-        _: Option<String>,
+        _: Option<VaultName>,
     ) -> Option<CallState> {
         Some(CallState::NotCarriedOut {
             reason: NotCarriedOutReason::NeverArrived,
@@ -85,11 +86,12 @@ fn serve(
 /// 32 settle queries at once, each asking for a fresh connection as a settle after a break
 /// does; every one must be answered.
 async fn settle_32(caller: &Caller, owner: &Target, broke: Instant) {
+    let vault = VaultName::from_static("v");
     let asks = (0..32u128).map(|n| {
         caller.call_status(
             owner,
-            RequestId((n + 1).to_be_bytes()),
-            Some("v"),
+            RequestId::from_bytes((n + 1).to_be_bytes()),
+            Some(&vault),
             Instant::now() + WAIT,
             Some(broke),
         )

@@ -6,6 +6,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ferry_names::VaultName;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +46,7 @@ impl Service for Greeter {
         &self,
         _: NodeId,
         _: CallStatusRequest,
-        _: Option<String>,
+        _: Option<VaultName>,
     ) -> Option<CallState> {
         unreachable!("no calls here")
     }

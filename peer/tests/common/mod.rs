@@ -4,6 +4,7 @@
 // Not every test file uses every helper.
 #![allow(dead_code)]
 
+use ferry_names::Label;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +49,7 @@ pub fn caller_to(key: &NodeKey, owner: NodeId, addr: SocketAddr) -> (Caller, Tar
     let caller = Caller::new(endpoint(key), pool, CallTuning::default(), routes);
     let target = Target {
         node: owner,
-        label: "owner".into(),
+        label: Label::from_static("owner"),
         routes: vec![Route {
             kind: RouteKind::Lan,
             addr,

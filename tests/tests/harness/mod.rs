@@ -303,7 +303,7 @@ impl Gateway {
         self.db()
             .query_row(
                 "SELECT state, reason FROM journal WHERE request_id = ?1",
-                [&id.0[..]],
+                [&id.as_bytes()[..]],
                 |row| Ok((row.get(0)?, row.get(1)?)),
             )
             .ok()
@@ -315,7 +315,7 @@ impl Gateway {
         self.db()
             .query_row(
                 "SELECT vault FROM journal WHERE request_id = ?1",
-                [&id.0[..]],
+                [&id.as_bytes()[..]],
                 |row| row.get(0),
             )
             .ok()

@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::{fail, kit_failure, output, show};
 use crate::cli::progress::WaitNotice;
 use crate::cli::Exit;
+use crate::names::VaultName;
 
 pub(super) async fn list(kit: &Kit, json: bool, state: Option<String>) -> Exit {
     let path = match state.as_deref() {
@@ -136,7 +137,7 @@ pub(super) async fn settle(
     json: bool,
     request_id: &str,
     wait: Option<String>,
-    vault: Option<String>,
+    vault: Option<VaultName>,
 ) -> Exit {
     let wait = match wait.as_deref().map(ferry_kit::contract::parse_wait) {
         None => None,

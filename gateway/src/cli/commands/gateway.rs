@@ -57,7 +57,7 @@ fn print_status(status: Status) {
     let addresses = output::to_text(&status.addresses, false).unwrap_or_default();
     for (field, value) in [
         ("node_id", status.node_id),
-        ("label", status.label),
+        ("label", status.label.into_string()),
         ("api", output::cell(status.api)),
         ("addresses", addresses),
         ("uptime_s", status.uptime_s.to_string()),
@@ -127,10 +127,13 @@ pub(super) async fn id(home: &Home, kit: &Kit, json: bool) -> Exit {
     }
     // A running gateway knows the addresses it actually bound; otherwise the configured one.
     let (label, addresses) = match kit.get_typed::<Status>("/v1/status").await {
-        Ok(status) => (status.label, status.addresses),
+        Ok(status) => (status.label.into_string(), status.addresses),
         Err(_) => {
             let config = Config::load(&home.config_path()).unwrap_or_default();
-            (config.label_or_hostname(), vec![config.listen.to_string()])
+            (
+                config.label_or_hostname().into_string(),
+                vec![config.listen.to_string()],
+            )
         }
     };
     output::json(&CliId {

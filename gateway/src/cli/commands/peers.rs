@@ -6,6 +6,7 @@ use ferry_kit::Kit;
 use super::{fail, lock_for_offline_write, output, show, show_post_or_offline};
 use crate::cli::Exit;
 use crate::home::Home;
+use crate::names::Label;
 use crate::store::{self, trust};
 
 pub(super) async fn trust(
@@ -13,12 +14,12 @@ pub(super) async fn trust(
     kit: &Kit,
     json: bool,
     node_id: String,
-    label: String,
+    label: Label,
     addrs: Vec<String>,
 ) -> Exit {
     let body = TrustRequest {
         node_id,
-        label,
+        label: label.into_string(),
         routes: addrs,
     };
     let offline = |body: &TrustRequest| trust_offline(home, body);
@@ -38,18 +39,20 @@ pub(super) async fn trust(
 /// No gateway running: checks the request the way the gateway would and writes the trust
 /// store directly.
 fn trust_offline(home: &Home, body: &TrustRequest) -> Result<Peer, Exit> {
-    let (node, routes) =
+    let (label, node, routes) =
         crate::api::parse_trust_request(body).map_err(|err| fail(Exit::Usage, &err.body.detail))?;
     let _lock = lock_for_offline_write(home)?;
     store::open(&home.db_path())
-        .and_then(|conn| trust::add(&conn, &body.label, node, &routes, store::unix_ms()))
+        .and_then(|conn| trust::add(&conn, &label, node, &routes, store::unix_ms()))
         .map(|peer| crate::api::trusted_peer(&peer))
         .map_err(|err| fail(Exit::Usage, &err.to_string()))
 }
 
-pub(super) async fn untrust(home: &Home, kit: &Kit, json: bool, label: String) -> Exit {
-    let body = UntrustRequest { label };
-    let offline = |body: &UntrustRequest| untrust_offline(home, &body.label);
+pub(super) async fn untrust(home: &Home, kit: &Kit, json: bool, label: Label) -> Exit {
+    let body = UntrustRequest {
+        label: label.to_string(),
+    };
+    let offline = |_: &UntrustRequest| untrust_offline(home, &label);
     show_post_or_offline(
         kit,
         json,
@@ -64,7 +67,7 @@ pub(super) async fn untrust(home: &Home, kit: &Kit, json: bool, label: String) -
 }
 
 /// No gateway running: removes the peer from the trust store directly.
-fn untrust_offline(home: &Home, label: &str) -> Result<Untrusted, Exit> {
+fn untrust_offline(home: &Home, label: &Label) -> Result<Untrusted, Exit> {
     let _lock = lock_for_offline_write(home)?;
     // The sent mark on disk bounds what this home ever sent (a torn one bounds nothing, so
     // every id may have gone to the peer).
@@ -75,7 +78,7 @@ fn untrust_offline(home: &Home, label: &str) -> Result<Untrusted, Exit> {
     let sent_up_to_ms = crate::settlement::untrust_cover(sent, store::unix_ms());
     match store::open(&home.db_path()).and_then(|conn| trust::remove(&conn, label, sent_up_to_ms)) {
         Ok(Some(node)) => Ok(Untrusted {
-            label: label.to_string(),
+            label: label.clone(),
             node_id: node.to_string(),
         }),
         Ok(None) => Err(fail(

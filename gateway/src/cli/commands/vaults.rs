@@ -10,12 +10,14 @@ use crate::cli::progress::{CatchUp, Display};
 use crate::cli::Exit;
 use crate::config::Config;
 use crate::home::Home;
-use crate::names;
+use crate::names::{Label, VaultName};
 use crate::store::{self, vaults};
 
-pub(super) async fn create(home: &Home, kit: &Kit, json: bool, name: String) -> Exit {
-    let body = CreateVault { name };
-    let offline = |body: &CreateVault| create_offline(home, &body.name);
+pub(super) async fn create(home: &Home, kit: &Kit, json: bool, name: VaultName) -> Exit {
+    let body = CreateVault {
+        name: name.to_string(),
+    };
+    let offline = |_: &CreateVault| create_offline(home, &name);
     show_post_or_offline(
         kit,
         json,
@@ -29,9 +31,9 @@ pub(super) async fn create(home: &Home, kit: &Kit, json: bool, name: String) -> 
     .await
 }
 
-/// No gateway running: checks the name and writes the vault into the store directly.
-fn create_offline(home: &Home, name: &str) -> Result<VaultHeld, Exit> {
-    names::check_vault(name).map_err(|err| fail(Exit::Usage, &err.to_string()))?;
+/// No gateway running: writes the vault into the store directly (the name was checked as the
+/// argument was parsed).
+fn create_offline(home: &Home, name: &VaultName) -> Result<VaultHeld, Exit> {
     let _lock = lock_for_offline_write(home)?;
     let owner = home
         .node_key()
@@ -59,7 +61,7 @@ fn print_vaults(vaults: Vec<Vault>) {
         .iter()
         .map(|v| {
             vec![
-                v.name.clone(),
+                v.name.to_string(),
                 v.owner.clone(),
                 v.role.clone(),
                 output::cell(v.revision),
@@ -84,14 +86,15 @@ fn print_vaults(vaults: Vec<Vault>) {
 pub(super) async fn follow(
     kit: &Kit,
     json: bool,
-    name: String,
-    owner: String,
+    name: VaultName,
+    owner: Label,
     detach: bool,
 ) -> Exit {
-    let held: VaultHeld = match kit
-        .post_typed("/v1/admin/vaults/follow", &FollowVault { name, owner })
-        .await
-    {
+    let body = FollowVault {
+        name: name.into_string(),
+        owner: owner.into_string(),
+    };
+    let held: VaultHeld = match kit.post_typed("/v1/admin/vaults/follow", &body).await {
         Ok(held) => held,
         Err(err) => return kit_failure(err, json),
     };
