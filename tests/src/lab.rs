@@ -23,7 +23,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use crate::{describe, skip_or_fail};
@@ -72,9 +72,20 @@ pub const FERRY_PORT: u16 = 7420;
 /// The largest lab: host numbers end up in addresses and in 15-character interface names.
 pub const MAX_HOSTS: usize = 99;
 
-/// Lab tests in one binary run one after another: on a shared CPU their timings would disturb
-/// each other, and a fault in one lab must not be measured by another.
-static LAB_LOCK: Mutex<()> = Mutex::new(());
+/// A lab that measures time has the process's labs to itself: on a shared CPU their timings
+/// would disturb each other, and a fault in one lab must not be measured by another. Labs that
+/// only check promises (the campaign's) hold it shared and run beside each other
+/// ([`Lab::new_beside_others`]); they are as isolated from each other as from an alone one (their
+/// own namespaces, switches and prefixes), only not from its CPU.
+static LAB_LOCK: RwLock<()> = RwLock::new(());
+
+/// How a lab holds [`LAB_LOCK`] for its whole life. The guards are held, never read: dropping
+/// them is their use.
+#[allow(dead_code)]
+enum Turn {
+    Alone(RwLockWriteGuard<'static, ()>),
+    Beside(RwLockReadGuard<'static, ()>),
+}
 
 /// Labs made by this process so far; part of the next lab's prefix.
 static LAB_COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -226,7 +237,7 @@ pub struct Lab {
     prefix: String,
     hosts: usize,
     /// Held for the lab's whole life; released after the teardown (fields drop after `drop`).
-    _serial: MutexGuard<'static, ()>,
+    _turn: Turn,
 }
 
 impl fmt::Debug for Lab {
@@ -258,6 +269,22 @@ impl Lab {
     /// missing prerequisite (root, `ip`) fails the test instead of skipping it; so does a lab
     /// that cannot be built, with or without it.
     pub fn new(hosts: usize) -> Option<Lab> {
+        Lab::build_holding(hosts, || {
+            // A poisoned lock only means an earlier lab test failed; its lab is already gone.
+            Turn::Alone(LAB_LOCK.write().unwrap_or_else(|p| p.into_inner()))
+        })
+    }
+
+    /// As [`Lab::new`], for a lab whose test checks promises and no timing: it runs beside other
+    /// such labs of this process (never beside a lab made with [`Lab::new`]), so a CI run's
+    /// campaigns overlap instead of queueing.
+    pub fn new_beside_others(hosts: usize) -> Option<Lab> {
+        Lab::build_holding(hosts, || {
+            Turn::Beside(LAB_LOCK.read().unwrap_or_else(|p| p.into_inner()))
+        })
+    }
+
+    fn build_holding(hosts: usize, take_turn: impl FnOnce() -> Turn) -> Option<Lab> {
         if !crate::running_as_root() {
             skip_or_fail(
                 &test_name(),
@@ -277,20 +304,20 @@ impl Lab {
             (1..=MAX_HOSTS).contains(&hosts),
             "a lab has 1 to {MAX_HOSTS} hosts, not {hosts}"
         );
-        // A poisoned lock only means an earlier lab test failed; its lab is already gone.
-        let serial = LAB_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        let counter = LAB_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let turn = take_turn();
         let pid_part = format!("fl{}-", base36(std::process::id()));
-        if counter == 0 {
-            // Anything named after this pid was left by an earlier process that had the same
-            // pid and died before its teardown: this process made nothing yet.
-            delete_netns_with_prefix(&pid_part);
-        }
+        // Anything named after this pid was left by an earlier process that had the same pid
+        // and died before its teardown. Cleared once, before this process makes any lab: labs
+        // beside each other are built at the same time, and a later one must not clear an
+        // earlier one's.
+        static CLEARED: Once = Once::new();
+        CLEARED.call_once(|| delete_netns_with_prefix(&pid_part));
+        let counter = LAB_COUNTER.fetch_add(1, Ordering::Relaxed);
         delete_orphaned_labs();
         let lab = Lab {
             prefix: format!("{pid_part}{}", base36(counter % 1296)),
             hosts,
-            _serial: serial,
+            _turn: turn,
         };
         delete_netns_with_prefix(&format!("{}-", lab.prefix));
         // If building panics, `lab` is dropped while unwinding and tears down what exists.

@@ -79,6 +79,10 @@ pub struct Options {
     pub pace: Duration,
     /// Where the apps' files go; a temporary directory when `None`.
     pub dir: Option<PathBuf>,
+    /// Whether the lab may run beside other campaigns' labs of this process
+    /// ([`Lab::new_beside_others`]): a campaign checks promises, not timings, so the tests run
+    /// theirs at once; `ferry-campaign` runs alone.
+    pub beside_others: bool,
 }
 
 impl Default for Options {
@@ -91,6 +95,7 @@ impl Default for Options {
             bug: None,
             pace: Duration::from_millis(5),
             dir: None,
+            beside_others: false,
         }
     }
 }
@@ -150,7 +155,12 @@ impl LineCounter {
 /// Runs a campaign; `Err` when the lab cannot be built (not root: said on standard error).
 pub fn run(options: &Options) -> Result<Report, String> {
     let started = Instant::now();
-    let Some(lab) = Lab::new(HOSTS) else {
+    let lab = if options.beside_others {
+        Lab::new_beside_others(HOSTS)
+    } else {
+        Lab::new(HOSTS)
+    };
+    let Some(lab) = lab else {
         return Err("the campaign needs root, for the lab's network namespaces".into());
     };
     let temp = tempfile::Builder::new()
