@@ -129,6 +129,28 @@ pub fn send_signal(pid: u32, signal: i32) {
     );
 }
 
+/// Lowers the calling thread's CPU priority (nice 10), for test work that computes in virtual
+/// time and measures nothing real: the simulation's seeds keep both cores busy for minutes,
+/// and beside them a test that measures real time (the lab's failover) saw its gateways starved
+/// and its routes flap. At nice 10 such a thread gets about a tenth of a core another wants, and
+/// all of an idle one. renice(1) on the thread's own id rather than libc keeps the harnesses free
+/// of unsafe code; where it cannot be done the work simply runs at its usual priority.
+pub fn yield_the_cpu_to_tests_that_measure_time() {
+    let Ok(link) = std::fs::read_link("/proc/thread-self") else {
+        return;
+    };
+    // `/proc/thread-self` is `<pid>/task/<tid>`.
+    let Some(tid) = link.file_name().and_then(|name| name.to_str()) else {
+        return;
+    };
+    let _ = Command::new("renice")
+        .args(["-n", "10", "-p", tid])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
 /// Waits, at most [`START_BOUND`], for the just-spawned `ferry serve` `child` to write a whole
 /// `api.addr` in `home`, and returns that file. Fails at once, with its log (`serve.log` in
 /// `home`), if the process exits first; kills and reaps it, then fails, when the bound passes.

@@ -75,6 +75,8 @@ fn run_many(seeds: std::ops::Range<u64>, bug: Option<ferry_core::bugs::Bug>) -> 
         .into_iter()
         .map(|mine| {
             std::thread::spawn(move || {
+                // Virtual time: the seeds' results do not depend on the CPU they get.
+                ferry_tests::yield_the_cpu_to_tests_that_measure_time();
                 mine.into_iter()
                     .map(|seed| {
                         sim::run(&Options {

@@ -29,8 +29,13 @@ use ferry_peer::{NodeId, NodeKey};
 use ferry_ticket::{Ticket, VerbSet};
 
 /// How long the owner holds every write batch before its commit: long enough that a write is
-/// surely still running while the test sends its copy, well inside the 5 s drain.
-const STALL_MS: u64 = 3_000;
+/// surely still running while the test sends its copy and asks about it, on a machine whose
+/// cores other tests keep busy (at 3 s, a CI run once asked after the stop had ended), and
+/// shorter than the 6 s a QUIC connection may stay silent (the prober sends no heartbeats).
+const STALL_MS: u64 = 4_500;
+
+/// The owner's drain, well past the stall: the stop must outlast every ask of the test.
+const DRAIN_CONFIG: &str = "drain_ms = 30000\n";
 
 /// How long any one answer may take (a stalled commit included).
 const ANSWER_BOUND: Duration = Duration::from_secs(15);
@@ -100,8 +105,9 @@ fn stalls(owner: &Gateway) -> usize {
 
 #[test]
 fn a_stopping_owner_answers_a_resent_id_from_its_journal_never_did_not_run() {
-    let mut a = Gateway::start_with_env(
+    let mut a = Gateway::start_with(
         "a",
+        DRAIN_CONFIG,
         &[(
             "FERRY_DANGEROUS_FAULT",
             &format!("before_commit=stall:{STALL_MS}"),
