@@ -19,7 +19,6 @@ pub mod lab_forge;
 pub mod lab_steady;
 pub mod owner_db;
 pub mod previous;
-pub mod rng;
 pub mod sim;
 
 use std::path::Path;
