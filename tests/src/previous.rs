@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::describe;
+use ferry_harness::describe;
 
 /// What the release before this one was, and where it lives in history.
 #[derive(Debug, Clone, Copy)]

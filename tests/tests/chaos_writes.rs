@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{pair_with_notes, wait_for, Gateway, SIGCONT, SIGSTOP};
 use ferry_core::rng::Rng;
+use ferry_harness::{pair_with_notes, wait_for, Gateway, SIGCONT, SIGSTOP};
 use ferry_kit::contract::ErrorCode;
 use ferry_kit::{Kit, Settlement, WriteOptions, WriteResult};
 
