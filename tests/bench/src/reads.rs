@@ -536,7 +536,7 @@ fn bare_target(api: &std::net::SocketAddr) -> Target {
 fn start_ferry(binary: &Path, plan: &Plan, notes: &mut Vec<String>) -> Result<Pair, ReadsError> {
     let pair = Pair::start(binary, VAULT)?;
     let owner = Target {
-        api: pair.owner.api,
+        api: pair.owner.api_addr(),
         token: pair.owner.token.clone(),
         app: APP.into(),
         vault: VAULT.into(),
@@ -589,8 +589,13 @@ fn wait_until_caller_reads(pair: &Pair, key: &str) -> Result<(), ReadsError> {
     let path = format!("/v1/vaults/{VAULT}/records/{key}");
     let started = Instant::now();
     loop {
-        let (status, body) =
-            load::request_once(pair.caller.api, "GET", &path, &pair.caller.token, Some(APP))?;
+        let (status, body) = load::request_once(
+            pair.caller.api_addr(),
+            "GET",
+            &path,
+            &pair.caller.token,
+            Some(APP),
+        )?;
         if status == 200 {
             return Ok(());
         }

@@ -285,7 +285,13 @@ fn start_ferry(binary: &Path) -> Result<Slot, WritesError> {
 /// Proves the writes went to the owner: a key written through `b` reads back on `a`.
 fn check_owner_has(pair: &Pair, key: &str) -> String {
     let path = format!("/v1/vaults/{VAULT}/records/{key}");
-    match load::request_once(pair.owner.api, "GET", &path, &pair.owner.token, Some(APP)) {
+    match load::request_once(
+        pair.owner.api_addr(),
+        "GET",
+        &path,
+        &pair.owner.token,
+        Some(APP),
+    ) {
         Ok((200, _)) => format!("check: {key}, written through b, reads back on the owner a"),
         Ok((status, body)) => format!(
             "check FAILED: {key} on the owner a answered {status}: {}",
