@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-pub use ferry_harness::{Gateway, GatewayError as ProcError, Log, Options, Place};
+pub use ferry_harness::{Gateway, GatewayError, Log, Options, Place};
 
 use crate::cpu::Sides;
 use crate::load::Target;
@@ -24,7 +24,7 @@ pub fn options(binary: &Path) -> Options {
 
 /// Starts `ferry serve` of `binary` labelled `label` on loopback (see [`options`]), with
 /// `config` as its `config.toml`.
-pub fn start(binary: &Path, label: &str, config: Option<&str>) -> Result<Gateway, ProcError> {
+pub fn start(binary: &Path, label: &str, config: Option<&str>) -> Result<Gateway, GatewayError> {
     let mut with = options(binary);
     with.config_toml = config.map(str::to_string);
     Gateway::launch(Place::Loopback, label, with)
@@ -75,7 +75,7 @@ pub fn prepare_binary(given: Option<PathBuf>, build: bool) -> (PathBuf, Result<(
 }
 
 /// Builds the release `ferry` binary, so the benchmark measures the code in the work tree.
-pub fn build_release() -> Result<(), ProcError> {
+pub fn build_release() -> Result<(), GatewayError> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let what = "cargo build --release -p ferry-gateway --bin ferry".to_string();
     let child = Command::new(cargo)
@@ -92,13 +92,13 @@ pub fn build_release() -> Result<(), ProcError> {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|source| ProcError::Spawn {
+        .map_err(|source| GatewayError::Spawn {
             what: what.clone(),
             source,
         })?;
     let status = ferry_harness::process::wait_bounded(child, &what, BUILD_BOUND)?.status;
     if !status.success() {
-        return Err(ProcError::Failed {
+        return Err(GatewayError::Failed {
             what,
             status,
             stderr: "see the compiler's output above".into(),
@@ -164,7 +164,7 @@ pub struct Pair {
 pub const PATH_OWNER_CONFIG: &str = "[capacity]\nper_caller = 4096\nrate_per_minute = 0\n";
 
 impl Pair {
-    pub fn start(binary: &Path, vault: &str) -> Result<Self, ProcError> {
+    pub fn start(binary: &Path, vault: &str) -> Result<Self, GatewayError> {
         let owner = start(binary, "a", Some(PATH_OWNER_CONFIG))?;
         let caller = start(binary, "b", None)?;
         owner.try_trust_each_other(&caller)?;
@@ -191,7 +191,7 @@ impl Pair {
     }
 
     /// Stops both, the caller first; both are stopped (or killed) whatever happens.
-    pub fn stop(mut self) -> Result<(), ProcError> {
+    pub fn stop(mut self) -> Result<(), GatewayError> {
         let caller = self.caller.stop_cleanly();
         let owner = self.owner.stop_cleanly();
         caller.and(owner)

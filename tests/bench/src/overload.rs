@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::cpu;
-use crate::ferry_procs::{self, Gateway, ProcError};
+use crate::ferry_procs::{self, Gateway, GatewayError};
 use crate::load::LoadError;
 use crate::overload::report::MachineWatch;
 
@@ -155,7 +155,7 @@ pub enum OverloadError {
     #[error(transparent)]
     Mesh(#[from] MeshError),
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error("the load generator: {0}")]
     Load(#[from] LoadError),
     #[error("the peak phase gave no throughput to offer multiples of: {figures}")]

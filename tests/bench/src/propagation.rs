@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use ferry_kit::{Kit, WriteOptions, WriteResult};
 use serde::Serialize;
 
-use crate::ferry_procs::{self, Gateway, ProcError, PATH_OWNER_CONFIG};
+use crate::ferry_procs::{self, Gateway, GatewayError, PATH_OWNER_CONFIG};
 use crate::load::percentile;
 use crate::targets::{render_judged, Bound, Judged, Unit};
 use crate::{progress, Options};
@@ -104,7 +104,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Starts an owner with `followers` followers of [`VAULT`], all caught up.
-fn start(binary: &Path, followers: usize) -> Result<(Gateway, Vec<Gateway>), ProcError> {
+fn start(binary: &Path, followers: usize) -> Result<(Gateway, Vec<Gateway>), GatewayError> {
     let owner = ferry_procs::start(binary, "owner", Some(PATH_OWNER_CONFIG))?;
     owner.cli_stdout(&["vault", "create", VAULT])?;
     let mut list = Vec::new();

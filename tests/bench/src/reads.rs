@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use crate::bare_relay::{BareHttp, BareRelay, Layout, Records, RelayError};
 use crate::cpu::{self, Machine, Sides};
-use crate::ferry_procs::{self, Pair, ProcError};
+use crate::ferry_procs::{self, GatewayError, Pair};
 use crate::figures::latency;
 use crate::load::{self, Keys, LoadError, Sample, Target, Verb};
 use crate::placement::{self, Pinned, Placement, Placements};
@@ -181,7 +181,7 @@ pub enum ReadsError {
     #[error("the load generator: {0}")]
     Load(#[from] LoadError),
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error(
         "b still cannot read {key} from the owner a after {CALLER_READY_BOUND:?} (last answer: \
          {status} {body}); b may never have learned the route to a (the QUIC address given to \

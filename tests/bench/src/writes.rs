@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::bare_relay::{BareRelay, Layout, RelayError};
 use crate::cpu::{self, Machine, Sides, Usage};
-use crate::ferry_procs::{self, Pair, ProcError};
+use crate::ferry_procs::{self, GatewayError, Pair};
 use crate::load::{self, Keys, LoadError, Sample, Target, Verb};
 use crate::report::{Measured, Report};
 use crate::{progress, sqlite};
@@ -100,7 +100,7 @@ pub enum WritesError {
     #[error("the load generator: {0}")]
     Load(#[from] LoadError),
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
 }
 
 /// A system under test, up and idle until its turn.

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::bare_relay::RelayError;
 use crate::cpu::{self, Side};
-use crate::ferry_procs::{self, Gateway, ProcError};
+use crate::ferry_procs::{self, Gateway, GatewayError};
 use crate::load::request_once;
 use crate::overload::report::MachineWatch;
 use crate::Options;
@@ -71,7 +71,7 @@ impl Plan {
 #[derive(Debug, thiserror::Error)]
 pub enum LivenessError {
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error(transparent)]
     Floor(#[from] RelayError),
     #[error("{0}")]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::ferry_procs::{self, Gateway, ProcError};
+use crate::ferry_procs::{self, Gateway, GatewayError};
 use crate::load::{self, LoadError};
 use crate::overload::report::SocketDrops;
 use crate::overload::traffic::{self, Endpoint};
@@ -44,7 +44,7 @@ const LOG_TAIL_LINES: usize = 20;
 #[derive(Debug, thiserror::Error)]
 pub enum MeshError {
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error(transparent)]
     Http(#[from] LoadError),
     #[error(

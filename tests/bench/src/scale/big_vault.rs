@@ -22,7 +22,7 @@ use ferry_gateway::store::{self, records, vaults, StoreError};
 
 use super::report::{BigVault, FloorOnVault, Latencies, OnVault, Placed, SqliteFloor};
 use super::{wait_for_revision, Plan, APP};
-use crate::ferry_procs::{self, Gateway, ProcError, PATH_OWNER_CONFIG};
+use crate::ferry_procs::{self, Gateway, GatewayError, PATH_OWNER_CONFIG};
 use crate::load::{self, Keys, Sample, Target, Verb, LIST_PAGE};
 use crate::memory::PeakWatch;
 use crate::placement::{self, Placements};
@@ -309,7 +309,7 @@ fn run_sequential(
 }
 
 /// What a failed step of the setup says: the step, then why.
-fn fail(what: &'static str) -> impl Fn(ProcError) -> String {
+fn fail(what: &'static str) -> impl Fn(GatewayError) -> String {
     move |err| format!("{what}: {err}")
 }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::ferry_procs::{self, Gateway, Place, ProcError};
+use crate::ferry_procs::{self, Gateway, GatewayError, Place};
 use crate::memory;
 use crate::overload::report::MachineWatch;
 use crate::Options;
@@ -127,7 +127,7 @@ pub fn run(options: &Options<Plan>) -> Result<ScaleReport, ScaleError> {
 
 /// A gateway with nothing to do, with mDNS on and off: how long it took to start and what it
 /// holds resident once settled.
-fn measure_idle(binary: &Path, plan: &Plan) -> Result<Idle, ProcError> {
+fn measure_idle(binary: &Path, plan: &Plan) -> Result<Idle, GatewayError> {
     let mut figures = Vec::new();
     for mdns in [true, false] {
         let started = Instant::now();

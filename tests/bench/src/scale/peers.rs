@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::report::{AtSize, Latencies, ManyPeers, PlacedWrites, UnderCalls};
 use super::{Plan, APP};
 use crate::cpu;
-use crate::ferry_procs::{self, Gateway, ProcError, PATH_OWNER_CONFIG};
+use crate::ferry_procs::{self, Gateway, GatewayError, PATH_OWNER_CONFIG};
 use crate::load::{self, request_once, Keys, Target, Verb};
 use crate::memory;
 use crate::placement::Placements;
@@ -68,7 +68,7 @@ fn run(binary: &Path, plan: &Plan) -> Result<ManyPeers, Failure> {
 #[derive(Debug, thiserror::Error)]
 enum Failure {
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error("{0}")]
     Setup(String),
     /// Writes through the hub failed: a part measured with failures is no figure.
