@@ -228,7 +228,7 @@ fn forged_announcements_for_a_trusted_peer_stay_within_the_bounds_and_writes_go_
     }
     let settings = json!({
         "mode": "mdns-forge",
-        "node": h1.node_id.as_str(),
+        "node": h1.node_id,
         "port": port,
         "lan": lan,
         "tailnet": ts,

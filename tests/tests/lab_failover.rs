@@ -90,20 +90,18 @@ impl Scene {
         let apps = gateways[1..]
             .iter()
             .map(|gateway| {
-                let out = files
-                    .path()
-                    .join(format!("{}.jsonl", gateway.label.as_str()));
+                let out = files.path().join(format!("{}.jsonl", gateway.label));
                 let settings = json!({
                     "mode": "steady",
-                    "label": gateway.label.as_str(),
-                    "home": gateway.home.as_path(),
+                    "label": gateway.label,
+                    "home": gateway.home,
                     "vault": VAULT,
                     "out": out,
                     "stop": files.path().join("stop"),
                     "pace_ms": PACE_MS,
                 })
                 .to_string();
-                let log = files.path().join(format!("{}.log", gateway.label.as_str()));
+                let log = files.path().join(format!("{}.log", gateway.label));
                 let child = lab.spawn_in(
                     gateway.host(),
                     exe,
@@ -113,7 +111,7 @@ impl Scene {
                 );
                 App {
                     host: gateway.host(),
-                    label: gateway.label.as_str().to_string(),
+                    label: gateway.label.to_string(),
                     child,
                     out,
                 }
@@ -179,7 +177,7 @@ impl Scene {
         let node_ids: BTreeMap<usize, String> = self
             .gateways
             .iter()
-            .map(|g| (g.host(), g.node_id.as_str().to_string()))
+            .map(|g| (g.host(), g.node_id.to_string()))
             .collect();
         let mut history = History::default();
         for (host, events) in events {
@@ -237,7 +235,7 @@ impl Scene {
                 }
             }
         }
-        let conn = open_read_only(&self.gateways[0].home.as_path().join("ferry.db"));
+        let conn = open_read_only(&self.gateways[0].home.join("ferry.db"));
         let owner = OwnerState {
             journal: journal(&conn, "h1"),
             revision: vault_revision(&conn, VAULT),

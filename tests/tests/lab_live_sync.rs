@@ -24,10 +24,7 @@ const PHASE: u64 = 40;
 const MAX_CHANGES: u64 = 100_000;
 
 fn revision(gateway: &Gateway) -> u64 {
-    vault_revision(
-        &open_read_only(&gateway.home.as_path().join("ferry.db")),
-        "notes",
-    )
+    vault_revision(&open_read_only(&gateway.home.join("ferry.db")), "notes")
 }
 
 #[test]
@@ -99,14 +96,8 @@ fn a_replica_follows_a_stream_of_changes_through_a_cut_and_converges_after_the_h
     });
     assert_eq!(revision(&h1), changes, "every change ran once on the owner");
     let (on_h1, on_h2) = (
-        records(
-            &open_read_only(&h1.home.as_path().join("ferry.db")),
-            "notes",
-        ),
-        records(
-            &open_read_only(&h2.home.as_path().join("ferry.db")),
-            "notes",
-        ),
+        records(&open_read_only(&h1.home.join("ferry.db")), "notes"),
+        records(&open_read_only(&h2.home.join("ferry.db")), "notes"),
     );
     assert_eq!(
         on_h2, on_h1,

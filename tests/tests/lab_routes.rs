@@ -88,13 +88,8 @@ fn three_trusting_by_id(lab: &Lab) -> (Gateway, Gateway, Gateway) {
     let (h1, h2, h3) = (start(lab, 1, &[]), start(lab, 2, &[]), start(lab, 3, &[]));
     for me in [&h1, &h2, &h3] {
         for them in [&h1, &h2, &h3] {
-            if me.node_id.as_str() != them.node_id.as_str() {
-                let out = me.cli(&[
-                    "trust",
-                    them.node_id.as_str(),
-                    "--label",
-                    them.label.as_str(),
-                ]);
+            if me.node_id != them.node_id {
+                let out = me.cli(&["trust", &them.node_id, "--label", &them.label]);
                 assert!(
                     out.status.success(),
                     "{}",
@@ -120,10 +115,7 @@ fn three_with_a_first_write(first_key: &str) -> Option<(Lab, Gateway, Gateway, G
 
 fn wait_routes_up(gateway: &Gateway, peer: &str, kinds: &[&str]) {
     wait_for(
-        &format!(
-            "{} to have {kinds:?} routes up to {peer}",
-            gateway.label.as_str()
-        ),
+        &format!("{} to have {kinds:?} routes up to {peer}", gateway.label),
         Duration::from_secs(15),
         || {
             kinds
@@ -207,7 +199,7 @@ fn an_untrusted_fourth_gateway_is_listed_untrusted_and_never_carries_a_call() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|p| p["node_id"] == h4.node_id.as_str())
+                .find(|p| p["node_id"] == h4.node_id)
                 .filter(|p| p["trusted"] == false)
                 .map(|_| ())
         },
@@ -218,7 +210,7 @@ fn an_untrusted_fourth_gateway_is_listed_untrusted_and_never_carries_a_call() {
         assert_eq!(put(&h3, &format!("j{i}"), "10").0, 0);
     }
     // h4 trusts h1, one-sided: its calls are refused at h1's TLS layer and never run.
-    let out = h4.cli(&["trust", h1.node_id.as_str(), "--label", "h1"]);
+    let out = h4.cli(&["trust", &h1.node_id, "--label", "h1"]);
     assert!(out.status.success());
     let (code, answer) = put(&h4, "intruder", "5");
     assert_ne!(code, 0, "an untrusted gateway's write: {answer}");
@@ -587,13 +579,13 @@ fn with_the_owners_lan_cable_cut_a_reader_reads_through_a_replica_fast() {
             .collect();
         for me in &gateways {
             for them in &gateways {
-                if me.node_id.as_str() != them.node_id.as_str() {
+                if me.node_id != them.node_id {
                     let lan = format!("{},lan", them.lan_addr());
                     let out = me.cli(&[
                         "trust",
-                        them.node_id.as_str(),
+                        &them.node_id,
                         "--label",
-                        them.label.as_str(),
+                        &them.label,
                         "--addr",
                         &lan,
                     ]);
@@ -674,12 +666,7 @@ fn a_tailnet_address_from_the_tailnet_client_reaches_peers_as_a_route() {
     let h1 = lab.start_ferry_with_env(1, "h1", &[], &[("PATH", path.as_str())]);
     let h2 = start(&lab, 2, &[]);
     for (me, them) in [(&h1, &h2), (&h2, &h1)] {
-        let out = me.cli(&[
-            "trust",
-            them.node_id.as_str(),
-            "--label",
-            them.label.as_str(),
-        ]);
+        let out = me.cli(&["trust", &them.node_id, "--label", &them.label]);
         assert!(out.status.success());
     }
     let expected = format!("{tailnet_ip}:{}", lab::FERRY_PORT);

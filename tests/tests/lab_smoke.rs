@@ -22,7 +22,7 @@ fn log_tail(gateway: &Gateway) -> String {
     let from = lines.len().saturating_sub(40);
     format!(
         "--- last lines of {}'s log ---\n{}",
-        gateway.label.as_str(),
+        gateway.label,
         lines[from..].join("\n")
     )
 }

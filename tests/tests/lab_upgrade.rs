@@ -116,7 +116,7 @@ fn log_tail(gateway: &Gateway) -> String {
     let from = lines.len().saturating_sub(60);
     format!(
         "--- last lines of {}'s log ---\n{}",
-        gateway.label.as_str(),
+        gateway.label,
         lines[from..].join("\n")
     )
 }
@@ -127,7 +127,7 @@ fn explain(gateway: &Gateway) -> String {
         let out = gateway.cli(&["--json", what]);
         format!(
             "{} `ferry {what}`: {}",
-            gateway.label.as_str(),
+            gateway.label,
             ferry_harness::describe(&out)
         )
     };
@@ -190,12 +190,7 @@ fn label(host: usize) -> String {
 /// `gateway`'s routes to `peer` as (kind, state), from `ferry routes --json`.
 fn route_states(gateway: &Gateway, peer: &str) -> Vec<(String, String)> {
     let (code, routes) = gateway.cli_json(&["routes"]);
-    assert_eq!(
-        code,
-        0,
-        "ferry routes on {}: {routes}",
-        gateway.label.as_str()
-    );
+    assert_eq!(code, 0, "ferry routes on {}: {routes}", gateway.label);
     routes
         .as_array()
         .map(|all| {
@@ -228,21 +223,17 @@ fn wait_routes_up_around(gateways: &[Gateway], i: usize) {
         poll_explained(
             &format!(
                 "the routes between {} and {} to be up both ways",
-                me.label.as_str(),
-                other.label.as_str()
+                me.label, other.label
             ),
             ROUTES_BOUND,
-            || {
-                (routes_up(me, other.label.as_str()) && routes_up(other, me.label.as_str()))
-                    .then_some(())
-            },
+            || (routes_up(me, &other.label) && routes_up(other, &me.label)).then_some(()),
             || format!("{}\n{}", explain(me), explain(other)),
         );
     }
 }
 
 fn db(gateway: &Gateway) -> rusqlite::Connection {
-    ferry_tests::owner_db::open_read_only(&gateway.home.as_path().join("ferry.db"))
+    ferry_tests::owner_db::open_read_only(&gateway.home.join("ferry.db"))
 }
 
 fn schema_version(gateway: &Gateway) -> String {
@@ -252,7 +243,7 @@ fn schema_version(gateway: &Gateway) -> String {
             [],
             |row| row.get::<_, String>(0),
         )
-        .unwrap_or_else(|err| panic!("{}'s schema version: {err}", gateway.label.as_str()))
+        .unwrap_or_else(|err| panic!("{}'s schema version: {err}", gateway.label))
 }
 
 /// Whether an app's call ended as it does in a healthy cluster: a write done (a
@@ -308,7 +299,7 @@ fn replicas_catch_up(gateways: &[Gateway], what: &str) {
             poll_explained(
                 &format!(
                     "{}'s replica of {vault} to reach the owner's revision {owner_revision} {what}",
-                    replica.label.as_str()
+                    replica.label
                 ),
                 CONVERGE_BOUND,
                 || (vault_revision(&db(replica), vault) >= owner_revision).then_some(()),
@@ -316,7 +307,7 @@ fn replicas_catch_up(gateways: &[Gateway], what: &str) {
                     let listed = replica.cli(&["--json", "vault", "list"]);
                     format!(
                         "{} `ferry vault list`: {}\n{}\n{}",
-                        replica.label.as_str(),
+                        replica.label,
                         ferry_harness::describe(&listed),
                         explain(replica),
                         explain(&gateways[owner - 1])
@@ -420,7 +411,7 @@ fn start_previous_release(lab: &Lab) -> Vec<Gateway> {
             (status["version"].as_str(), status.get("protocols")),
             (Some(PREVIOUS.version), None),
             "{} runs the previous release: {status}",
-            gateway.label.as_str()
+            gateway.label
         );
         assert_eq!(
             schema_version(gateway),
@@ -445,7 +436,7 @@ fn start_previous_release(lab: &Lab) -> Vec<Gateway> {
         for gateway in replicas.iter().map(|r| &gateways[r - 1]) {
             let follow = ["vault", "follow", vault, "--owner", &label(owner)];
             poll_explained(
-                &format!("{} to follow {vault}", gateway.label.as_str()),
+                &format!("{} to follow {vault}", gateway.label),
                 ROUTES_BOUND,
                 || gateway.cli(&follow).status.success().then_some(()),
                 || ferry_harness::describe(&gateway.cli(&follow)),
@@ -462,11 +453,11 @@ fn start_apps(lab: &Lab, gateways: &[Gateway], files: &Path) -> Vec<Driver> {
     gateways
         .iter()
         .map(|gateway| {
-            let out = files.join(format!("{}.jsonl", gateway.label.as_str()));
-            let log = files.join(format!("{}.log", gateway.label.as_str()));
+            let out = files.join(format!("{}.jsonl", gateway.label));
+            let log = files.join(format!("{}.log", gateway.label));
             let settings = json!({
-                "label": gateway.label.as_str(),
-                "home": gateway.home.as_path(),
+                "label": gateway.label,
+                "home": gateway.home,
                 "vaults": VAULTS.iter().map(|(v, _, _)| *v).collect::<Vec<_>>(),
                 "out": out,
                 "stop": files.join(STOP_FILE),
@@ -475,7 +466,7 @@ fn start_apps(lab: &Lab, gateways: &[Gateway], files: &Path) -> Vec<Driver> {
             let child = lab.spawn_in(gateway.host(), exe, &[], &[(DRIVER_VAR, &settings)], &log);
             Driver {
                 host: gateway.host(),
-                label: gateway.label.as_str().to_string(),
+                label: gateway.label.to_string(),
                 child,
                 out,
                 log,
@@ -557,14 +548,14 @@ fn upgrade(
         poll_explained(
             &format!(
                 "{} to see each peer on its protocol (upgraded: {upgraded:?})",
-                seer.label.as_str()
+                seer.label
             ),
             ROUTES_BOUND,
             || {
                 let (_, peers) = seer.cli_json(&["peers"]);
                 let peers = peers.as_array()?.clone();
                 (1..=3)
-                    .filter(|p| label(*p) != seer.label.as_str())
+                    .filter(|p| label(*p) != seer.label)
                     .all(|p| {
                         let (protocol, release) = if upgraded.contains(&p) {
                             (PROTOCOL_VERSION, Some(RELEASE))
@@ -742,7 +733,7 @@ fn history_of(
 ) -> History {
     let node_ids: HashMap<usize, String> = gateways
         .iter()
-        .map(|g| (g.host(), g.node_id.as_str().to_string()))
+        .map(|g| (g.host(), g.node_id.to_string()))
         .collect();
     // A host's gateway forgets what its apps saw when it restarts: a new incarnation.
     let incarnation = |host: usize, at: u64| {
@@ -905,7 +896,7 @@ fn check_history(history: &History, events: &BTreeMap<usize, Vec<Value>>, gatewa
                 .entry(vault.to_string())
                 .or_default()
                 .push(ReplicaState {
-                    host: replica.label.as_str().to_string(),
+                    host: replica.label.to_string(),
                     cursor: vault_revision(&conn, vault),
                     records: records(&conn, vault),
                 });
@@ -1024,7 +1015,7 @@ fn check_all_on_this_build(gateways: &[Gateway], new_binary: &Path) {
             exe.canonicalize().unwrap(),
             new_binary.canonicalize().unwrap(),
             "{} runs this build",
-            gateway.label.as_str()
+            gateway.label
         );
         let (_, status) = gateway.cli_json(&["status"]);
         assert_eq!(
@@ -1034,7 +1025,7 @@ fn check_all_on_this_build(gateways: &[Gateway], new_binary: &Path) {
                 Some(ProtocolRange::THIS_BUILD.to_string().as_str())
             ),
             "{}: {status}",
-            gateway.label.as_str()
+            gateway.label
         );
         let (_, peers) = gateway.cli_json(&["peers"]);
         let seen: Vec<(String, Option<u64>)> = peers
@@ -1048,17 +1039,12 @@ fn check_all_on_this_build(gateways: &[Gateway], new_binary: &Path) {
                 )
             })
             .collect();
-        assert_eq!(
-            seen.len(),
-            2,
-            "{} trusts two peers: {peers}",
-            gateway.label.as_str()
-        );
+        assert_eq!(seen.len(), 2, "{} trusts two peers: {peers}", gateway.label);
         assert!(
             seen.iter()
                 .all(|(_, protocol)| *protocol == Some(u64::from(PROTOCOL_VERSION))),
             "{} sees every peer on protocol 2: {seen:?}",
-            gateway.label.as_str()
+            gateway.label
         );
     }
 }

@@ -344,7 +344,7 @@ fn start_gateways(lab: &Lab, bug: Option<Bug>) -> Vec<Gateway> {
         for gateway in replicas.iter().map(|r| &gateways[r - 1]) {
             let follow = ["vault", "follow", vault, "--owner", &label(owner)];
             wait_for(
-                &format!("{} to follow {vault}", gateway.label.as_str()),
+                &format!("{} to follow {vault}", gateway.label),
                 SETUP_BOUND,
                 || gateway.cli(&follow).status.success().then_some(()),
             );
@@ -379,8 +379,8 @@ fn trust(me: &Gateway, them: &Gateway) {
     if !out.status.success() {
         eprintln!(
             "campaign: {} trusting {} failed: {}",
-            me.label.as_str(),
-            them.label.as_str(),
+            me.label,
+            them.label,
             ferry_harness::describe(&out)
         );
     }
@@ -392,7 +392,7 @@ fn untrust(me: &Gateway, label: &str) {
     if !out.status.success() {
         eprintln!(
             "campaign: {} untrusting {label} failed: {}",
-            me.label.as_str(),
+            me.label,
             ferry_harness::describe(&out)
         );
     }
@@ -410,14 +410,14 @@ fn start_apps(
     let mut apps = Vec::new();
     for gateway in gateways {
         for n in 0..APPS_PER_HOST {
-            let name = format!("{}{}", gateway.label.as_str(), ["a", "b", "c", "d"][n % 4]);
+            let name = format!("{}{}", gateway.label, ["a", "b", "c", "d"][n % 4]);
             let out = dir.join(format!("{name}.jsonl"));
             let _ = std::fs::remove_file(&out);
             let settings = json!({
                 "mode": "campaign",
-                "host": gateway.label.as_str(),
+                "host": gateway.label,
                 "app": name,
-                "home": gateway.home.as_path(),
+                "home": gateway.home,
                 "vaults": VAULTS.iter().map(|(v, _, _)| *v).collect::<Vec<_>>(),
                 "out": out,
                 "stop": stop,
@@ -502,7 +502,7 @@ fn heal(lab: &Lab, gateways: &mut [Gateway], stranger: &Gateway, fault: &Fault) 
         Fault::Collide => {
             for gateway in gateways.iter() {
                 untrust(gateway, STRANGER);
-                untrust(stranger, gateway.label.as_str());
+                untrust(stranger, &gateway.label);
             }
         }
         Fault::Kill { host } | Fault::Stop { host } => gateway(gateways, *host).restart(),
@@ -545,7 +545,7 @@ fn converge(gateways: &[Gateway]) -> Result<(), String> {
 }
 
 fn db(gateway: &Gateway) -> rusqlite::Connection {
-    open_read_only(&gateway.home.as_path().join("ferry.db"))
+    open_read_only(&gateway.home.join("ferry.db"))
 }
 
 /// What every owner and replica holds now.
@@ -632,7 +632,7 @@ fn history_of(events: &Events, gateways: &[Gateway], restarts: &[(usize, u64)]) 
         ..History::default()
     };
     for (host, app, events) in events {
-        let caller = gateways[host - 1].node_id.as_str().to_string();
+        let caller = gateways[host - 1].node_id.to_string();
         let settles = settles_by_id(events);
         for e in events {
             let at = e["sent_ms"].as_u64().unwrap_or(0);
