@@ -1,9 +1,11 @@
-//! One running `ferry serve` ([`Gateway`]), started with [`Options`] at a [`Place`], and the
-//! pairs of gateways most tests begin with.
+//! One running `ferry serve` ([`Gateway`]), started with [`Options`] at a [`Place`]: the
+//! fallible core every user shares. The tests' panicking conveniences are in `convenient.rs`,
+//! their HTTP helpers in `api.rs`, their views of the database in `db.rs`, the pairs of
+//! gateways most tests begin with in `pairs.rs`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,7 @@ use serde_json::Value;
 
 use crate::place::Place;
 use crate::process::{wait_bounded, wait_until_listening};
-use crate::{describe, ferry_bin, http, CLI_BOUND, START_BOUND, STOP_BOUND};
+use crate::{describe, ferry_bin, http, CLI_BOUND, STOP_BOUND};
 
 /// What a gateway logs under [`Log::Debug`]: enough to tell from its log what it did.
 const DEBUG_LOG: &str = "info,ferry_peer=debug,ferry_gateway=debug";
@@ -106,7 +108,7 @@ fn owned(strings: &[&str]) -> Vec<String> {
     strings.iter().map(|s| s.to_string()).collect()
 }
 
-fn owned_env(env: &[(&str, &str)]) -> Vec<(String, String)> {
+pub(crate) fn owned_env(env: &[(&str, &str)]) -> Vec<(String, String)> {
     env.iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
@@ -185,14 +187,14 @@ pub struct Gateway {
     /// Its QUIC address: the kernel-picked one on loopback, the LAN one in a lab host.
     pub quic: String,
     api_addr: SocketAddr,
-    place: Place,
+    pub(crate) place: Place,
     /// The `ferry` binary it runs, and whose CLI [`Gateway::cli`] runs.
-    bin: PathBuf,
+    pub(crate) bin: PathBuf,
     /// How it was started; a restart starts it the same way (but on its QUIC address).
-    options: Options,
-    child: Option<Child>,
+    pub(crate) options: Options,
+    pub(crate) child: Option<Child>,
     /// Made on first use, by the tests' HTTP helpers only (see `http.rs` for why).
-    http: OnceLock<reqwest::blocking::Client>,
+    pub(crate) http: OnceLock<reqwest::blocking::Client>,
     /// Declared last: removed after the process is gone.
     _dir: Option<tempfile::TempDir>,
 }
@@ -378,7 +380,7 @@ impl Gateway {
         Ok(())
     }
 
-    fn who(&self) -> String {
+    pub(crate) fn who(&self) -> String {
         self.place.name(&self.label)
     }
 
@@ -452,7 +454,7 @@ impl Gateway {
         self.cli_handle_of(&self.bin)
     }
 
-    fn cli_handle_of(&self, bin: &Path) -> Cli {
+    pub(crate) fn cli_handle_of(&self, bin: &Path) -> Cli {
         Cli {
             place: self.place.clone(),
             home: self.home.clone(),
@@ -638,543 +640,4 @@ impl Cli {
         let value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
         (output.status.code().unwrap_or(-1), value)
     }
-}
-
-/// The tests' conveniences: each panics, saying what failed, where the core method above
-/// returns an error.
-impl Gateway {
-    /// Starts a gateway at `place` (see [`Gateway::launch`]); panics if it does not start.
-    pub fn start_at(place: Place, label: &str, options: Options) -> Self {
-        Self::launch(place, label, options).unwrap_or_else(|err| panic!("{err}"))
-    }
-
-    /// Starts a gateway labelled `label` on loopback in a fresh temporary home.
-    pub fn start(label: &str) -> Self {
-        Self::start_at(Place::Loopback, label, Options::new())
-    }
-
-    /// Starts a gateway on loopback in a fresh temporary home with a `config.toml` and extra
-    /// environment.
-    pub fn start_with(label: &str, config: &str, env: &[(&str, &str)]) -> Self {
-        Self::start_at(
-            Place::Loopback,
-            label,
-            Options::new().config(config).env(env),
-        )
-    }
-
-    /// Starts a gateway on loopback in a fresh temporary home whose `config.toml` is `config`.
-    pub fn start_with_config(label: &str, config: &str) -> Self {
-        Self::start_at(Place::Loopback, label, Options::new().config(config))
-    }
-
-    /// Starts a gateway on loopback in a fresh temporary home with extra environment.
-    pub fn start_with_env(label: &str, env: &[(&str, &str)]) -> Self {
-        Self::start_at(Place::Loopback, label, Options::new().env(env))
-    }
-
-    /// Starts (or restarts) a gateway in `home`, its QUIC endpoint on `listen`, with extra
-    /// environment (e.g. `FERRY_DANGEROUS_FAULT`).
-    pub fn start_in(label: &str, home: &Path, listen: &str, env: &[(&str, &str)]) -> Self {
-        let options = Options::new().home(home).listen(listen).env(env);
-        Self::start_at(Place::Loopback, label, options)
-    }
-
-    /// Starts a gateway of another build, the `ferry` binary at `bin` (the previous release,
-    /// say), on loopback in a fresh temporary home with extra environment. Its CLI is that
-    /// build's too.
-    pub fn start_built(bin: &Path, label: &str, env: &[(&str, &str)]) -> Self {
-        Self::start_at(Place::Loopback, label, Options::new().binary(bin).env(env))
-    }
-
-    /// Starts a gateway on loopback in a fresh temporary home as `wrapper ... ferry serve ...`
-    /// (e.g. `strace -o LOG`). The process signalled and killed is the wrapper's: stop it with
-    /// [`Gateway::stop`].
-    pub fn start_under(label: &str, wrapper: &[&str]) -> Self {
-        Self::start_at(Place::Loopback, label, Options::new().wrapper(wrapper))
-    }
-
-    /// [`Gateway::try_adopt`], panicking with the log if the process does not listen.
-    pub fn adopt(bin: &Path, child: Child, label: &str, home: &Path) -> Self {
-        Self::try_adopt(bin, child, label, home).unwrap_or_else(|err| panic!("{err}"))
-    }
-
-    /// Restarts the gateway (see [`Gateway::try_restart`]).
-    pub fn restart(&mut self) {
-        if let Err(err) = self.try_restart() {
-            panic!("restarting {}: {err}", self.who());
-        }
-    }
-
-    /// Restarts with `env` as its extra environment from now on (none: `&[]`), on the same
-    /// build.
-    pub fn restart_with(&mut self, env: &[(&str, &str)]) {
-        self.options.env = owned_env(env);
-        self.restart();
-    }
-
-    /// Runs this gateway's home on the build at `bin` from now on, with `env` as its extra
-    /// environment: an in-place upgrade (or downgrade). A running process is killed first;
-    /// stop it with [`Gateway::stop`] before, for an orderly one. Fails, with the log, if the
-    /// other build does not start on this home.
-    pub fn restart_on(&mut self, bin: &Path, env: &[(&str, &str)]) {
-        self.bin = bin.to_path_buf();
-        self.restart_with(env);
-    }
-
-    /// The process id; panics when it is not running.
-    pub fn pid(&self) -> u32 {
-        self.process_id()
-            .unwrap_or_else(|| panic!("{} is not running", self.who()))
-    }
-
-    /// Sends signal number `signal` to the gateway's process.
-    pub fn signal(&self, signal: i32) {
-        crate::send_signal(self.pid(), signal);
-    }
-
-    /// Waits (bounded) for the process to exit by itself and returns its exit code.
-    pub fn wait_exit(&mut self, bound: Duration) -> Option<i32> {
-        self.try_wait_exit(bound)
-            .unwrap_or_else(|err| panic!("{err}"))
-    }
-
-    /// `ferry stop`, which must succeed (else this fails with its output), then waits at most
-    /// [`STOP_BOUND`] for the process to exit; returns its exit code.
-    pub fn stop(&mut self) -> Option<i32> {
-        let bin = self.bin.clone();
-        self.stop_with_cli(&bin)
-    }
-
-    /// [`Gateway::stop`] with the `ferry stop` of another build's CLI.
-    pub fn stop_with_cli(&mut self, bin: &Path) -> Option<i32> {
-        assert!(self.child.is_some(), "{} is not running", self.who());
-        self.try_stop_with_cli(bin)
-            .unwrap_or_else(|err| panic!("{err}"))
-    }
-
-    /// Runs the CLI (of the build this gateway runs) against this gateway, in its place.
-    pub fn cli(&self, args: &[&str]) -> Output {
-        self.cli_of(&self.bin, args)
-    }
-
-    /// Runs the CLI of `bin` (another build's, say) against this gateway, in its place.
-    pub fn cli_of(&self, bin: &Path, args: &[&str]) -> Output {
-        self.cli_handle_of(bin)
-            .output(args)
-            .unwrap_or_else(|err| panic!("{err}"))
-    }
-
-    /// Runs the CLI with `--json` and parses standard output; also returns the exit code.
-    pub fn cli_json(&self, args: &[&str]) -> (i32, Value) {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        let output = self.cli(&all);
-        let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
-            panic!(
-                "ferry {args:?} on {} printed no JSON: {}",
-                self.who(),
-                describe(&output)
-            )
-        });
-        (output.status.code().unwrap_or(-1), value)
-    }
-
-    /// This gateway's routes to the peer labelled `peer`, from `ferry routes --json`.
-    pub fn routes_to(&self, peer: &str) -> Vec<Value> {
-        let (code, routes) = self.cli_json(&["routes"]);
-        assert_eq!(code, 0, "ferry routes on {}: {routes}", self.who());
-        routes
-            .as_array()
-            .map(|all| all.iter().filter(|r| r["peer"] == peer).cloned().collect())
-            .unwrap_or_else(|| panic!("ferry routes on {} gave no list: {routes}", self.who()))
-    }
-
-    /// Makes this gateway and `other` trust each other, with their QUIC addresses as routes.
-    pub fn trust_each_other(&self, other: &Gateway) {
-        if let Err(err) = self.try_trust_each_other(other) {
-            panic!(
-                "{} and {} trusting each other: {err}",
-                self.label, other.label
-            );
-        }
-    }
-
-    /// The lab host it runs in; panics on loopback.
-    pub fn lab_host(&self) -> &crate::LabHost {
-        match &self.place {
-            Place::Lab(host) => host,
-            Place::Loopback => panic!("{} runs on loopback, not in a lab host", self.label),
-        }
-    }
-
-    /// Its QUIC address on its lab host's LAN, `10.77.0.I:PORT`.
-    pub fn lan_addr(&self) -> &str {
-        &self.lab_host().lan_addr
-    }
-
-    /// Its QUIC address on its lab host's tailnet, `100.77.0.I:PORT`.
-    pub fn tailnet_addr(&self) -> &str {
-        &self.lab_host().tailnet_addr
-    }
-
-    /// The number of the lab host it runs in.
-    pub fn host(&self) -> usize {
-        self.lab_host().number
-    }
-
-    /// Waits (bounded by `bound`) until one line of the log holds every one of `parts`, and
-    /// returns it; fails with the lines that hold the first part.
-    pub fn wait_for_log_line(&self, parts: &[&str], bound: Duration) -> String {
-        let started = Instant::now();
-        loop {
-            let log = self.log();
-            if let Some(line) = log
-                .lines()
-                .find(|line| parts.iter().all(|part| line.contains(part)))
-            {
-                return line.to_string();
-            }
-            if started.elapsed() >= bound {
-                let near: Vec<&str> = log
-                    .lines()
-                    .filter(|line| parts.first().is_some_and(|first| line.contains(first)))
-                    .collect();
-                panic!(
-                    "after {bound:?}, no line of {}'s log holds all of {parts:?}; the lines holding {:?}:\n{}",
-                    self.who(),
-                    parts.first(),
-                    near.join("\n")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// A counter from `/metrics`, by its full name with labels (loopback only).
-    pub fn metric(&self, series: &str) -> u64 {
-        let text = self.try_metrics().unwrap_or_else(|err| panic!("{err}"));
-        text.lines()
-            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no series {series} in /metrics"))
-    }
-}
-
-/// The tests' HTTP helpers, on reqwest's blocking client (loopback only).
-impl Gateway {
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.api)
-    }
-
-    fn http(&self) -> &reqwest::blocking::Client {
-        self.http.get_or_init(|| {
-            reqwest::blocking::Client::builder()
-                .no_proxy()
-                .build()
-                .unwrap_or_else(|err| panic!("an HTTP client: {err}"))
-        })
-    }
-
-    /// A request with the token and an app name.
-    pub fn request(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-    ) -> reqwest::blocking::RequestBuilder {
-        self.request_as("test-app", method, path)
-    }
-
-    /// A request with the token, calling as `app`.
-    pub fn request_as(
-        &self,
-        app: &str,
-        method: reqwest::Method,
-        path: &str,
-    ) -> reqwest::blocking::RequestBuilder {
-        self.http()
-            .request(method, self.url(path))
-            .bearer_auth(&self.token)
-            .header("x-ferry-app", app)
-            .timeout(Duration::from_secs(60))
-    }
-
-    fn send(&self, request: reqwest::blocking::RequestBuilder) -> reqwest::blocking::Response {
-        request
-            .send()
-            .unwrap_or_else(|err| panic!("a request to {}: {err}", self.label))
-    }
-
-    pub fn get_json(&self, path: &str) -> Value {
-        let response = self.send(self.request(reqwest::Method::GET, path));
-        assert!(
-            response.status().is_success(),
-            "GET {path}: {}",
-            response.status()
-        );
-        response
-            .json()
-            .unwrap_or_else(|err| panic!("GET {path} on {}: {err}", self.label))
-    }
-
-    /// PUT a record through the local API; returns status and JSON body.
-    pub fn put(
-        &self,
-        vault: &str,
-        key: &str,
-        value: &[u8],
-        headers: &[(&str, &str)],
-    ) -> (u16, Value) {
-        let mut request = self
-            .request(
-                reqwest::Method::PUT,
-                &format!("/v1/vaults/{vault}/records/{key}"),
-            )
-            .body(value.to_vec());
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let response = self.send(request);
-        let status = response.status().as_u16();
-        (status, response.json().unwrap_or(Value::Null))
-    }
-
-    /// GET a record: status, value, revision header, source header.
-    pub fn get(&self, vault: &str, key: &str) -> (u16, Vec<u8>, Option<u64>, Option<String>) {
-        let (status, value, revision, source, _) = self.get_with_staleness(vault, key);
-        (status, value, revision, source)
-    }
-
-    /// GET a record: status, value, revision, source, and whether it is marked stale.
-    pub fn get_with_staleness(
-        &self,
-        vault: &str,
-        key: &str,
-    ) -> (u16, Vec<u8>, Option<u64>, Option<String>, bool) {
-        self.get_as("test-app", vault, key, &[])
-    }
-
-    /// GET a record as `app`, with extra headers: status, value, revision, source, stale.
-    pub fn get_as(
-        &self,
-        app: &str,
-        vault: &str,
-        key: &str,
-        headers: &[(&str, &str)],
-    ) -> (u16, Vec<u8>, Option<u64>, Option<String>, bool) {
-        let mut request = self.request_as(
-            app,
-            reqwest::Method::GET,
-            &format!("/v1/vaults/{vault}/records/{key}"),
-        );
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let response = self.send(request);
-        let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(String::from)
-        };
-        let revision = header("x-ferry-revision").and_then(|v| v.parse().ok());
-        let source = header("x-ferry-source");
-        let stale = header("x-ferry-stale").as_deref() == Some("true");
-        let body = response
-            .bytes()
-            .unwrap_or_else(|err| panic!("GET {vault}/{key} on {}: {err}", self.label));
-        (status, body.to_vec(), revision, source, stale)
-    }
-
-    /// GET /v1/calls/{id}: status and body.
-    pub fn settle(&self, request_id: &str, wait_s: Option<u32>) -> (u16, Value) {
-        let path = match wait_s {
-            Some(wait) => format!("/v1/calls/{request_id}?wait={wait}"),
-            None => format!("/v1/calls/{request_id}"),
-        };
-        let response = self.send(self.request(reqwest::Method::GET, &path));
-        let status = response.status().as_u16();
-        (status, response.json().unwrap_or(Value::Null))
-    }
-
-    /// GET /v1/calls/{id}?vault=VAULT: status and body.
-    pub fn settle_in(&self, vault: &str, request_id: &str) -> (u16, Value) {
-        let path = format!("/v1/calls/{request_id}?vault={vault}");
-        let response = self.send(self.request(reqwest::Method::GET, &path));
-        let status = response.status().as_u16();
-        (status, response.json().unwrap_or(Value::Null))
-    }
-
-    /// This gateway's view of its route to `peer`, from `/v1/routes`.
-    pub fn route_to(&self, peer: &str) -> Value {
-        let routes = self.get_json("/v1/routes");
-        routes
-            .as_array()
-            .and_then(|all| all.iter().find(|r| r["peer"] == peer).cloned())
-            .unwrap_or(Value::Null)
-    }
-}
-
-/// A record as [`Gateway::records`] reads it: key, revision, value (`None`: a tombstone).
-pub type Record = (String, u64, Option<Vec<u8>>);
-
-/// The tests' views of a gateway's database, opened read-only beside the running gateway (WAL
-/// lets it be read meanwhile).
-impl Gateway {
-    /// This gateway's database, opened read-only.
-    pub fn db(&self) -> rusqlite::Connection {
-        let path = self.home.join("ferry.db");
-        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap_or_else(|err| {
-                panic!(
-                    "open {}'s database {} read-only: {err}",
-                    self.label,
-                    path.display()
-                )
-            })
-    }
-
-    /// A request id's bytes, as the journal keys its rows.
-    fn journal_key(request_id: &str) -> [u8; 16] {
-        uuid::Uuid::try_parse(request_id)
-            .map(|id| *id.as_bytes())
-            .unwrap_or_else(|err| panic!("{request_id:?} is not a request id: {err}"))
-    }
-
-    /// The owner's journal row for `request_id` from any caller: `(state, reason)`.
-    pub fn journal_row(&self, request_id: &str) -> Option<(String, Option<String>)> {
-        self.db()
-            .query_row(
-                "SELECT state, reason FROM journal WHERE request_id = ?1",
-                [&Self::journal_key(request_id)[..]],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .ok()
-    }
-
-    /// The vault the owner's journal row for `request_id` is filed under (`""`: none).
-    pub fn journal_vault(&self, request_id: &str) -> Option<String> {
-        self.db()
-            .query_row(
-                "SELECT vault FROM journal WHERE request_id = ?1",
-                [&Self::journal_key(request_id)[..]],
-                |row| row.get(0),
-            )
-            .ok()
-    }
-
-    /// A record's (value, revision) straight from this gateway's database, whatever its state.
-    pub fn stored(&self, vault: &str, key: &str) -> Option<(Option<Vec<u8>>, u64)> {
-        self.db()
-            .query_row(
-                "SELECT value, revision FROM records WHERE vault = ?1 AND key = ?2",
-                [vault, key],
-                |row| Ok((row.get(0)?, row.get::<_, i64>(1)? as u64)),
-            )
-            .ok()
-    }
-
-    /// Every record of `vault` in this gateway's database, by key: (key, revision, value or
-    /// tombstone).
-    pub fn records(&self, vault: &str) -> Vec<Record> {
-        let conn = self.db();
-        let read = || -> rusqlite::Result<Vec<Record>> {
-            let mut stmt = conn.prepare(
-                "SELECT key, revision, value FROM records WHERE vault = ?1 ORDER BY key",
-            )?;
-            let rows = stmt.query_map([vault], |row| {
-                Ok((row.get(0)?, row.get::<_, i64>(1)? as u64, row.get(2)?))
-            })?;
-            rows.collect()
-        };
-        read().unwrap_or_else(|err| panic!("the records of {vault} on {}: {err}", self.label))
-    }
-
-    /// The revision `vault` has in this gateway's database (0 if it has none).
-    pub fn vault_revision(&self, vault: &str) -> u64 {
-        crate::vault_revision(&self.db(), vault)
-    }
-}
-
-/// Two gateways on loopback that trust each other, with vault `notes` owned by `a`.
-pub fn two_with_notes() -> (Gateway, Gateway) {
-    pair_with_notes(Gateway::start("a"), Gateway::start("b"))
-}
-
-/// `a` and `b` (both already started, e.g. with fault points or a config), trusting each
-/// other, with vault `notes` owned by `a`.
-pub fn pair_with_notes(a: Gateway, b: Gateway) -> (Gateway, Gateway) {
-    a.trust_each_other(&b);
-    if let Err(err) = a.cli_stdout(&["vault", "create", "notes"]) {
-        panic!("{err}");
-    }
-    (a, b)
-}
-
-/// A third gateway `c` that trusts `a` and `b` and is trusted by them, replicating `notes`
-/// (owned by `a`).
-pub fn replica_of_notes(a: &Gateway, b: &Gateway) -> Gateway {
-    follow_notes(Gateway::start("c"), a, b)
-}
-
-/// `c` (already started, of any build) made to trust `a` and `b` and be trusted by them, and to
-/// replicate `notes` (owned by `a`).
-pub fn follow_notes(c: Gateway, a: &Gateway, b: &Gateway) -> Gateway {
-    a.trust_each_other(&c);
-    b.trust_each_other(&c);
-    if let Err(err) = c.cli_stdout(&["vault", "follow", "notes", "--owner", "a"]) {
-        panic!("{err}");
-    }
-    c
-}
-
-/// Runs `ferry serve` of the build at `bin` on `home`, on loopback ports of its own, which
-/// must refuse to start: waits at most [`START_BOUND`] for it to exit and returns its exit
-/// code and what it printed. A process that starts serving instead (it writes `api.addr` anew)
-/// or hangs is killed and the test fails, naming `home_is` ("a home in use", say).
-pub fn serve_refused(bin: &Path, home: &Path, home_is: &str) -> (Option<i32>, String) {
-    let api_addr = home.join("api.addr");
-    let api_addr_before = std::fs::read_to_string(&api_addr).ok();
-    let out_dir = tempfile::tempdir().unwrap_or_else(|err| panic!("a temporary dir: {err}"));
-    let out_path = out_dir.path().join("serve.out");
-    let out = std::fs::File::create(&out_path)
-        .and_then(|out| Ok((out.try_clone()?, out)))
-        .unwrap_or_else(|err| panic!("{}: {err}", out_path.display()));
-    let mut child = Command::new(bin)
-        .arg("--home")
-        .arg(home)
-        .arg("serve")
-        .args(["--api", "127.0.0.1:0", "--listen", "127.0.0.1:0"])
-        .args(["--no-mdns", "--label", "refused"])
-        .env("RUST_LOG", "info")
-        .env_remove("FERRY_DANGEROUS_FAULT")
-        .env_remove("FERRY_HOME")
-        .stdin(Stdio::null())
-        .stdout(out.0)
-        .stderr(out.1)
-        .spawn()
-        .unwrap_or_else(|err| panic!("run {} serve: {err}", bin.display()));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().ok().flatten() {
-            break status;
-        }
-        let serving = std::fs::read_to_string(&api_addr).ok() != api_addr_before;
-        if started.elapsed() > START_BOUND || serving {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the build at {} started on (or hung for {:?} over) {home_is}; it printed:\n{}",
-                bin.display(),
-                started.elapsed(),
-                std::fs::read_to_string(&out_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    (
-        status.code(),
-        std::fs::read_to_string(&out_path).unwrap_or_default(),
-    )
 }

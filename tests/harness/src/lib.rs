@@ -8,7 +8,9 @@
 //! when its handle drops, so a failing test or a benchmark's early return leaves nothing
 //! running.
 //!
-//! - [`gateway`]: [`Gateway`], its [`Options`], its CLI ([`Cli`]), and pairs of gateways.
+//! - [`gateway`]: [`Gateway`], its [`Options`], its CLI ([`Cli`]); the tests' panicking
+//!   conveniences, HTTP helpers and database views are further `impl Gateway` blocks beside
+//!   it, with the pairs of gateways most tests begin with ([`two_with_notes`]).
 //! - [`place`]: where a gateway runs ([`Place`], [`LabHost`]).
 //! - [`process`]: bounded waits on child processes.
 
@@ -16,8 +18,12 @@
 // ban on reading a clock outside the clock modules does not apply here.
 #![allow(clippy::disallowed_methods)]
 
+mod api;
+mod convenient;
+mod db;
 pub mod gateway;
 mod http;
+mod pairs;
 pub mod place;
 pub mod process;
 
@@ -25,10 +31,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub use gateway::{
-    follow_notes, pair_with_notes, replica_of_notes, serve_refused, two_with_notes, Cli, Gateway,
-    GatewayError, Log, Options,
-};
+pub use db::Record;
+pub use gateway::{Cli, Gateway, GatewayError, Log, Options};
+pub use pairs::{follow_notes, pair_with_notes, replica_of_notes, serve_refused, two_with_notes};
 pub use place::{LabHost, Place};
 pub use process::wait_until_listening;
 
