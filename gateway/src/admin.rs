@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ferry_peer::routes::Route;
 use ferry_ticket::NodeId;
 
+use crate::names::{Label, VaultName};
 use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
 use crate::owner::Owner;
 use crate::replication::{FollowError, Replication};
@@ -53,7 +54,7 @@ impl Admin {
     /// `ferry trust`: adds the peer to the trust store and to the live book.
     pub async fn trust(
         &self,
-        label: String,
+        label: Label,
         node_id: NodeId,
         routes: Vec<Route>,
     ) -> Result<TrustedPeer, StoreError> {
@@ -75,7 +76,7 @@ impl Admin {
 
     /// `ferry untrust`: forgets the peer, closes its connections, forgets what it owns and the
     /// tickets it issued.
-    pub async fn untrust(&self, label: String) -> Result<Option<NodeId>, StoreError> {
+    pub async fn untrust(&self, label: Label) -> Result<Option<NodeId>, StoreError> {
         let removing = label.clone();
         let sent_up_to_ms =
             crate::settlement::untrust_cover(self.writes.sent_up_to(), self.clock.unix_ms());
@@ -92,7 +93,7 @@ impl Admin {
     }
 
     /// `ferry vault create`: a new vault owned here; peers are told at once.
-    pub async fn create_vault(&self, name: String) -> Result<VaultRow, StoreError> {
+    pub async fn create_vault(&self, name: VaultName) -> Result<VaultRow, StoreError> {
         let row = self.vaults.create_owned(name, self.network.me()).await?;
         self.network.hello_all(DIRECTORY_REFRESH_BOUND).await;
         Ok(row)
@@ -101,8 +102,8 @@ impl Admin {
     /// `ferry vault follow`: replicate a vault a trusted peer owns.
     pub async fn follow(
         &self,
-        vault: String,
-        owner_label: String,
+        vault: VaultName,
+        owner_label: Label,
     ) -> Result<VaultRow, FollowError> {
         self.replication.follow(vault, owner_label).await
     }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use ferry_core::capacity::CapacityRules;
 use serde::Deserialize;
 
+use crate::names::{Label, VaultName};
+
 /// The largest value the owner accepts unless the config says otherwise (SPEC 4).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 4 * 1024 * 1024;
 
@@ -20,8 +22,9 @@ pub struct Config {
     pub api: SocketAddr,
     /// The QUIC peer endpoint address.
     pub listen: SocketAddr,
-    /// This gateway's own label hint for peers (default: the host name).
-    pub label: Option<String>,
+    /// This gateway's own label hint for peers (default: the host name). Checked as the file
+    /// is read: an invalid one fails the parse, naming the key and the name's error.
+    pub label: Option<Label>,
     /// Advertise and browse on mDNS.
     pub mdns: bool,
     /// Tailnet addresses of this gateway, to tell peers.
@@ -58,7 +61,7 @@ pub struct Config {
     pub replica_fresh_ms: u64,
     /// Who may write which vault this gateway owns: vault name to the peer labels allowed. A
     /// vault not listed is open to every trusted peer (SPEC 3).
-    pub writers: std::collections::BTreeMap<String, Vec<String>>,
+    pub writers: std::collections::BTreeMap<VaultName, Vec<Label>>,
     /// The owner's capacity budget (SPEC 7 rule 7), the `[capacity]` table.
     pub capacity: CapacityConfig,
     /// Background reads (a replica's change pages) this owner serves at once; more wait, so a
@@ -310,25 +313,18 @@ impl Config {
                 detail: "must be at least 1 (else no replica could catch up)".into(),
             });
         }
-        if let Some(label) = &self.label {
-            crate::names::check_label(label).map_err(|err| ConfigError::Invalid {
-                key: "label",
-                detail: err.to_string(),
-            })?;
-        }
         Ok(())
     }
 
     /// The label to announce: the configured one, else the host name, else "ferry".
-    pub fn label_or_hostname(&self) -> String {
+    pub fn label_or_hostname(&self) -> Label {
         if let Some(label) = &self.label {
             return label.clone();
         }
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .ok()
-            .map(|name| name.trim().to_string())
-            .filter(|name| crate::names::check_label(name).is_ok())
-            .unwrap_or_else(|| "ferry".to_string())
+            .and_then(|name| Label::parse(name.trim()).ok())
+            .unwrap_or_else(|| Label::from_static("ferry"))
     }
 
     pub fn connect_timeout(&self) -> Duration {

@@ -18,6 +18,7 @@ use ferry_peer::transport::ReceiveBuffer;
 use tokio::task::JoinSet;
 
 use crate::gateway::Gateway;
+use crate::names::Label;
 pub use crate::network::DiscoveryState;
 
 /// How long one probe of a route may take: a live peer answers within milliseconds; a route
@@ -113,7 +114,7 @@ pub struct RouteProbe {
 /// One trusted peer, probed.
 #[derive(Debug, Clone)]
 pub struct PeerProbe {
-    pub label: String,
+    pub label: Label,
     pub routes: Vec<RouteProbe>,
     /// Whether its mDNS announcement has been heard since this gateway started.
     pub seen_on_mdns: bool,
@@ -562,7 +563,7 @@ mod tests {
 
     fn peer(routes: Vec<RouteProbe>, seen_on_mdns: bool) -> PeerProbe {
         PeerProbe {
-            label: "laptop".into(),
+            label: Label::from_static("laptop"),
             routes,
             seen_on_mdns,
         }

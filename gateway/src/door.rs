@@ -22,6 +22,7 @@ use tracing::Instrument;
 
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
+use crate::names::VaultName;
 use crate::network::Network;
 use crate::owner::executor::SubmitError;
 use crate::owner::Owner;
@@ -285,7 +286,7 @@ impl Service for PeerService {
         &self,
         from: NodeId,
         request: CallStatusRequest,
-        vault: Option<String>,
+        vault: Option<VaultName>,
     ) -> Option<CallState> {
         // A peer untrusted since its connection opened gets no tombstones written for it.
         if !self.trusted(&from) {
@@ -302,7 +303,7 @@ impl Service for PeerService {
         let state = self
             .owner
             .executor()
-            .status(from, request.request_id, vault.as_deref())
+            .status(from, request.request_id, vault)
             .instrument(span.clone())
             .await
             .ok();

@@ -43,6 +43,7 @@ use crate::home::Home;
 use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
+use crate::names::Label;
 use crate::network::book::PeerBook;
 use crate::network::{Network, NetworkParts, DIRECTORY_REFRESH_BOUND};
 use crate::owner::executor::{Executor, ExecutorSettings};
@@ -69,7 +70,7 @@ pub struct Parts {
     pub slots_path: PathBuf,
     pub config: Config,
     pub key: NodeKey,
-    pub label: String,
+    pub label: Label,
     /// The state directory (shown by `ferry status`).
     pub home: Home,
     /// The local API's bearer token.
@@ -94,7 +95,7 @@ pub enum GatewayStartError {
 pub struct Gateway {
     config: Config,
     key: NodeKey,
-    label: String,
+    label: Label,
     home: Home,
     token: String,
     started: Instant,
@@ -440,7 +441,7 @@ impl Gateway {
         self.key.node_id()
     }
 
-    pub fn label(&self) -> &str {
+    pub fn label(&self) -> &Label {
         &self.label
     }
 

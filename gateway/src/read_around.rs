@@ -32,6 +32,7 @@ use tracing::debug;
 
 use crate::config::Config;
 use crate::home::{Home, HomeError};
+use crate::names::{AppName, Label, VaultName};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::{self, Role};
 use crate::store::StoreError;
@@ -70,11 +71,11 @@ enum Unusable {
     /// The peer answered with a refusal: busy, the vault is no longer its, this node is no
     /// longer trusted there.
     #[error("{peer} refused the read ({}): {}", refusal.code.as_str(), refusal.detail)]
-    Refused { peer: String, refusal: Refusal },
+    Refused { peer: Label, refusal: Refusal },
     /// The peer answered with something other than this record or its absence.
     #[error("{peer} gave an answer that is not this record: {answer:?}")]
     NotThisRecord {
-        peer: String,
+        peer: Label,
         answer: Box<ReadAnswer>,
     },
     /// The peer could not be reached or did not answer in time.
@@ -105,12 +106,16 @@ impl ReadAround for PeerReadAround {
     {
         let home = self.home.clone();
         Box::pin(async move {
-            // The checks the local API would make, before anything is asked of a peer.
-            crate::names::check_vault(&vault)
-                .and_then(|()| crate::names::check_key(&key))
-                .map_err(|err| AroundError::Invalid {
-                    detail: err.to_string(),
-                })?;
+            // The checks the local API would make, before anything is asked of a peer: where
+            // the app's names enter on this path.
+            let checked = AppName::try_from(app).and_then(|app| {
+                let vault = VaultName::try_from(vault)?;
+                crate::names::check_key(&key)?;
+                Ok((app, vault))
+            });
+            let (app, vault) = checked.map_err(|err| AroundError::Invalid {
+                detail: err.to_string(),
+            })?;
             get(&home, &app, &vault, &key, timeout)
                 .await
                 .map_err(|err| AroundError::Unanswered {
@@ -162,7 +167,7 @@ impl LocalState {
             key: home.node_key()?,
             // The truth about this node, as its gateway would say it: a peer replaces what it
             // knows this node owns with a hello's list, so an empty list would mislead it.
-            hello: hello_of(config.label_or_hostname(), &vaults),
+            hello: hello_of(config.label_or_hostname().into_string(), &vaults),
             peers,
             connect_timeout: config.connect_timeout(),
         }))
@@ -203,8 +208,8 @@ fn source_of(label: &str, role: Role) -> (String, bool) {
 /// Reads `key` of `vault` from a trusted peer's gateway, as `app`, within `timeout`.
 pub async fn get(
     home: &Home,
-    app: &str,
-    vault: &str,
+    app: &AppName,
+    vault: &VaultName,
     key: &str,
     timeout: Duration,
 ) -> Result<AroundRead, PeerReadError> {
@@ -238,8 +243,8 @@ pub async fn get(
     );
     let asked = Ask {
         caller,
-        app: app.to_string(),
-        vault: vault.to_string(),
+        app: app.clone(),
+        vault: vault.clone(),
         key: key.to_string(),
         deadline,
     }
@@ -257,8 +262,8 @@ pub async fn get(
 #[derive(Debug)]
 struct Ask {
     caller: Caller,
-    app: String,
-    vault: String,
+    app: AppName,
+    vault: VaultName,
     key: String,
     deadline: Instant,
 }
@@ -393,8 +398,11 @@ mod tests {
     fn hello(owned: &[&str], replicated: &[&str]) -> Hello {
         Hello {
             label_hint: "p".into(),
-            owned_vaults: owned.iter().map(|v| v.to_string()).collect(),
-            replicated_vaults: replicated.iter().map(|v| v.to_string()).collect(),
+            owned_vaults: owned.iter().map(|v| VaultName::parse(v).unwrap()).collect(),
+            replicated_vaults: replicated
+                .iter()
+                .map(|v| VaultName::parse(v).unwrap())
+                .collect(),
             release: None,
         }
     }
@@ -423,8 +431,8 @@ mod tests {
         let home = Home::locate(Some(dir.path().join("h"))).unwrap();
         let result = get(
             &home,
-            "app",
-            "notes",
+            &AppName::from_static("app"),
+            &VaultName::from_static("notes"),
             "k",
             ferry_kit::contract::DEFAULT_TIMEOUT,
         )

@@ -16,6 +16,7 @@ use ferry_peer::wire::{ReadAnswer, ReadVerb};
 use rusqlite::Connection;
 
 use crate::env::Blocking;
+use crate::names::VaultName;
 use crate::store::{self, records, vaults, StoreError};
 
 /// Pages are capped so one answer stays well inside a frame.
@@ -89,7 +90,7 @@ impl Reader {
     /// change pages, and reads that cannot be quick go to the blocking pool.
     pub async fn read_verb(
         &self,
-        vault: String,
+        vault: VaultName,
         verb: ReadVerb,
     ) -> Result<Option<ReadAnswer>, StoreError> {
         let inline = match &verb {
@@ -311,7 +312,7 @@ mod tests {
     fn vault_with(path: &Path, records: &[(&str, &[u8])]) {
         let conn = store::open(path).unwrap();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), me, 0).unwrap();
         for (revision, (key, value)) in (1..).zip(records) {
             records::set(&conn, "v", key, revision, Some(value)).unwrap();
         }
@@ -340,9 +341,15 @@ mod tests {
             key: key.into(),
             known_revision: None,
         };
-        let read = reader.read_verb("v".into(), get("big")).await.unwrap();
+        let read = reader
+            .read_verb(VaultName::from_static("v"), get("big"))
+            .await
+            .unwrap();
         assert_eq!(value_of(read), big);
-        let read = reader.read_verb("v".into(), get("small")).await.unwrap();
+        let read = reader
+            .read_verb(VaultName::from_static("v"), get("small"))
+            .await
+            .unwrap();
         assert_eq!(value_of(read), b"x");
     }
 
@@ -368,7 +375,7 @@ mod tests {
         let path = dir.path().join("ferry.db");
         let conn = store::open(&path).unwrap();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), me, 0).unwrap();
         let past = INLINE_CHANGES as usize + 6;
         vault_of_changes(&conn, past, b"0123456789");
         let reader = Reader::open(&path, Blocking::Threads).unwrap();
@@ -412,7 +419,7 @@ mod tests {
         vault_of_changes(&conn, 1, &vec![7u8; INLINE_PAGE_BYTES]);
         assert_eq!(inline(past as u64, MAX_PAGE), None);
         let read = reader
-            .read_verb("v".into(), changes(past as u64, MAX_PAGE))
+            .read_verb(VaultName::from_static("v"), changes(past as u64, MAX_PAGE))
             .await
             .unwrap();
         assert_eq!(read, on_the_pool(past as u64, MAX_PAGE));

@@ -21,6 +21,7 @@ use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb, WireRecord, WriteAnswe
 use ferry_ticket::NodeId;
 
 use crate::metrics::Metrics;
+use crate::names::{AppName, Label, VaultName};
 use crate::network::{Network, Place};
 use crate::store::vaults::Role;
 use crate::sync_board::SyncBoard;
@@ -32,7 +33,7 @@ pub enum Source {
     Local,
     Cache,
     Owner,
-    Replica(String),
+    Replica(Label),
 }
 
 impl Source {
@@ -242,8 +243,8 @@ impl Reads {
     /// Reads one record for `app`, in the order `ferry_core::read` decides.
     pub async fn read_record(
         self: &Arc<Self>,
-        app: &str,
-        vault: &str,
+        app: &AppName,
+        vault: &VaultName,
         key: &str,
         deadline: Instant,
     ) -> Result<RecordRead, ReadFailure> {
@@ -301,8 +302,8 @@ impl Reads {
     /// Drives one `ferry_core::read::RecordRead`: performs its steps, reports each source's fate.
     async fn read_planned(
         self: &Arc<Self>,
-        app: &str,
-        vault: &str,
+        app: &AppName,
+        vault: &VaultName,
         key: &str,
         owner: &Target,
         local: Option<LocalReplica>,
@@ -369,12 +370,8 @@ impl Reads {
                     }
                     ReadStep::AskOwner { known_revision } => {
                         let reads = self.clone();
-                        let (owner, app, vault, key) = (
-                            owner.clone(),
-                            app.to_string(),
-                            vault.to_string(),
-                            key.to_string(),
-                        );
+                        let (owner, app, vault, key) =
+                            (owner.clone(), app.clone(), vault.clone(), key.to_string());
                         owner_read = Some(Box::pin(async move {
                             reads
                                 .ask_owner_for(&owner, &app, &vault, &key, known_revision, deadline)
@@ -383,12 +380,8 @@ impl Reads {
                     }
                     ReadStep::AskReplicas => {
                         let reads = self.clone();
-                        let (app, vault, key, owner) = (
-                            app.to_string(),
-                            vault.to_string(),
-                            key.to_string(),
-                            owner.node,
-                        );
+                        let (app, vault, key, owner) =
+                            (app.clone(), vault.clone(), key.to_string(), owner.node);
                         replicas_read = Some(Box::pin(async move {
                             reads
                                 .read_from_replicas(&app, &vault, &key, owner, deadline)
@@ -477,14 +470,14 @@ impl Reads {
         }
     }
 
-    async fn read_here(&self, vault: &str, key: &str) -> Result<Answer, ReadFailure> {
+    async fn read_here(&self, vault: &VaultName, key: &str) -> Result<Answer, ReadFailure> {
         let verb = ReadVerb::Get {
             key: key.to_string(),
             known_revision: None,
         };
         let answer = self
             .vaults
-            .read_verb(vault.to_string(), verb)
+            .read_verb(vault.clone(), verb)
             .await
             .map_err(|err| ReadFailure::Unavailable {
                 detail: err.to_string(),
@@ -508,8 +501,8 @@ impl Reads {
     #[allow(clippy::too_many_arguments)]
     fn admit(
         &self,
-        app: &str,
-        vault: &str,
+        app: &AppName,
+        vault: &VaultName,
         key: &str,
         answer: Answer,
         source: Source,
@@ -552,15 +545,15 @@ impl Reads {
     async fn ask_owner_for(
         self: &Arc<Self>,
         owner: &Target,
-        app: &str,
-        vault: &str,
+        app: &AppName,
+        vault: &VaultName,
         key: &str,
         known: Option<u64>,
         deadline: Instant,
     ) -> Result<Option<RecordRead>, ReadFailure> {
         let request = ReadRequest {
-            app: app.to_string(),
-            vault: vault.to_string(),
+            app: app.clone(),
+            vault: vault.clone(),
             verb: ReadVerb::Get {
                 key: key.to_string(),
                 known_revision: known,
@@ -631,8 +624,8 @@ impl Reads {
     /// answer that is not older than what the app saw wins. Marked stale: a replica may lag.
     async fn read_from_replicas(
         self: &Arc<Self>,
-        app: &str,
-        vault: &str,
+        app: &AppName,
+        vault: &VaultName,
         key: &str,
         owner: NodeId,
         deadline: Instant,
@@ -646,8 +639,8 @@ impl Reads {
                 continue;
             };
             let request = ReadRequest {
-                app: app.to_string(),
-                vault: vault.to_string(),
+                app: app.clone(),
+                vault: vault.clone(),
                 verb: ReadVerb::Get {
                     key: key.to_string(),
                     known_revision: None,
@@ -674,8 +667,8 @@ impl Reads {
     /// one, else from the owner. Reads of one record take the fuller path of `read_record`.
     pub async fn read(
         self: &Arc<Self>,
-        app: String,
-        vault: String,
+        app: AppName,
+        vault: VaultName,
         verb: ReadVerb,
         deadline: Instant,
     ) -> Result<(ReadAnswer, ListSource), ReadFailure> {

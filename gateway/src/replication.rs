@@ -22,6 +22,7 @@ use tracing::{debug, info};
 
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
+use crate::names::{AppName, Label, VaultName};
 use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
 use crate::reads::Reads;
 use crate::store::vaults::{Role, VaultRow};
@@ -53,7 +54,7 @@ pub enum FollowError {
     /// No trusted peer has this label: trust the owner first (`ferry trust`), or use the label
     /// `ferry peers` shows for it.
     #[error("no peer is trusted under the label {label:?}; `ferry peers` lists them")]
-    UnknownOwner { label: String },
+    UnknownOwner { label: Label },
     /// The store refused the replica (a vault of that name is already here) or failed.
     #[error(transparent)]
     Store {
@@ -149,8 +150,8 @@ impl Replication {
     /// `ferry vault follow`: starts replicating `vault` from the trusted peer `owner_label`.
     pub async fn follow(
         self: &Arc<Self>,
-        vault: String,
-        owner_label: String,
+        vault: VaultName,
+        owner_label: Label,
     ) -> Result<VaultRow, FollowError> {
         let owner = self
             .network
@@ -169,13 +170,13 @@ impl Replication {
     }
 
     /// Starts the sync job of a replicated vault (at start, for every replica; on follow).
-    pub fn start_sync(self: &Arc<Self>, vault: String, owner: NodeId) {
+    pub fn start_sync(self: &Arc<Self>, vault: VaultName, owner: NodeId) {
         let replication = self.clone();
         self.lifecycle
             .spawn(async move { replication.sync_forever(vault, owner).await });
     }
 
-    async fn sync_forever(self: Arc<Self>, vault: String, owner: NodeId) {
+    async fn sync_forever(self: Arc<Self>, vault: VaultName, owner: NodeId) {
         let mut cursor = self.vaults.get(&vault).map_or(0, |v| v.revision);
         self.board.edit(&vault, |s| s.cursor = cursor);
         let mut stopping = self.lifecycle.stopping();
@@ -227,7 +228,7 @@ impl Replication {
     /// cursor.
     async fn pull_once(
         &self,
-        vault: &str,
+        vault: &VaultName,
         owner: NodeId,
         cursor: u64,
         long_poll: Option<Duration>,
@@ -243,8 +244,8 @@ impl Replication {
         let asked = self.clock.now();
         let deadline = asked + budget;
         let request = ReadRequest {
-            app: APP.into(),
-            vault: vault.to_string(),
+            app: AppName::from_static(APP),
+            vault: vault.clone(),
             verb: ReadVerb::Changes {
                 since_revision: cursor,
                 limit: PAGE,
@@ -279,7 +280,7 @@ impl Replication {
         if !changes.is_empty() {
             let keys: Vec<String> = changes.iter().map(|c| c.key.clone()).collect();
             self.vaults
-                .apply_changes(vault.to_string(), changes, next)
+                .apply_changes(vault.clone(), changes, next)
                 .await
                 .map_err(|source| PullError::Store { source })?;
             for key in keys {

@@ -33,6 +33,7 @@ use crate::call_log::CallLog;
 use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
+use crate::names::VaultName;
 use crate::network::Network;
 use crate::owner::Owner;
 use crate::store::calls::{self, CallRow, RowState};
@@ -121,7 +122,7 @@ impl Settlement {
     pub async fn settle(
         self: &Arc<Self>,
         request_id: RequestId,
-        vault: Option<String>,
+        vault: Option<VaultName>,
         wait: Duration,
     ) -> Result<(CallState, String), SettleError> {
         let span = tracing::debug_span!("settle", request_id = %request_id);
@@ -133,7 +134,7 @@ impl Settlement {
     async fn settle_inner(
         self: &Arc<Self>,
         request_id: RequestId,
-        vault: Option<String>,
+        vault: Option<VaultName>,
         wait: Duration,
     ) -> Result<(CallState, String), SettleError> {
         let give_up = self.clock.now() + wait;
@@ -186,7 +187,7 @@ impl Settlement {
                 state: RowState::Settled(state),
                 owner_label,
                 ..
-            }) => return Ok((state, owner_label)),
+            }) => return Ok((state, owner_label.into_string())),
             Some(row) => (Some(row.owner), Some(row.vault)),
             None => (None, None),
         };
@@ -198,14 +199,14 @@ impl Settlement {
                 Some(CallState::NotCarriedOut {
                     reason: NotCarriedOutReason::NeverArrived,
                 })
-                | None => return self.ask_witnesses(request_id, vault.as_deref()).await,
+                | None => return self.ask_witnesses(request_id, vault.as_ref()).await,
                 Some(state) => return Ok((state, self.network.label().to_string())),
             },
         };
         let label = self.network.label_of(&owner);
         loop {
             let state = self
-                .ask_owner(owner, request_id, logged_vault.as_deref(), SETTLE_ASK_BOUND)
+                .ask_owner(owner, request_id, logged_vault.as_ref(), SETTLE_ASK_BOUND)
                 .await?;
             if let CallState::Forgotten { retention_ms } = state {
                 return Err(forgotten(request_id, retention_ms));
@@ -277,7 +278,7 @@ impl Settlement {
     async fn ask_witnesses(
         self: &Arc<Self>,
         request_id: RequestId,
-        vault: Option<&str>,
+        vault: Option<&VaultName>,
     ) -> Result<(CallState, String), SettleError> {
         let memory = self.memory().await?;
         let named = vault.map(|vault| self.named_vault(vault));
@@ -351,14 +352,14 @@ impl Settlement {
         &self,
         owner: NodeId,
         request_id: RequestId,
-        vault: Option<&str>,
+        vault: Option<&VaultName>,
         bound: Duration,
     ) -> Result<CallState, SettleError> {
         if owner == self.network.me() {
             return self
                 .owner
                 .executor()
-                .status(owner, request_id, vault)
+                .status(owner, request_id, vault.cloned())
                 .await
                 .map_err(|err| SettleError::Unavailable {
                     detail: err.to_string(),

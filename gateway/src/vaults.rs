@@ -10,6 +10,7 @@ use ferry_core::clock::Clock;
 use ferry_peer::wire::{Hello, ReadAnswer, ReadVerb, WireChange};
 use ferry_ticket::NodeId;
 
+use crate::names::{Label, VaultName};
 use crate::owner::executor::Executor;
 use crate::reader::Reader;
 use crate::store::claims;
@@ -19,11 +20,11 @@ use crate::store::StoreError;
 /// The local vaults and their copy.
 #[derive(Debug)]
 pub struct Vaults {
-    rows: RwLock<HashMap<String, VaultRow>>,
+    rows: RwLock<HashMap<VaultName, VaultRow>>,
     /// Every (vault name, owner) a write was sent to from here, as `vault_claims` holds it
     /// (`store::claims`): asked before every remote write, so only the first write of a name
     /// to an owner writes it down.
-    claims: RwLock<BTreeMap<String, BTreeSet<NodeId>>>,
+    claims: RwLock<BTreeMap<VaultName, BTreeSet<NodeId>>>,
     reader: Reader,
     writer: Arc<Executor>,
     clock: Arc<dyn Clock>,
@@ -33,7 +34,7 @@ impl Vaults {
     /// The vaults `rows` (as the database holds them at start).
     pub fn new(
         rows: Vec<VaultRow>,
-        claims: BTreeSet<(String, NodeId)>,
+        claims: BTreeSet<(VaultName, NodeId)>,
         reader: Reader,
         writer: Arc<Executor>,
         clock: Arc<dyn Clock>,
@@ -41,7 +42,7 @@ impl Vaults {
         Self {
             rows: RwLock::new(rows.into_iter().map(|v| (v.name.clone(), v)).collect()),
             claims: RwLock::new(claims.into_iter().fold(
-                BTreeMap::<String, BTreeSet<NodeId>>::new(),
+                BTreeMap::<VaultName, BTreeSet<NodeId>>::new(),
                 |mut by_name, (name, owner)| {
                     by_name.entry(name).or_default().insert(owner);
                     by_name
@@ -87,7 +88,7 @@ impl Vaults {
     /// Writes down, durably, that writes of `vault` go to `owner`, before the first one
     /// leaves: settling then knows every machine an answered write of `vault` may have run on,
     /// even after a restart or a second claim of the name (`Settlement`).
-    pub async fn note_claim(&self, vault: &str, owner: NodeId) -> Result<(), StoreError> {
+    pub async fn note_claim(&self, vault: &VaultName, owner: NodeId) -> Result<(), StoreError> {
         // Asked on every remote write: a lookup by the borrowed name, nothing allocated.
         if self
             .claims
@@ -99,14 +100,14 @@ impl Vaults {
             return Ok(());
         }
         let now_ms = self.clock.unix_ms();
-        let name = vault.to_string();
+        let name = vault.clone();
         self.writer
             .apply(move |conn| claims::record_claim(conn, &name, owner, now_ms))
             .await?;
         self.claims
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(vault.to_string())
+            .entry(vault.clone())
             .or_default()
             .insert(owner);
         Ok(())
@@ -141,12 +142,16 @@ impl Vaults {
     }
 
     /// This gateway's account of itself for peers, called `label` (from memory).
-    pub fn hello(&self, label: &str) -> Hello {
+    pub fn hello(&self, label: &Label) -> Hello {
         hello_of(label.to_string(), &self.rows())
     }
 
     /// `ferry vault create`: a new vault owned by `owner` (this node).
-    pub async fn create_owned(&self, name: String, owner: NodeId) -> Result<VaultRow, StoreError> {
+    pub async fn create_owned(
+        &self,
+        name: VaultName,
+        owner: NodeId,
+    ) -> Result<VaultRow, StoreError> {
         let now_ms = self.clock.unix_ms();
         let row = self
             .writer
@@ -159,7 +164,7 @@ impl Vaults {
     /// `ferry vault follow`: a replica of `name`, owned by `owner`.
     pub async fn create_replica(
         &self,
-        name: String,
+        name: VaultName,
         owner: NodeId,
     ) -> Result<VaultRow, StoreError> {
         let now_ms = self.clock.unix_ms();
@@ -176,7 +181,7 @@ impl Vaults {
     /// every change durably and gives it again with the same revision).
     pub async fn apply_changes(
         &self,
-        name: String,
+        name: VaultName,
         changes: Vec<WireChange>,
         next: u64,
     ) -> Result<(), StoreError> {
@@ -196,7 +201,7 @@ impl Vaults {
     /// Answers a read verb from the local copy of `vault` (`None`: no copy here).
     pub async fn read_verb(
         &self,
-        vault: String,
+        vault: VaultName,
         verb: ReadVerb,
     ) -> Result<Option<ReadAnswer>, StoreError> {
         self.reader.read_verb(vault, verb).await

@@ -23,6 +23,7 @@ use crate::call_log::{CallLog, End};
 use crate::in_flight::InFlight;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
+use crate::names::{AppName, Label, VaultName};
 use crate::network::{Network, Place};
 use crate::owner::executor::SubmitError;
 use crate::owner::Owner;
@@ -32,7 +33,7 @@ use crate::store::vaults::Role;
 use crate::tasks::TaskCounter;
 
 /// What a write ended as, and the owner's label when it got that far.
-pub type Written = Result<(WriteOutcome, Option<String>), LocalRefusal>;
+pub type Written = Result<(WriteOutcome, Option<Label>), LocalRefusal>;
 
 /// The write path.
 #[derive(Debug)]
@@ -109,8 +110,8 @@ impl Writes {
     /// log records it) even if whoever asked stops waiting.
     pub fn spawn_write(
         self: &Arc<Self>,
-        app: String,
-        vault: String,
+        app: AppName,
+        vault: VaultName,
         verb: WriteVerb,
         request_id: RequestId,
         class: Priority,
@@ -131,8 +132,8 @@ impl Writes {
     /// the owner at most once.
     pub async fn write(
         self: &Arc<Self>,
-        app: String,
-        vault: String,
+        app: AppName,
+        vault: VaultName,
         verb: WriteVerb,
         request_id: RequestId,
         class: Priority,
@@ -162,7 +163,7 @@ impl Writes {
                 let outcome = self.write_here(call.clone(), deadline).await;
                 self.reads
                     .write_through(&call.app, &call.vault, &call.verb, &outcome);
-                return Ok((outcome, Some(self.network.label().to_string())));
+                return Ok((outcome, Some(self.network.label().clone())));
             }
             Place::Local(row) => match self.network.target(&row.owner) {
                 Some(target) => target,
@@ -283,8 +284,8 @@ impl Writes {
     /// last `caller_cap` refusal says it would refuse it too and its id cannot have left
     /// before (a repeat always goes to the owner, whose journal knows what became of it), or
     /// `unavailable` (not sent) if the home's sent mark cannot be raised over its id.
-    fn leave(&self, target: &Target, app: &str, id: RequestId) -> Result<Out, WriteOutcome> {
-        let key = (target.node, app.to_string());
+    fn leave(&self, target: &Target, app: &AppName, id: RequestId) -> Result<Out, WriteOutcome> {
+        let key = (target.node, app.clone());
         let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
         let may_repeat = sending.recent.may_have_left(&id, self.clock.unix_ms());
         let Ok(sent) = sending.gate.leave(&key, may_repeat, self.clock.now()) else {
@@ -386,7 +387,7 @@ impl Writes {
         let row = CallRow {
             request_id: call.request_id,
             owner: me,
-            owner_label: self.network.label().to_string(),
+            owner_label: self.network.label().clone(),
             vault: call.vault.clone(),
             app: call.app.clone(),
             state: RowState::Unknown,
@@ -423,7 +424,7 @@ impl Writes {
 /// What the send gate needs, under one lock.
 #[derive(Debug)]
 struct Sending {
-    gate: SendGate<(NodeId, String)>,
+    gate: SendGate<(NodeId, AppName)>,
     recent: RecentIds,
 }
 
@@ -431,7 +432,7 @@ struct Sending {
 struct Out {
     sending: Arc<Mutex<Sending>>,
     clock: Arc<dyn Clock>,
-    key: (NodeId, String),
+    key: (NodeId, AppName),
     sent: Sent,
     ended: Ended,
 }
@@ -467,8 +468,8 @@ impl TicketSource for Writes {
     async fn ticket(
         &self,
         target: &Target,
-        app: &str,
-        vault: &str,
+        app: &AppName,
+        vault: &VaultName,
         renew: bool,
         deadline: Instant,
     ) -> Result<Ticket, TicketError> {
@@ -487,8 +488,8 @@ impl TicketSource for Writes {
             return Ok(ticket.clone());
         }
         let request = TicketRequest {
-            app: app.to_string(),
-            vault: vault.to_string(),
+            app: app.clone(),
+            vault: vault.clone(),
             verbs: VerbSet::all_writes(),
         };
         // Boxed: the request for a ticket is the rare path, and its state would otherwise make

@@ -27,6 +27,7 @@
 #![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ferry_names::{AppName, VaultName};
 use std::time::{Duration, Instant};
 
 use ferry_core::rng::Rng;
@@ -148,7 +149,7 @@ fn request_id(unix_ms: u64, index: usize, rng: &mut Rng) -> RequestId {
     bytes[6] = 0x70 | (bytes[6] & 0x0f); // version 7
     bytes[8] = 0x80 | (bytes[8] & 0x3f); // RFC 9562 variant
     bytes[12..].copy_from_slice(&(index as u32).to_be_bytes());
-    let id = RequestId(bytes);
+    let id = RequestId::from_bytes(bytes);
     assert_eq!(RequestId::parse(&id.to_string()), Ok(id), "a valid UUIDv7");
     id
 }
@@ -256,7 +257,7 @@ impl Owner {
         // thousands of them slow.
         conn.pragma_update(None, "synchronous", "OFF").unwrap();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, VAULT, me, BASE_UNIX_MS).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static(VAULT), me, BASE_UNIX_MS).unwrap();
         Self {
             _dir: dir,
             conn,
@@ -285,7 +286,8 @@ impl Owner {
     /// A settle query, in its own transaction (it may write a tombstone).
     fn status(&mut self, caller: NodeId, id: RequestId, now_ms: u64) -> CallState {
         let tx = self.conn.transaction().unwrap();
-        let state = verbs::status(&tx, caller, id, VAULT, &LIMITS, now_ms).unwrap();
+        let vault = VaultName::from_static(VAULT);
+        let state = verbs::status(&tx, caller, id, Some(&vault), &LIMITS, now_ms).unwrap();
         tx.commit().unwrap();
         state
     }
@@ -356,8 +358,8 @@ impl Sim {
                 SimWrite {
                     call: WriteCall {
                         request_id: id,
-                        app: "sim".into(),
-                        vault: VAULT.into(),
+                        app: AppName::from_static("sim"),
+                        vault: VaultName::from_static(VAULT),
                         verb: WriteVerb::Put {
                             key: record_key(id),
                             value: vec![index as u8],
@@ -705,7 +707,7 @@ impl Sim {
             marks.push(Mark {
                 caller: self.caller,
                 request_id: call.request_id,
-                vault: call.vault.clone(),
+                vault: call.vault.to_string(),
             });
             if self.rng.one_in(3) {
                 self.owner.zombies.push(w);

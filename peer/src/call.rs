@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferry_names::{AppName, Label, VaultName};
 use ferry_ticket::{NodeId, Ticket};
 use quinn::Connection;
 use tracing::{debug, Instrument};
@@ -46,7 +47,7 @@ pub use ferry_core::liveness::CallTuning;
 #[derive(Debug, Clone)]
 pub struct Target {
     pub node: NodeId,
-    pub label: String,
+    pub label: Label,
     /// Usable routes, best first. A write uses only these.
     pub routes: Vec<Route>,
     /// Routes currently down, best first: reads and settle queries (safe to repeat) try them
@@ -58,8 +59,8 @@ pub struct Target {
 #[derive(Debug, Clone)]
 pub struct WriteCall {
     pub request_id: RequestId,
-    pub app: String,
-    pub vault: String,
+    pub app: AppName,
+    pub vault: VaultName,
     pub verb: WriteVerb,
     pub priority: Priority,
 }
@@ -88,8 +89,8 @@ pub trait TicketSource: Send + Sync {
     fn ticket(
         &self,
         target: &Target,
-        app: &str,
-        vault: &str,
+        app: &AppName,
+        vault: &VaultName,
         renew: bool,
         deadline: Instant,
     ) -> impl std::future::Future<Output = Result<Ticket, TicketError>> + Send;
@@ -103,11 +104,11 @@ pub enum TicketError {
     /// this node: it was thrown away. A peer that keeps doing this is misconfigured or not
     /// the node it is trusted as; check `ferry peers`.
     #[error("{owner} sent a ticket that is not its own or not for this node")]
-    NotTheOwners { owner: String },
+    NotTheOwners { owner: Label },
     /// The owner answered and would not issue one (the app or the vault is not allowed, say);
     /// its refusal says why.
     #[error("{owner} refused to issue a ticket: {}", refusal.detail)]
-    Refused { owner: String, refusal: Refusal },
+    Refused { owner: Label, refusal: Refusal },
     /// The owner could not be asked: no route, or no answer in time. Try again later.
     #[error("no ticket could be had: {source}")]
     Unreachable { source: ReadError },
@@ -117,11 +118,11 @@ pub enum TicketError {
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("no route to {label} is known; add one with `ferry trust ... --addr HOST:PORT`")]
-    NoRoute { label: String },
+    NoRoute { label: Label },
     #[error("{label} did not answer: {detail}")]
-    Unavailable { label: String, detail: String },
+    Unavailable { label: Label, detail: String },
     #[error("{label} is stopping")]
-    GoingAway { label: String },
+    GoingAway { label: Label },
 }
 
 /// How one request/response exchange on a stream ended.
@@ -747,7 +748,7 @@ impl Caller {
         &self,
         target: &Target,
         request_id: RequestId,
-        vault: Option<&str>,
+        vault: Option<&VaultName>,
         deadline: Instant,
         made_after: Option<Instant>,
     ) -> Result<CallState, ReadError> {
@@ -1225,7 +1226,7 @@ mod tests {
 
     #[test]
     fn a_ticket_error_says_which_owner_and_why() {
-        let owner = || "studio".to_string();
+        let owner = || Label::from_static("studio");
         assert_eq!(
             TicketError::NotTheOwners { owner: owner() }.to_string(),
             "studio sent a ticket that is not its own or not for this node"

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferry_names::{NameError, VaultName};
 use ferry_ticket::NodeId;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
@@ -22,11 +23,12 @@ use tokio::sync::{watch, Notify};
 use tracing::{debug, error, warn};
 
 use crate::frames;
+use crate::outcome::{Refusal, RefusalCode};
 use crate::transport::{self, ReadFrameError, RESET_MALFORMED, RESET_UNANSWERED};
 use crate::wire::{
-    CallState, CallStatusRequest, Extensions, Hello, ProtocolFailure, ReadAnswer, ReadRequest,
-    Request, Response, ResponseFrame, TicketAnswer, TicketRequest, WriteAnswer, WriteRequest,
-    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    CallState, CallStatusRequest, Extensions, Hello, NamedRequest, ProtocolFailure, ReadAnswer,
+    ReadRequest, Request, Response, ResponseFrame, TicketAnswer, TicketRequest, WriteAnswer,
+    WriteRequest, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
 /// A peer that opens a stream must send its whole request within this time, or the stream is
@@ -92,7 +94,7 @@ pub trait Service: Send + Sync + 'static {
         &self,
         from: NodeId,
         request: CallStatusRequest,
-        vault: Option<String>,
+        vault: Option<VaultName>,
     ) -> impl Future<Output = Option<CallState>> + Send;
     /// This gateway's wall clock (Unix milliseconds), sent with heartbeat answers
     /// ([`crate::wire::EXT_CLOCK_MS`]); `None` sends none (a service without a wall clock).
@@ -221,6 +223,20 @@ pub async fn serve_connection<S: Service>(
     while streams.next().await.is_some() {}
 }
 
+/// The answer to a request that names an invalid vault or app: refused at the door (not
+/// journaled: no verb ran, and every copy of the frame names the same invalid name).
+fn bad_name(kind: NamedRequest, error: &NameError) -> Response {
+    let refusal = Refusal {
+        at_door: true,
+        ..Refusal::new(RefusalCode::BadRequest, error.to_string())
+    };
+    match kind {
+        NamedRequest::Write => Response::Write(WriteAnswer::Refused(refusal)),
+        NamedRequest::Read => Response::Read(ReadAnswer::Refused(refusal)),
+        NamedRequest::IssueTicket => Response::Ticket(TicketAnswer::Refused(refusal)),
+    }
+}
+
 async fn serve_stream<S: Service>(
     service: Arc<S>,
     peer: NodeId,
@@ -274,11 +290,17 @@ async fn serve_stream<S: Service>(
             // Served while stopping too: a caller whose write broke in the drain settles by
             // asking, and the service answers what it knows (`None` when it cannot).
             Request::CallStatus(request) => {
-                let vault = frame.ext.vault_of().map(str::to_string);
+                let vault = frame.ext.vault_of();
                 match service.call_status(peer, request, vault).await {
                     Some(state) => Response::CallStatus(state),
                     None => Response::Failed(ProtocolFailure::GoingAway),
                 }
+            }
+            // Refused as it arrives, stopping or not: it can never run, and the refusal says so
+            // (a reset would leave a write's caller not knowing).
+            Request::BadName { kind, error } => {
+                debug!(peer = %peer.short(), ?kind, %error, "request naming an invalid name; refused, nothing ran");
+                bad_name(kind, &error)
             }
             _ if going_away => Response::Failed(ProtocolFailure::GoingAway),
             Request::Hello(hello) => Response::Hello(service.hello(peer, hello, version).await),

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, DecodeError, EncodeError};
 use crate::wire::v1::{self, RequestFrameRef, RequestFrameV1, ResponseFrameRef, ResponseFrameV1};
-use crate::wire::{Extensions, Request, RequestFrame, Response, ResponseFrame};
+use crate::wire::{Extensions, Received, Request, RequestFrame, Response, ResponseFrame};
 
 /// Protocol 2's frame body.
 #[derive(Debug, Serialize)]
@@ -56,6 +56,9 @@ pub fn encode_request(version: u16, frame: &RequestFrame) -> Result<Vec<u8>, Enc
                 Request::CallStatus(status) => (4, codec::encode_body(status)?),
                 Request::Heartbeat(beat) => (5, codec::encode_body(beat)?),
                 Request::Unknown { .. } => return Err(not_in(2, "a request of an unknown kind")),
+                Request::BadName { .. } => {
+                    return Err(not_in(2, "a request naming an invalid vault or app"))
+                }
             };
             envelope(2, kind, &payload, &frame.ext)
         }
@@ -107,9 +110,11 @@ pub fn decode_request(version: u16, body: &[u8]) -> Result<RequestFrame, DecodeE
             let payload = envelope.payload.as_slice();
             let body = match envelope.kind {
                 0 => Request::Hello(codec::decode_body(payload)?),
-                1 => Request::Write(Box::new(codec::decode_body(payload)?)),
-                2 => Request::Read(codec::decode_body(payload)?),
-                3 => Request::IssueTicket(codec::decode_body(payload)?),
+                // Names checked once read: an invalid one is a refusal, not a reset stream.
+                1 => codec::decode_body::<Received<_>>(payload)?
+                    .into_request(|write| Request::Write(Box::new(write))),
+                2 => codec::decode_body::<Received<_>>(payload)?.into_request(Request::Read),
+                3 => codec::decode_body::<Received<_>>(payload)?.into_request(Request::IssueTicket),
                 4 => Request::CallStatus(codec::decode_body(payload)?),
                 5 => Request::Heartbeat(codec::decode_body(payload)?),
                 kind => Request::Unknown { kind },

@@ -6,13 +6,14 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ferry_names::{AppName, NameError, NameKind, VaultName};
 use ferry_peer::codec::{self, DecodeError, MAX_FRAME_LEN};
 use ferry_peer::frames;
 use ferry_peer::outcome::NotCarriedOutReason;
 use ferry_peer::wire::{
-    CallState, Extension, Extensions, Priority, Request, RequestFrame, RequestId, Response,
-    ResponseFrame, WriteAnswer, WriteRequest, WriteVerb, FIRST_OPEN_CALL_STATE,
-    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    CallState, Extension, Extensions, Hello, NamedRequest, Priority, ReadRequest, ReadVerb,
+    Request, RequestFrame, RequestId, Response, ResponseFrame, TicketRequest, WriteAnswer,
+    WriteRequest, WriteVerb, FIRST_OPEN_CALL_STATE, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use ferry_peer::{NodeId, NodeKey};
 use ferry_ticket::{Ticket, VerbSet};
@@ -42,9 +43,9 @@ fn write_frame(
     RequestFrame {
         body: Request::Write(Box::new(WriteRequest {
             // Fixed, so no random byte pair can look like the key the hostile test looks for.
-            request_id: RequestId([0; 16]),
-            app: "notes-app".into(),
-            vault: "notes".into(),
+            request_id: RequestId::from_bytes([0; 16]),
+            app: AppName::from_static("notes-app"),
+            vault: VaultName::from_static("notes"),
             verb: WriteVerb::Put {
                 key,
                 value,
@@ -211,4 +212,119 @@ fn request_ids_must_be_hyphenated_uuid_v7() {
         .unwrap()
         .as_millis() as u64;
     assert!(id.unix_ms().abs_diff(now_ms) < 60_000);
+}
+
+/// `bytes` with the one occurrence of `from` replaced by `to` (of the same length).
+fn replaced(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let at: Vec<usize> = bytes
+        .windows(from.len())
+        .enumerate()
+        .filter(|(_, window)| *window == from)
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(at.len(), 1, "{from:?} must occur once");
+    let mut out = bytes.to_vec();
+    out[at[0]..at[0] + to.len()].copy_from_slice(to);
+    out
+}
+
+/// A write, a read and a ticket request that name an invalid vault or app decode, in every
+/// version spoken, as `Request::BadName` (the door refuses it, nothing runs), never as a
+/// malformed frame (a reset stream, which a write's caller could only take as outcome
+/// unknown). With valid names, each round trips: the names' layout is the strings'.
+#[test]
+fn a_request_naming_an_invalid_vault_or_app_decodes_as_bad_name() {
+    let mut write = write_frame("k".into(), vec![1], None, 1);
+    if let Request::Write(request) = &mut write.body {
+        request.vault = VaultName::from_static("vxyzq");
+    }
+    let read = RequestFrame {
+        body: Request::Read(ReadRequest {
+            app: AppName::from_static("appqq"),
+            vault: VaultName::from_static("vxyzq"),
+            verb: ReadVerb::Get {
+                key: "k".into(),
+                known_revision: None,
+            },
+            deadline_ms: 1,
+        }),
+        ext: Extensions::default(),
+    };
+    let ticket_request = RequestFrame {
+        body: Request::IssueTicket(TicketRequest {
+            app: AppName::from_static("appqq"),
+            vault: VaultName::from_static("vxyzq"),
+            verbs: VerbSet::all_writes(),
+        }),
+        ext: Extensions::default(),
+    };
+    for version in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION {
+        for (frame, kind) in [
+            (&write, NamedRequest::Write),
+            (&read, NamedRequest::Read),
+            (&ticket_request, NamedRequest::IssueTicket),
+        ] {
+            let good = frames::encode_request(version, frame).unwrap();
+            assert_eq!(&frames::decode_request_frame(&good).unwrap().1, frame);
+            let bad_vault = replaced(&good, b"vxyzq", b"v/yzq");
+            let (_, decoded) = frames::decode_request_frame(&bad_vault).unwrap();
+            assert!(
+                matches!(
+                    &decoded.body,
+                    Request::BadName {
+                        kind: got,
+                        error: NameError::BadCharacter { kind: NameKind::Vault, ch: '/', .. },
+                    } if *got == kind
+                ),
+                "protocol {version}: {:?}",
+                decoded.body
+            );
+            if kind != NamedRequest::Write {
+                let dots = replaced(&good, b"appqq", b".....");
+                let (_, decoded) = frames::decode_request_frame(&dots).unwrap();
+                assert!(
+                    matches!(
+                        &decoded.body,
+                        Request::BadName {
+                            error: NameError::DotsOnly {
+                                kind: NameKind::App
+                            },
+                            ..
+                        }
+                    ),
+                    "protocol {version}: {:?}",
+                    decoded.body
+                );
+            }
+        }
+    }
+}
+
+/// A hello naming an invalid vault is read, without that name: a hello only informs.
+#[test]
+fn a_hellos_invalid_vault_names_are_dropped() {
+    let hello = RequestFrame {
+        body: Request::Hello(Hello {
+            label_hint: "any text".into(),
+            owned_vaults: vec![
+                VaultName::from_static("vxyzq"),
+                VaultName::from_static("notes"),
+            ],
+            replicated_vaults: vec![VaultName::from_static("wxyzq")],
+            release: None,
+        }),
+        ext: Extensions::default(),
+    };
+    for version in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION {
+        let good = frames::encode_request(version, &hello).unwrap();
+        assert_eq!(frames::decode_request_frame(&good).unwrap().1, hello);
+        let bad = replaced(&replaced(&good, b"vxyzq", b"v/yzq"), b"wxyzq", b".....");
+        let (_, decoded) = frames::decode_request_frame(&bad).unwrap();
+        let Request::Hello(decoded) = decoded.body else {
+            panic!("protocol {version}: not a hello");
+        };
+        assert_eq!(decoded.owned_vaults, vec![VaultName::from_static("notes")]);
+        assert!(decoded.replicated_vaults.is_empty(), "protocol {version}");
+    }
 }

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common::{ask, endpoint, serve_first, Stub, WAIT};
+use ferry_names::{AppName, VaultName};
 use ferry_peer::wire::{Hello, ProtocolFailure, ReadRequest, ReadVerb, Request, Response};
 use ferry_peer::NodeKey;
 
@@ -45,8 +46,8 @@ async fn a_stream_whose_handler_panics_leaves_the_connections_other_streams_serv
     let (conn, serving, _stop) = connected_to_door().await;
 
     let read = Request::Read(ReadRequest {
-        app: "app".into(),
-        vault: "v".into(),
+        app: AppName::from_static("app"),
+        vault: VaultName::from_static("v"),
         verb: ReadVerb::Get {
             key: "k".into(),
             known_revision: None,

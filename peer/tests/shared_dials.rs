@@ -8,6 +8,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ferry_names::VaultName;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -42,11 +43,12 @@ fn serve(
 /// 32 settle queries at once, each asking for a fresh connection as a settle after a break
 /// does; every one must be answered.
 async fn settle_32(caller: &Caller, owner: &Target, broke: Instant) {
+    let vault = VaultName::from_static("v");
     let asks = (0..32u128).map(|n| {
         caller.call_status(
             owner,
-            RequestId((n + 1).to_be_bytes()),
-            Some("v"),
+            RequestId::from_bytes((n + 1).to_be_bytes()),
+            Some(&vault),
             Instant::now() + WAIT,
             Some(broke),
         )

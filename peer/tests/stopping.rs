@@ -9,6 +9,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ferry_names::{AppName, VaultName};
 use std::time::Instant;
 
 use crate::common::{caller_to, endpoint, serve_first, Stub, WAIT};
@@ -23,7 +24,7 @@ use ferry_peer::{frames, NodeId, NodeKey};
 use ferry_ticket::{Ticket, VerbSet};
 
 /// The one id this owner ran before its stop, and its first answer.
-const RAN: RequestId = RequestId([7; 16]);
+const RAN: RequestId = RequestId::from_bytes([7; 16]);
 const FIRST: WriteAnswer = WriteAnswer::Done { revision: 7 };
 
 /// An owner that ran [`RAN`], and is asked only while it stops.
@@ -57,8 +58,8 @@ fn put_k() -> WriteVerb {
 fn put(request_id: RequestId, holder: NodeId) -> Request {
     Request::Write(Box::new(WriteRequest {
         request_id,
-        app: "app".into(),
-        vault: "v".into(),
+        app: AppName::from_static("app"),
+        vault: VaultName::from_static("v"),
         verb: put_k(),
         deadline_ms: 5_000,
         priority: Priority::Interactive,
@@ -127,8 +128,8 @@ impl TicketSource for AnyTicket {
     async fn ticket(
         &self,
         _: &Target,
-        _: &str,
-        _: &str,
+        _: &AppName,
+        _: &VaultName,
         _: bool,
         _: Instant,
     ) -> Result<Ticket, TicketError> {
@@ -169,8 +170,8 @@ async fn a_write_answered_going_away_is_settled_not_taken_for_did_not_run() {
     let (caller, owner) = caller_to(&caller_key, owner_key.node_id(), addr);
     let call = WriteCall {
         request_id: RequestId::generate(),
-        app: "app".into(),
-        vault: "v".into(),
+        app: AppName::from_static("app"),
+        vault: VaultName::from_static("v"),
         verb: put_k(),
         priority: Priority::Interactive,
     };

@@ -58,7 +58,7 @@ pub fn journal(
         let id: [u8; 16] = id
             .try_into()
             .unwrap_or_else(|id| panic!("{owner}: a journal request id is not 16 bytes: {id:?}"));
-        let id = RequestId(id).to_string();
+        let id = RequestId::from_bytes(id).to_string();
         let entry = match state.as_str() {
             "running" => JournalState::Running,
             "not_carried_out" => JournalState::NotCarriedOut,

@@ -9,13 +9,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_harness::two_with_notes;
+use ferry_names::{AppName, VaultName};
 use ferry_peer::frames;
+use ferry_peer::outcome::{NotCarriedOutReason, RefusalCode};
 use ferry_peer::tls::TrustedKeys;
 use ferry_peer::transport::{self, PeerEndpoint, TransportTuning, RESET_MALFORMED};
 use ferry_peer::wire::{
-    Extensions, Hello, ProtocolFailure, ProtocolRange, Request, RequestFrame, Response,
+    CallState, CallStatusRequest, Extensions, Hello, Priority, ProtocolFailure, ProtocolRange,
+    ReadAnswer, ReadRequest, ReadVerb, Request, RequestFrame, RequestId, Response, TicketAnswer,
+    TicketRequest, WriteAnswer, WriteRequest, WriteVerb,
 };
 use ferry_peer::{NodeId, NodeKey};
+use ferry_ticket::VerbSet;
 
 #[derive(Debug)]
 struct OnlyThis(NodeId);
@@ -165,7 +170,7 @@ fn malformed_frames_are_reset_and_the_owner_keeps_serving_with_nothing_run() {
         let Response::Hello(theirs) = frame.body else {
             panic!("expected a hello back, got {:?}", frame.body)
         };
-        assert_eq!(theirs.owned_vaults, vec!["notes".to_string()]);
+        assert_eq!(theirs.owned_vaults, vec![VaultName::from_static("notes")]);
     });
     }
 
@@ -237,4 +242,131 @@ fn frames_announced_huge_cost_only_the_bytes_that_arrive() {
         );
         drop(held);
     });
+}
+
+/// `bytes` with the one occurrence of `from` replaced by `to` (of the same length).
+fn replaced(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let at: Vec<usize> = bytes
+        .windows(from.len())
+        .enumerate()
+        .filter(|(_, window)| *window == from)
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(at.len(), 1, "{from:?} must occur once");
+    let mut out = bytes.to_vec();
+    out[at[0]..at[0] + to.len()].copy_from_slice(to);
+    out
+}
+
+/// Sends `frame`'s bytes and decodes the answer (a reset fails the test).
+async fn answer_to(conn: &quinn::Connection, bytes: &[u8]) -> Response {
+    let answer = send_raw(conn, bytes)
+        .await
+        .unwrap_or_else(|err| panic!("the owner reset the stream ({err}) instead of answering"));
+    frames::decode_response_frame(&answer).unwrap().1.body
+}
+
+/// A write, a read and a ticket request that name an invalid vault or app are refused at the
+/// door (`bad_request`, nothing ran), in every protocol version: never a reset stream, which a
+/// write's caller could only take as `outcome_unknown`. A copy of the write is refused the
+/// same way, and a settle query for its id then finds it never arrived: the id is fenced, the
+/// write can never run.
+#[test]
+fn a_request_naming_an_invalid_vault_or_app_is_refused_at_the_door_and_never_runs() {
+    let (a, _b) = two_with_notes();
+    let (prober, owner, owner_addr) = trusted_prober(&a);
+    let served_before = a.metric("ferry_peer_requests_served_total{kind=\"write\"}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for protocols in [ProtocolRange::THIS_BUILD, ProtocolRange::FIRST_RELEASES] {
+        runtime.block_on(async {
+            let (_endpoint, conn) = dial_speaking(&prober, owner, owner_addr, protocols).await;
+            let version = transport::protocol_of(&conn).expect("a protocol version");
+            let frame = |body| RequestFrame {
+                body,
+                ext: Extensions::default(),
+            };
+            // A real ticket of this owner's, for `notes`.
+            let ask = frame(Request::IssueTicket(TicketRequest {
+                app: AppName::from_static("appqq"),
+                vault: VaultName::from_static("notes"),
+                verbs: VerbSet::all_writes(),
+            }));
+            let ticket_bytes = frames::encode_request(version, &ask).unwrap();
+            let Response::Ticket(TicketAnswer::Issued(ticket)) =
+                answer_to(&conn, &ticket_bytes).await
+            else {
+                panic!("protocol {version}: no ticket for a valid request");
+            };
+            let refused_as_bad_name = |answer: &Response, what: &str| {
+                let refusal = match answer {
+                    Response::Write(WriteAnswer::Refused(refusal))
+                    | Response::Read(ReadAnswer::Refused(refusal))
+                    | Response::Ticket(TicketAnswer::Refused(refusal)) => refusal,
+                    other => panic!("protocol {version}, {what}: not refused: {other:?}"),
+                };
+                assert_eq!(refusal.code, RefusalCode::BadRequest, "{what}");
+                assert!(refusal.at_door, "{what}");
+                refusal.detail.clone()
+            };
+
+            let id = RequestId::generate();
+            let write = frame(Request::Write(Box::new(WriteRequest {
+                request_id: id,
+                app: AppName::from_static("appqq"),
+                vault: VaultName::from_static("vxyzq"),
+                verb: WriteVerb::Put {
+                    key: "k".into(),
+                    value: b"never".to_vec(),
+                    if_revision: None,
+                },
+                deadline_ms: 5_000,
+                priority: Priority::Interactive,
+                ticket,
+            })));
+            let bad_write = replaced(
+                &frames::encode_request(version, &write).unwrap(),
+                b"vxyzq",
+                b"v/yzq",
+            );
+            for copy in ["a write", "its copy"] {
+                let detail = refused_as_bad_name(&answer_to(&conn, &bad_write).await, copy);
+                assert!(detail.starts_with("a vault name \"v/yzq\""), "{detail}");
+            }
+            let settle = frame(Request::CallStatus(CallStatusRequest { request_id: id }));
+            let settled =
+                answer_to(&conn, &frames::encode_request(version, &settle).unwrap()).await;
+            assert_eq!(
+                settled,
+                Response::CallStatus(CallState::NotCarriedOut {
+                    reason: NotCarriedOutReason::NeverArrived
+                }),
+                "protocol {version}: the refused write's id"
+            );
+
+            let read = frame(Request::Read(ReadRequest {
+                app: AppName::from_static("appqq"),
+                vault: VaultName::from_static("notes"),
+                verb: ReadVerb::Get {
+                    key: "k".into(),
+                    known_revision: None,
+                },
+                deadline_ms: 5_000,
+            }));
+            let bad_read = replaced(
+                &frames::encode_request(version, &read).unwrap(),
+                b"appqq",
+                b".....",
+            );
+            refused_as_bad_name(&answer_to(&conn, &bad_read).await, "a read");
+            let bad_ask = replaced(&ticket_bytes, b"appqq", b"app q");
+            let detail = refused_as_bad_name(&answer_to(&conn, &bad_ask).await, "a ticket request");
+            assert!(detail.starts_with("an app name (X-Ferry-App)"), "{detail}");
+        });
+    }
+    assert_eq!(
+        a.metric("ferry_peer_requests_served_total{kind=\"write\"}"),
+        served_before,
+        "no write reached the owner's executor"
+    );
+    assert_eq!(a.vault_revision("notes"), 0, "nothing ran");
 }

@@ -9,6 +9,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ferry_names::{AppName, VaultName};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,8 +71,8 @@ async fn ask(conn: &quinn::Connection, body: Request, ext: Extensions) -> Ended 
 fn put(request_id: RequestId, key: &str, ticket: &Ticket) -> Request {
     Request::Write(Box::new(WriteRequest {
         request_id,
-        app: "prober-app".into(),
-        vault: "notes".into(),
+        app: AppName::from_static("prober-app"),
+        vault: VaultName::from_static("notes"),
         verb: WriteVerb::Put {
             key: key.into(),
             value: key.as_bytes().to_vec(),
@@ -135,8 +136,8 @@ fn a_stopping_owner_answers_a_resent_id_from_its_journal_never_did_not_run() {
     let ticket = match runtime.block_on(ask(
         &conn,
         Request::IssueTicket(TicketRequest {
-            app: "prober-app".into(),
-            vault: "notes".into(),
+            app: AppName::from_static("prober-app"),
+            vault: VaultName::from_static("notes"),
             verbs: VerbSet::all_writes(),
         }),
         Extensions::default(),
@@ -210,7 +211,11 @@ fn a_stopping_owner_answers_a_resent_id_from_its_journal_never_did_not_run() {
         "a copy of a write running in the drain: {copy:?}"
     );
     // Asked about, it is running (or done); the one that ran is done.
-    let asked = runtime.block_on(ask(&conn, status(draining), Extensions::vault("notes")));
+    let asked = runtime.block_on(ask(
+        &conn,
+        status(draining),
+        Extensions::vault(&VaultName::from_static("notes")),
+    ));
     assert!(
         matches!(
             &asked,
@@ -220,7 +225,11 @@ fn a_stopping_owner_answers_a_resent_id_from_its_journal_never_did_not_run() {
         ),
         "a settle query about a write running in the drain: {asked:?}"
     );
-    let asked = runtime.block_on(ask(&conn, status(ran), Extensions::vault("notes")));
+    let asked = runtime.block_on(ask(
+        &conn,
+        status(ran),
+        Extensions::vault(&VaultName::from_static("notes")),
+    ));
     assert!(
         matches!(&asked, Ended::Answered(Response::CallStatus(CallState::Answered(answer))) if *answer == first),
         "a settle query about a write that ran: {asked:?}"

@@ -16,6 +16,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ferry_names::{AppName, VaultName};
 use std::path::PathBuf;
 
 use ferry_core::outcome::{NotCarriedOutReason, Refusal, RefusalCode, WriteAnswer};
@@ -59,8 +60,11 @@ fn ticket() -> Ticket {
 fn hello(version: u16) -> Hello {
     Hello {
         label_hint: "laptop".into(),
-        owned_vaults: vec!["notes".into()],
-        replicated_vaults: vec!["photos".into(), "music".into()],
+        owned_vaults: vec![VaultName::from_static("notes")],
+        replicated_vaults: vec![
+            VaultName::from_static("photos"),
+            VaultName::from_static("music"),
+        ],
         // Protocol 1 has no release in a hello: that sample decodes without one.
         release: (version >= 2).then(|| "0.2.0".into()),
     }
@@ -78,8 +82,8 @@ fn requests(version: u16) -> Vec<(&'static str, Request)> {
     let write = |verb, priority| {
         Request::Write(Box::new(WriteRequest {
             request_id: request_id(),
-            app: "editor".into(),
-            vault: "notes".into(),
+            app: AppName::from_static("editor"),
+            vault: VaultName::from_static("notes"),
             verb,
             deadline_ms: 5_000,
             priority,
@@ -88,8 +92,8 @@ fn requests(version: u16) -> Vec<(&'static str, Request)> {
     };
     let read = |verb| {
         Request::Read(ReadRequest {
-            app: "viewer".into(),
-            vault: "notes".into(),
+            app: AppName::from_static("viewer"),
+            vault: VaultName::from_static("notes"),
             verb,
             deadline_ms: 2_000,
         })
@@ -142,8 +146,8 @@ fn requests(version: u16) -> Vec<(&'static str, Request)> {
         (
             "request-issue-ticket",
             Request::IssueTicket(TicketRequest {
-                app: "editor".into(),
-                vault: "notes".into(),
+                app: AppName::from_static("editor"),
+                vault: VaultName::from_static("notes"),
                 verbs: VerbSet::from_verbs(&[Verb::Put]),
             }),
         ),

@@ -6,6 +6,7 @@
 //! Every field is always present in the JSON (`null` when there is nothing to say), so a
 //! script can tell "none" from "this gateway is too old to say".
 
+use ferry_names::{AppName, Label, VaultName};
 use serde::{Deserialize, Serialize};
 
 /// `GET /v1/status`.
@@ -13,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub struct Status {
     pub node_id: String,
     pub short_id: String,
-    pub label: String,
+    pub label: Label,
     /// The local API's address, once it listens.
     pub api: Option<String>,
     /// Where peers reach this gateway over QUIC.
@@ -71,7 +72,7 @@ pub struct OwnerQueue {
 pub struct QueueCaller {
     /// The caller gateway's label (this gateway's own for local apps).
     pub node: String,
-    pub app: String,
+    pub app: AppName,
     /// Queued or running now.
     pub in_flight: u32,
     /// Admitted since it was last idle long enough to be forgotten.
@@ -138,7 +139,7 @@ pub struct SyncProgress {
 /// peer (`remote`, with no revision here).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Vault {
-    pub name: String,
+    pub name: VaultName,
     /// The owner's label.
     pub owner: String,
     /// `owner`, `replica` or `remote`.
@@ -169,7 +170,8 @@ pub struct HeldTicket {
     pub expires_in_s: u64,
 }
 
-/// `POST /v1/admin/trust`.
+/// `POST /v1/admin/trust`. The names in a request body are strings as sent: the gateway
+/// checks them as it reads the body, answering `400 bad_request` with the name's error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrustRequest {
     pub node_id: String,
@@ -189,7 +191,7 @@ pub struct UntrustRequest {
 /// The answer of `POST /v1/admin/untrust`: who is no longer trusted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Untrusted {
-    pub label: String,
+    pub label: Label,
     pub node_id: String,
 }
 
@@ -210,13 +212,19 @@ pub struct FollowVault {
 /// The answer of `POST /v1/admin/vaults` and `POST /v1/admin/vaults/follow`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VaultHeld {
-    pub name: String,
+    pub name: VaultName,
     /// The owner's label.
-    pub owner: String,
+    pub owner: Label,
     /// `owner` or `replica`.
     pub role: String,
     pub revision: u64,
 }
+
+/// The body of an admin request that takes no arguments (`POST /v1/admin/stop`,
+/// `/v1/admin/tickets/rotate`, `/v1/admin/ui-code`): `{}`. The gateway reads no body there, so
+/// a script may send none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoArguments {}
 
 /// The answer of `POST /v1/admin/stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,7 +286,7 @@ mod tests {
     #[test]
     fn a_remote_vault_row_says_null_rather_than_leaving_keys_out() {
         let row = Vault {
-            name: "notes".into(),
+            name: VaultName::from_static("notes"),
             owner: "a".into(),
             role: "remote".into(),
             revision: None,

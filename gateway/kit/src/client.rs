@@ -10,7 +10,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::Method;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::contract::{
     parse_timeout, CallAnswer, CallStateName, ChangePage, ErrorBody, ErrorCode, FeedChange,
@@ -701,11 +700,6 @@ impl Kit {
         parse(&answer)
     }
 
-    /// GET an admin path as JSON.
-    pub async fn get_json(&self, path: &str) -> Result<Value, KitError> {
-        self.get_typed(path).await
-    }
-
     /// GET a path as text (for `/metrics`).
     pub async fn get_text(&self, path: &str) -> Result<String, KitError> {
         let answer = self
@@ -714,11 +708,6 @@ impl Kit {
         String::from_utf8(answer.body.to_vec()).map_err(|_| KitError::Protocol {
             detail: "the answer is not UTF-8 text".into(),
         })
-    }
-
-    /// POST JSON to an admin path.
-    pub async fn post_json(&self, path: &str, body: &Value) -> Result<Value, KitError> {
-        self.post_typed(path, body).await
     }
 
     /// POST `body` (one of [`crate::admin`]'s requests) to an admin path; its answer as `T`.

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use ferry_names::{AppName, VaultName};
 use serde::{Deserialize, Serialize};
 
 /// Header: the app's name (`X-Ferry-App`).
@@ -189,7 +190,7 @@ pub struct ErrorBody {
     pub owner: Option<String>,
     /// The vault, with `outcome_unknown`, so the app can settle by naming it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vault: Option<String>,
+    pub vault: Option<VaultName>,
     /// A finer reason: the door's (`expired`, ...), `not_carried_out`'s (`never_arrived`, ...),
     /// `unavailable`'s (`port_closed`, ...), `outcome_unknown`'s (`timed_out`, ...), or which of
     /// the owner's rules `busy` and `rate_limited` came from (`caller_cap`, `queue_full`, ...).
@@ -260,9 +261,9 @@ pub struct CallAnswer {
     pub heartbeat_age_ms: Option<u64>,
     /// In `GET /v1/calls`: the vault and the app of the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vault: Option<String>,
+    pub vault: Option<VaultName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub app: Option<String>,
+    pub app: Option<AppName>,
 }
 
 impl CallAnswer {
@@ -301,6 +302,25 @@ pub enum CallStateName {
     /// A state this kit does not know (a newer gateway): ask again later.
     #[serde(other)]
     Other,
+}
+
+impl CallStateName {
+    /// The name the API gives the state (`not_carried_out`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Done => "done",
+            Self::Running => "running",
+            Self::NotCarriedOut => "not_carried_out",
+            Self::Unknown => "unknown",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for CallStateName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One key of a listing.
@@ -365,6 +385,22 @@ mod tests {
             assert_eq!(
                 serde_json::to_value(&code).unwrap(),
                 serde_json::json!(code.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn call_states_are_named_as_they_serialize() {
+        for state in [
+            CallStateName::Done,
+            CallStateName::Running,
+            CallStateName::NotCarriedOut,
+            CallStateName::Unknown,
+            CallStateName::Other,
+        ] {
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::json!(state.as_str())
             );
         }
     }

@@ -29,3 +29,5 @@ pub use client::{
     MAX_FEED_WAIT,
 };
 pub use outcome::{KitError, ReadRecord, Settlement, WriteResult};
+// The names apps and the gateway share, valid by construction (`ferry_names`).
+pub use ferry_names::{AppName, Label, NameError, VaultName};

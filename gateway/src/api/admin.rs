@@ -17,7 +17,7 @@ use ferry_ticket::NodeId;
 
 use super::ApiError;
 use crate::gateway::Gateway;
-use crate::names;
+use crate::names::{Label, VaultName};
 use crate::network::collisions;
 use crate::replication::FollowError;
 use crate::store::vaults;
@@ -56,7 +56,7 @@ pub async fn status(State(gateway): State<Arc<Gateway>>) -> Json<Status> {
     Json(Status {
         node_id: gateway.node_id().to_string(),
         short_id: gateway.node_id().short(),
-        label: gateway.label().to_string(),
+        label: gateway.label().clone(),
         api: gateway.api_addr().map(|a| a.to_string()),
         addresses: vec![gateway.quic_addr().to_string()],
         uptime_s: gateway.uptime().as_secs(),
@@ -114,7 +114,7 @@ fn route_address(kind: &str, addr: impl ToString) -> RouteAddress {
 /// said of its version and its routes' failures are the running gateway's to add.
 pub fn trusted_peer(peer: &crate::store::trust::TrustedPeer) -> Peer {
     Peer {
-        label: peer.label.clone(),
+        label: peer.label.to_string(),
         node_id: peer.node_id.to_string(),
         trusted: true,
         routes: peer
@@ -185,7 +185,7 @@ pub async fn routes(State(gateway): State<Arc<Gateway>>) -> Json<Vec<RouteHealth
     for peer in network.book().all() {
         for view in network.routes().view(peer.node_id, now) {
             rows.push(RouteHealth {
-                peer: peer.label.clone(),
+                peer: peer.label.to_string(),
                 kind: view.route.kind.as_str().to_string(),
                 address: view.route.addr.to_string(),
                 source: format!("{:?}", view.source).to_lowercase(),
@@ -335,10 +335,10 @@ pub async fn trust(
     State(gateway): State<Arc<Gateway>>,
     Json(body): Json<TrustRequest>,
 ) -> Result<Json<Peer>, ApiError> {
-    let (node, routes) = parse_trust_request(&body)?;
+    let (label, node, routes) = parse_trust_request(&body)?;
     let peer = gateway
         .admin()
-        .trust(body.label, node, routes)
+        .trust(label, node, routes)
         .await
         .map_err(store_error)?;
     Ok(Json(trusted_peer(&peer)))
@@ -346,8 +346,8 @@ pub async fn trust(
 
 /// Checks a trust request: the label, the node id and each route; shared with the CLI's
 /// offline path.
-pub fn parse_trust_request(body: &TrustRequest) -> Result<(NodeId, Vec<Route>), ApiError> {
-    names::check_label(&body.label).map_err(ApiError::bad_request)?;
+pub fn parse_trust_request(body: &TrustRequest) -> Result<(Label, NodeId, Vec<Route>), ApiError> {
+    let label = Label::parse(&body.label).map_err(ApiError::bad_request)?;
     let node: NodeId = body
         .node_id
         .parse()
@@ -357,7 +357,7 @@ pub fn parse_trust_request(body: &TrustRequest) -> Result<(NodeId, Vec<Route>), 
         .iter()
         .map(|text| Route::parse(text).map_err(ApiError::bad_request))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((node, routes))
+    Ok((label, node, routes))
 }
 
 pub async fn untrust(
@@ -365,24 +365,21 @@ pub async fn untrust(
     Json(body): Json<UntrustRequest>,
 ) -> Result<Json<Untrusted>, ApiError> {
     // A name no peer could have is bad input (400), as in a trust request, not "no such peer".
-    names::check_label(&body.label).map_err(ApiError::bad_request)?;
+    let label = Label::try_from(body.label).map_err(ApiError::bad_request)?;
     match gateway
         .admin()
-        .untrust(body.label.clone())
+        .untrust(label.clone())
         .await
         .map_err(store_error)?
     {
         Some(node) => Ok(Json(Untrusted {
-            label: body.label,
+            label,
             node_id: node.to_string(),
         })),
         None => Err(ApiError::new(
             404,
             ErrorCode::NotFound,
-            format!(
-                "no peer is trusted under the label {:?}; `ferry peers` lists them",
-                body.label
-            ),
+            format!("no peer is trusted under the label {label:?}; `ferry peers` lists them"),
         )),
     }
 }
@@ -391,15 +388,15 @@ pub async fn create_vault(
     State(gateway): State<Arc<Gateway>>,
     Json(body): Json<CreateVault>,
 ) -> Result<Json<VaultHeld>, ApiError> {
-    names::check_vault(&body.name).map_err(ApiError::bad_request)?;
+    let name = VaultName::try_from(body.name).map_err(ApiError::bad_request)?;
     let row = gateway
         .admin()
-        .create_vault(body.name)
+        .create_vault(name)
         .await
         .map_err(store_error)?;
     Ok(Json(VaultHeld {
         name: row.name,
-        owner: gateway.label().to_string(),
+        owner: gateway.label().clone(),
         role: "owner".into(),
         revision: row.revision,
     }))
@@ -409,11 +406,11 @@ pub async fn follow_vault(
     State(gateway): State<Arc<Gateway>>,
     Json(body): Json<FollowVault>,
 ) -> Result<Json<VaultHeld>, ApiError> {
-    names::check_vault(&body.name).map_err(ApiError::bad_request)?;
-    names::check_label(&body.owner).map_err(ApiError::bad_request)?;
+    let name = VaultName::try_from(body.name).map_err(ApiError::bad_request)?;
+    let owner = Label::try_from(body.owner).map_err(ApiError::bad_request)?;
     let row = gateway
         .admin()
-        .follow(body.name, body.owner.clone())
+        .follow(name, owner.clone())
         .await
         .map_err(|err| match err {
             // As untrusting an unknown label is: no such peer.
@@ -424,7 +421,7 @@ pub async fn follow_vault(
         })?;
     Ok(Json(VaultHeld {
         name: row.name,
-        owner: body.owner,
+        owner,
         role: "replica".into(),
         revision: row.revision,
     }))

@@ -15,7 +15,7 @@ use super::error::refusal_code;
 use super::headers::check_request_id_age;
 use super::ApiError;
 use crate::gateway::Gateway;
-use crate::names;
+use crate::names::VaultName;
 use crate::settlement::SettleError;
 use crate::store::calls::RowState;
 use ferry_kit::contract::parse_wait;
@@ -93,13 +93,15 @@ pub async fn settle(
             ))
         })?,
     };
-    if let Some(vault) = &query.vault {
-        names::check_vault(vault).map_err(ApiError::bad_request)?;
-    }
+    let vault = query
+        .vault
+        .map(VaultName::try_from)
+        .transpose()
+        .map_err(ApiError::bad_request)?;
     let id = request_id.to_string();
     match gateway
         .settlement()
-        .settle(request_id, query.vault, wait)
+        .settle(request_id, vault, wait)
         .await
     {
         Ok((state, owner)) => match call_answer(request_id, &state, &owner) {
@@ -163,7 +165,7 @@ pub async fn list(
                     _ => None,
                 }
                 .unwrap_or_else(|| CallAnswer {
-                    owner: Some(row.owner_label.clone()),
+                    owner: Some(row.owner_label.to_string()),
                     ..CallAnswer::new(state_name, row.request_id.to_string())
                 });
                 answer.vault = Some(row.vault);

@@ -7,6 +7,8 @@ use axum::response::{IntoResponse, Response};
 use ferry_kit::contract::{ErrorBody, ErrorCode};
 use ferry_peer::outcome::RefusalCode;
 
+use crate::names::{Label, VaultName};
+
 /// An error answer: status, body, and `Retry-After` when there is one.
 #[derive(Debug)]
 pub struct ApiError {
@@ -66,15 +68,15 @@ impl ApiError {
     }
 
     /// The owner's label, when the answer knows which owner it was.
-    pub fn owner_if_known(self, owner: Option<String>) -> Self {
+    pub fn owner_if_known(self, owner: Option<Label>) -> Self {
         match owner {
             Some(owner) => self.owner(owner),
             None => self,
         }
     }
 
-    pub fn vault(mut self, vault: impl Into<String>) -> Self {
-        self.body.vault = Some(vault.into());
+    pub fn vault(mut self, vault: VaultName) -> Self {
+        self.body.vault = Some(vault);
         self
     }
 

@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use ferry_peer::wire::{Priority, RequestId};
 
 use super::ApiError;
-use crate::names;
+use crate::names::AppName;
 use crate::owner::verbs::{self, IdProblem, MAX_FUTURE_SKEW};
 use ferry_kit::contract::{parse_if_match, parse_timeout, ErrorCode, DEFAULT_TIMEOUT};
 
@@ -22,14 +22,13 @@ fn text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiEr
 }
 
 /// `X-Ferry-App`: required on record calls.
-pub fn app(headers: &HeaderMap) -> Result<String, ApiError> {
+pub fn app(headers: &HeaderMap) -> Result<AppName, ApiError> {
     let app = text(headers, "x-ferry-app")?.ok_or_else(|| {
         ApiError::bad_request(
             "header X-Ferry-App is missing; name your app in it (e.g. X-Ferry-App: notes)",
         )
     })?;
-    names::check_app(app).map_err(ApiError::bad_request)?;
-    Ok(app.to_string())
+    AppName::parse(app).map_err(ApiError::bad_request)
 }
 
 /// `X-Ferry-Class`: `interactive` (the default) or `background` (bulk imports and the like:

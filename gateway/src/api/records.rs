@@ -19,17 +19,23 @@ use super::headers;
 use super::ApiError;
 use crate::gateway::Gateway;
 use crate::metrics::{ReadSource as MetricSource, WriteKind};
-use crate::names;
+use crate::names::{self, AppName, Label, VaultName};
 use crate::reader::MAX_PAGE;
 use crate::reads::{LocalRefusal, ReadFailure};
 use crate::reads::{RecordRead, Source};
 use crate::revisions::{is_empty_page, LongPoll};
 use crate::store::StoreError;
 
-fn check_vault_and_key(vault: &str, key: &str) -> Result<(), ApiError> {
-    names::check_vault(vault).map_err(ApiError::bad_request)?;
+/// The vault of a call's path, checked: where a vault name enters from an app.
+fn vault_of(vault: String) -> Result<VaultName, ApiError> {
+    VaultName::try_from(vault).map_err(ApiError::bad_request)
+}
+
+fn check_vault_and_key(vault: String, key: &str) -> Result<VaultName, ApiError> {
+    let vault = vault_of(vault)?;
     names::check_key(key)
-        .map_err(|detail| ApiError::bad_request(format!("{detail}; nothing was sent")))
+        .map_err(|detail| ApiError::bad_request(format!("{detail}; nothing was sent")))?;
+    Ok(vault)
 }
 
 fn refusal_error(refusal: &Refusal) -> ApiError {
@@ -86,7 +92,7 @@ pub async fn get_record(
     let headers = request.headers();
     let started = gateway.clock().now();
     let app = headers::app(headers)?;
-    check_vault_and_key(&vault, &key)?;
+    let vault = check_vault_and_key(vault, &key)?;
     let deadline = started + headers::timeout(headers)?;
     let read = match gateway
         .reads()
@@ -160,7 +166,7 @@ pub async fn list_records(
 ) -> Result<Response, ApiError> {
     let started = gateway.clock().now();
     let app = headers::app(&headers)?;
-    names::check_vault(&vault).map_err(ApiError::bad_request)?;
+    let vault = vault_of(vault)?;
     let deadline = started + headers::timeout(&headers)?;
     let verb = ReadVerb::List {
         prefix: query.prefix,
@@ -226,10 +232,11 @@ pub async fn put_record(
         let timeout = headers::timeout(&headers)?;
         let class = headers::class(&headers)?;
         let if_revision = headers::if_match(&headers)?;
-        check_vault_and_key(&vault, &key)?;
+        let vault = check_vault_and_key(vault, &key)?;
         let value = read_value(body, gateway.config().max_value_bytes).await?;
         Ok::<_, ApiError>((
             app,
+            vault,
             request_id,
             timeout,
             class,
@@ -241,7 +248,7 @@ pub async fn put_record(
         ))
     }
     .await;
-    write(gateway, vault, started, &headers, prepared).await
+    write(gateway, started, &headers, prepared).await
 }
 
 pub async fn delete_record(
@@ -260,16 +267,17 @@ pub async fn delete_record(
         let timeout = headers::timeout(&headers)?;
         let class = headers::class(&headers)?;
         let if_revision = headers::if_match(&headers)?;
-        check_vault_and_key(&vault, &key)?;
+        let vault = check_vault_and_key(vault, &key)?;
         Ok::<_, ApiError>((
             app,
+            vault,
             request_id,
             timeout,
             class,
             WriteVerb::Delete { key, if_revision },
         ))
     })();
-    write(gateway, vault, started, &headers, prepared).await
+    write(gateway, started, &headers, prepared).await
 }
 
 /// Reads the body up to `max` bytes; one byte more is a clear 400, nothing sent.
@@ -281,16 +289,25 @@ async fn read_value(body: Body, max: usize) -> Result<Bytes, ApiError> {
     })
 }
 
-type Prepared = Result<(String, RequestId, std::time::Duration, Priority, WriteVerb), ApiError>;
+type Prepared = Result<
+    (
+        AppName,
+        VaultName,
+        RequestId,
+        std::time::Duration,
+        Priority,
+        WriteVerb,
+    ),
+    ApiError,
+>;
 
 async fn write(
     gateway: Arc<Gateway>,
-    vault: String,
     started: Instant,
     headers: &HeaderMap,
     prepared: Prepared,
 ) -> Response {
-    let (app, request_id, timeout, class, verb) = match prepared {
+    let (app, vault, request_id, timeout, class, verb) = match prepared {
         Ok(prepared) => prepared,
         Err(error) => {
             gateway
@@ -349,7 +366,7 @@ async fn write(
 fn with_request_id_header(mut response: Response, request_id: RequestId) -> Response {
     // Formatted on the stack: a `String` and the formatting machinery per write cost more.
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    let text = uuid::Uuid::from_bytes(request_id.0)
+    let text = uuid::Uuid::from_bytes(*request_id.as_bytes())
         .hyphenated()
         .encode_lower(&mut text);
     if let Ok(value) = HeaderValue::from_str(text) {
@@ -362,8 +379,8 @@ fn with_request_id_header(mut response: Response, request_id: RequestId) -> Resp
 fn answer(
     outcome: WriteOutcome,
     request_id: RequestId,
-    vault: &str,
-    owner: Option<String>,
+    vault: &VaultName,
+    owner: Option<Label>,
 ) -> (WriteKind, Response) {
     let id = request_id.to_string();
     match outcome {
@@ -417,7 +434,7 @@ fn answer(
             )
             .request_id(id)
             .owner_if_known(owner)
-            .vault(vault)
+            .vault(vault.clone())
             .reason(match reason {
                 UnknownReason::TimedOut => "timed_out",
                 UnknownReason::ConnectionLost => "connection_lost",
@@ -451,7 +468,7 @@ pub async fn changes(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     headers::app(&headers)?;
-    names::check_vault(&vault).map_err(ApiError::bad_request)?;
+    let vault = vault_of(vault)?;
     let wait = match query.wait {
         None => 0.0,
         Some(wait) if (0.0..=MAX_FEED_WAIT_S).contains(&wait) => wait,

@@ -229,7 +229,7 @@ fn push_text(out: &mut Vec<u8>, text: &str) {
 /// A slot's bytes for `row` (exactly [`SLOT_BYTES`]).
 pub fn encode(row: &CallRow) -> [u8; SLOT_BYTES] {
     let mut payload = Vec::with_capacity(SLOT_BYTES);
-    payload.extend_from_slice(&row.request_id.0);
+    payload.extend_from_slice(row.request_id.as_bytes());
     payload.extend_from_slice(row.owner.as_bytes());
     payload.extend_from_slice(&row.since_ms.to_le_bytes());
     push_text(&mut payload, &row.vault);
@@ -260,7 +260,7 @@ pub fn decode(slot: &[u8]) -> Option<CallRow> {
         rest = tail;
         Some(head)
     };
-    let request_id = RequestId(take(16)?.try_into().ok()?);
+    let request_id = RequestId::from_bytes(take(16)?.try_into().ok()?);
     let owner = NodeId::from_bytes(take(32)?.try_into().ok()?);
     let since_ms = u64::from_le_bytes(take(8)?.try_into().ok()?);
     let mut text = || -> Option<String> {
@@ -271,9 +271,11 @@ pub fn decode(slot: &[u8]) -> Option<CallRow> {
         request_id,
         owner,
         since_ms,
-        vault: text()?,
-        app: text()?,
-        owner_label: text()?,
+        // Checked as they are read back, as a row of the calls table is: a slot whose names
+        // do not pass is damaged, as one that does not decode.
+        vault: text()?.try_into().ok()?,
+        app: text()?.try_into().ok()?,
+        owner_label: text()?.try_into().ok()?,
         state: RowState::Unknown,
     })
 }
@@ -281,15 +283,16 @@ pub fn decode(slot: &[u8]) -> Option<CallRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{AppName, Label, VaultName};
     use ferry_ticket::NodeKey;
 
     fn row() -> CallRow {
         CallRow {
             request_id: RequestId::generate(),
             owner: NodeKey::from_secret_bytes([9; 32]).node_id(),
-            owner_label: "studio".into(),
-            vault: "notes".into(),
-            app: "x".repeat(64),
+            owner_label: Label::from_static("studio"),
+            vault: VaultName::from_static("notes"),
+            app: AppName::try_from("x".repeat(64)).unwrap(),
             state: RowState::InFlight,
             since_ms: 1_700_000_000_000,
         }
@@ -396,7 +399,7 @@ mod tests {
         // slot is `pwrite`n, which must survive the same death.
         assert_eq!(slots.is_mapped(), overwrites_in_place(&slots.file));
         let mut row = row();
-        row.request_id = RequestId([0x5a; 16]);
+        row.request_id = RequestId::from_bytes([0x5a; 16]);
         slots.take(&row).unwrap().unwrap();
         std::process::exit(3);
     }
@@ -428,7 +431,7 @@ mod tests {
         let (_, found) = SlotFile::open(&path).unwrap();
         assert_eq!(
             found.iter().map(|row| row.request_id).collect::<Vec<_>>(),
-            vec![RequestId([0x5a; 16])],
+            vec![RequestId::from_bytes([0x5a; 16])],
             "the slot the dead process took is there for the next start"
         );
     }

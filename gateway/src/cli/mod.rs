@@ -17,6 +17,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::names::{Label, VaultName};
+
 /// `ferry --version`: the release and the protocol versions it speaks (SPEC 11). A literal, as
 /// clap wants; a test holds it to `ferry_peer::wire`.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (protocols 1-2)");
@@ -68,13 +70,13 @@ pub enum Command {
     Trust {
         node_id: String,
         #[arg(long)]
-        label: String,
+        label: Label,
         /// `HOST:PORT[,kind]` with kind thunderbolt, lan or tailnet; repeatable.
         #[arg(long = "addr")]
         addrs: Vec<String>,
     },
     /// Stop trusting the peer with this label.
-    Untrust { label: String },
+    Untrust { label: Label },
     /// Trusted peers.
     Peers,
     /// Routes to peers.
@@ -84,7 +86,7 @@ pub enum Command {
     Vault(VaultCommand),
     /// Write a record.
     Put {
-        vault: String,
+        vault: VaultName,
         key: String,
         /// The value; `-` reads standard input. Or use --file.
         value: Option<String>,
@@ -95,13 +97,13 @@ pub enum Command {
     },
     /// Delete a record.
     Delete {
-        vault: String,
+        vault: VaultName,
         key: String,
         #[command(flatten)]
         write: WriteFlags,
     },
     /// Read a record; the value goes to standard output as bytes.
-    Get { vault: String, key: String },
+    Get { vault: VaultName, key: String },
     /// Calls this gateway answered `outcome_unknown` (and their settled answers).
     Calls {
         /// `unknown` lists only calls not settled yet.
@@ -117,7 +119,7 @@ pub enum Command {
         /// The write's vault: lets the gateway ask its owner even if it has no memory of the
         /// call (it was restarted after a power cut, say).
         #[arg(long)]
-        vault: Option<String>,
+        vault: Option<VaultName>,
     },
     /// Tickets this gateway holds; `rotate` on an owner refuses every ticket issued so far.
     Tickets {
@@ -127,7 +129,7 @@ pub enum Command {
     /// Follow a vault's changes on this gateway (its owner's copy or its replica), one line
     /// per change as it is committed here, until interrupted (or `--count` changes).
     Watch {
-        vault: String,
+        vault: VaultName,
         /// Start after this revision (0: every key's latest change from the start).
         #[arg(long, default_value_t = 0)]
         after: u64,
@@ -156,7 +158,7 @@ pub enum Command {
     },
     /// List keys.
     List {
-        vault: String,
+        vault: VaultName,
         #[arg(long, default_value = "")]
         prefix: String,
         #[arg(long)]
@@ -174,7 +176,7 @@ pub struct ServeArgs {
     pub listen: Option<SocketAddr>,
     /// This gateway's label hint.
     #[arg(long)]
-    pub label: Option<String>,
+    pub label: Option<Label>,
     /// Do not advertise or browse on mDNS.
     #[arg(long)]
     pub no_mdns: bool,
@@ -218,14 +220,14 @@ pub enum TicketsCommand {
 #[derive(Debug, Subcommand)]
 pub enum VaultCommand {
     /// Create a vault owned by this gateway.
-    Create { name: String },
+    Create { name: VaultName },
     /// Replicate a vault a trusted peer owns, and wait (showing progress) until the replica
     /// has caught up.
     Follow {
-        name: String,
+        name: VaultName,
         /// The label of the trusted peer that owns it.
         #[arg(long)]
-        owner: String,
+        owner: Label,
         /// Return at once: the replica syncs in the background (`ferry vault list` shows it).
         #[arg(long)]
         detach: bool,

@@ -10,6 +10,7 @@ use std::sync::RwLock;
 use ferry_peer::tls::TrustedKeys;
 use ferry_ticket::NodeId;
 
+use crate::names::{Label, VaultName};
 use crate::store::trust::TrustedPeer;
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -55,7 +56,7 @@ impl PeerBook {
             .cloned()
     }
 
-    pub fn label_of(&self, node: &NodeId) -> Option<String> {
+    pub fn label_of(&self, node: &NodeId) -> Option<Label> {
         self.by_node(node).map(|p| p.label)
     }
 }
@@ -75,8 +76,8 @@ impl TrustedKeys for PeerBook {
 /// refused until the person says which they mean (`docs/protocol.md`, "Vault identity").
 #[derive(Debug, Default)]
 pub struct Directory {
-    owners: RwLock<HashMap<String, Vec<NodeId>>>,
-    replicas: RwLock<HashMap<NodeId, Vec<String>>>,
+    owners: RwLock<HashMap<VaultName, Vec<NodeId>>>,
+    replicas: RwLock<HashMap<NodeId, Vec<VaultName>>>,
 }
 
 /// Who claims to own a vault name.
@@ -92,7 +93,7 @@ pub enum Owners {
 
 impl Directory {
     /// Replaces what `peer` owns with `vaults` (a hello is the whole list, not a delta).
-    pub fn learn(&self, peer: NodeId, vaults: &[String]) {
+    pub fn learn(&self, peer: NodeId, vaults: &[VaultName]) {
         let mut owners = write(&self.owners);
         for claimants in owners.values_mut() {
             claimants.retain(|owner| *owner != peer);
@@ -108,7 +109,7 @@ impl Directory {
     }
 
     /// Replaces what `peer` replicates with `vaults`.
-    pub fn learn_replicas(&self, peer: NodeId, vaults: &[String]) {
+    pub fn learn_replicas(&self, peer: NodeId, vaults: &[VaultName]) {
         write(&self.replicas).insert(peer, vaults.to_vec());
     }
 
@@ -159,7 +160,7 @@ impl Directory {
     }
 
     /// Every claim, by name then owner: a name may appear once per claiming peer.
-    pub fn remote_vaults(&self) -> Vec<(String, NodeId)> {
+    pub fn remote_vaults(&self) -> Vec<(VaultName, NodeId)> {
         let mut list: Vec<_> = read(&self.owners)
             .iter()
             .flat_map(|(vault, owners)| owners.iter().map(move |owner| (vault.clone(), *owner)))
@@ -170,13 +171,17 @@ impl Directory {
 }
 
 /// `peer`, holding `vaults`, replicates `vault` and is not one of `besides`.
-fn replicates(peer: &NodeId, vaults: &[String], vault: &str, besides: &[NodeId]) -> bool {
+fn replicates(peer: &NodeId, vaults: &[VaultName], vault: &str, besides: &[NodeId]) -> bool {
     !besides.contains(peer) && vaults.iter().any(|v| v == vault)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn v(name: &'static str) -> VaultName {
+        VaultName::from_static(name)
+    }
 
     fn node(byte: u8) -> NodeId {
         NodeId::from_bytes([byte; 32])
@@ -185,16 +190,16 @@ mod tests {
     #[test]
     fn every_claim_of_a_name_is_kept_and_none_is_picked() {
         let directory = Directory::default();
-        directory.learn(node(2), &["notes".into(), "photos".into()]);
+        directory.learn(node(2), &[v("notes"), v("photos")]);
         assert_eq!(directory.owners_of("notes"), Owners::One(node(2)));
-        directory.learn(node(1), &["notes".into()]);
+        directory.learn(node(1), &[v("notes")]);
         assert_eq!(
             directory.owners_of("notes"),
             Owners::Many(vec![node(1), node(2)])
         );
         assert_eq!(directory.remote_vaults().len(), 3);
         // A claim withdrawn (a new hello without it) or a peer forgotten ends the collision.
-        directory.learn(node(2), &["photos".into()]);
+        directory.learn(node(2), &[v("photos")]);
         assert_eq!(directory.owners_of("notes"), Owners::One(node(1)));
         directory.forget(node(1));
         assert_eq!(directory.owners_of("notes"), Owners::None);

@@ -9,6 +9,7 @@
 
 use ferry_ticket::NodeId;
 
+use crate::names::VaultName;
 use crate::store::vaults::{Role, VaultRow};
 
 /// How to choose between vaults of one name, for a person.
@@ -88,7 +89,7 @@ pub struct Collision {
 /// (name, owner) trusted peers claim), one per name.
 pub fn every(
     held: &[VaultRow],
-    claims: &[(String, NodeId)],
+    claims: &[(VaultName, NodeId)],
     label_of: impl Fn(&NodeId) -> String,
 ) -> Vec<Collision> {
     let mut names: Vec<&str> = claims.iter().map(|(name, _)| name.as_str()).collect();
@@ -143,7 +144,7 @@ mod tests {
 
     fn row(role: Role, owner: NodeId) -> VaultRow {
         VaultRow {
-            name: "notes".into(),
+            name: VaultName::from_static("notes"),
             owner,
             role,
             revision: 0,
@@ -185,13 +186,13 @@ mod tests {
     #[test]
     fn every_collision_is_found_once_per_name() {
         let claims = vec![
-            ("notes".to_string(), node(1)),
-            ("notes".to_string(), node(2)),
-            ("photos".to_string(), node(1)),
-            ("mine".to_string(), node(2)),
+            (VaultName::from_static("notes"), node(1)),
+            (VaultName::from_static("notes"), node(2)),
+            (VaultName::from_static("photos"), node(1)),
+            (VaultName::from_static("mine"), node(2)),
         ];
         let mut mine = row(Role::Owner, node(9));
-        mine.name = "mine".into();
+        mine.name = VaultName::from_static("mine");
         let found = every(&[mine], &claims, label);
         let names: Vec<(&str, bool)> = found
             .iter()

@@ -23,6 +23,7 @@ use ferry_ticket::NodeId;
 use tokio::task::JoinSet;
 use tracing::debug;
 
+use crate::names::{Label, VaultName};
 use crate::store::trust::{PeerVersion, TrustedPeer};
 use crate::store::vaults::VaultRow;
 use crate::vaults::Vaults;
@@ -49,7 +50,7 @@ pub enum Place {
 #[derive(Debug)]
 pub struct Network {
     me: NodeId,
-    label: String,
+    label: Label,
     book: Arc<PeerBook>,
     directory: Directory,
     routes: Arc<RouteTable>,
@@ -100,7 +101,7 @@ const MAX_RELEASE_CHARS: usize = 64;
 #[derive(Debug)]
 pub struct NetworkParts {
     pub me: NodeId,
-    pub label: String,
+    pub label: Label,
     pub book: Arc<PeerBook>,
     pub caller: Caller,
     pub vaults: Arc<Vaults>,
@@ -219,7 +220,7 @@ impl Network {
     }
 
     /// This gateway's own label.
-    pub fn label(&self) -> &str {
+    pub fn label(&self) -> &Label {
         &self.label
     }
 
@@ -256,9 +257,11 @@ impl Network {
     /// `node`'s label: this gateway's own, a trusted peer's, or the short id.
     pub fn label_of(&self, node: &NodeId) -> String {
         if *node == self.me {
-            return self.label.clone();
+            return self.label.to_string();
         }
-        self.book.label_of(node).unwrap_or_else(|| node.short())
+        self.book
+            .label_of(node)
+            .map_or_else(|| node.short(), Label::into_string)
     }
 
     /// A call target for a trusted peer: its usable routes, best first, and the down ones. A
@@ -307,7 +310,7 @@ impl Network {
 
     /// A trusted peer greeted this gateway: learn what it holds, and take its greeting as a
     /// sign of life (its routes may have come back after a restart).
-    pub fn heard_hello(&self, from: NodeId, owned: &[String], replicated: &[String]) {
+    pub fn heard_hello(&self, from: NodeId, owned: &[VaultName], replicated: &[VaultName]) {
         self.directory.learn(from, owned);
         self.directory.learn_replicas(from, replicated);
         self.routes.revive_peer(from, self.clock.now());
@@ -349,7 +352,7 @@ impl Network {
 
     /// A peer no longer trusted (already out of the trust store): forgotten, and every
     /// connection to it closed now rather than at its next idle timeout.
-    pub fn remove_peer(&self, label: &str, node: Option<NodeId>) {
+    pub fn remove_peer(&self, label: &Label, node: Option<NodeId>) {
         self.book.remove(label);
         let Some(node) = node else {
             return;

@@ -45,6 +45,7 @@ use super::marks::{Mark, MarkFile};
 use super::verbs::{self, Execution, WriteLimits};
 use crate::env::Blocking;
 use crate::metrics::Metrics;
+use crate::names::{AppName, VaultName};
 use crate::revisions::Revisions;
 use crate::store::immediate::Immediate;
 use crate::store::{self, journal, StoreError};
@@ -63,7 +64,7 @@ const MAX_STRANDED: usize = 65_536;
 const MARKS_FILE: &str = "owner.marks";
 
 /// A caller of the owner as the capacity budget counts it: its node and its app.
-pub type CallerKey = (NodeId, String);
+pub type CallerKey = (NodeId, AppName);
 
 /// One piece of work for the owner thread.
 // Writes are nearly every job, so boxing their variant would add an allocation to the common
@@ -82,8 +83,8 @@ enum Job {
     Status {
         caller: NodeId,
         request_id: RequestId,
-        /// The vault the caller named (`""`: none): a tombstone is recorded under it.
-        vault: String,
+        /// The vault the caller named, if any: a tombstone is recorded under it.
+        vault: Option<VaultName>,
         reply: oneshot::Sender<Result<CallState, StatusFailed>>,
     },
     /// Forget journal rows of request ids dated before `before_ms` (see `journal::collect`).
@@ -754,13 +755,13 @@ impl Executor {
         &self,
         caller: NodeId,
         request_id: RequestId,
-        vault: Option<&str>,
+        vault: Option<VaultName>,
     ) -> Result<CallState, SubmitError> {
         let (reply, answer) = oneshot::channel();
         let queued = self.enqueue(Job::Status {
             caller,
             request_id,
-            vault: vault.unwrap_or_default().to_string(),
+            vault,
             reply,
         });
         if let Err(SubmitError::Stopping) = queued {
@@ -1182,7 +1183,7 @@ impl Work {
                         self.stranded.push(Mark {
                             caller,
                             request_id: request.request_id,
-                            vault: request.vault,
+                            vault: request.vault.into_string(),
                         });
                     }
                     drop(reply);
@@ -1468,7 +1469,7 @@ fn execute_all(
                 &tx,
                 *caller,
                 *request_id,
-                vault,
+                vault.as_ref(),
                 limits,
                 now_ms,
             )?));
@@ -1629,16 +1630,16 @@ mod tests {
 
     /// A UUIDv7 dated `ms`.
     fn id_at(ms: u64) -> RequestId {
-        let mut bytes = RequestId::generate().0;
+        let mut bytes = *RequestId::generate().as_bytes();
         bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
-        RequestId(bytes)
+        RequestId::from_bytes(bytes)
     }
 
     fn put(request_id: RequestId, key: &str) -> WriteCall {
         WriteCall {
             request_id,
-            app: "app".into(),
-            vault: "v".into(),
+            app: AppName::from_static("app"),
+            vault: VaultName::from_static("v"),
             verb: WriteVerb::Put {
                 key: key.into(),
                 value: b"x".to_vec(),
@@ -1658,7 +1659,7 @@ mod tests {
         {
             // A write that ran eight days ago, when the id was fresh.
             let conn = store::open(&db).unwrap();
-            vaults::create_owned(&conn, "v", me, 0).unwrap();
+            vaults::create_owned(&conn, &VaultName::from_static("v"), me, 0).unwrap();
             let done = WriteAnswer::Done { revision: 1 };
             journal::record_first_answer(&conn, me, old, "v", &done, now - 8 * DAY_MS).unwrap();
         }
@@ -1707,11 +1708,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ferry.db");
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&store::open(&db).unwrap(), "v", me, 0).unwrap();
+        vaults::create_owned(
+            &store::open(&db).unwrap(),
+            &VaultName::from_static("v"),
+            me,
+            0,
+        )
+        .unwrap();
         let executor = start(&db, limits(), CapacityRules::default());
         let future = id_at(store::unix_ms() + 10 * 60_000);
-        let mut wrong_variant = RequestId::generate();
-        wrong_variant.0[8] = (wrong_variant.0[8] & 0x3f) | 0xc0;
+        let mut bytes = *RequestId::generate().as_bytes();
+        bytes[8] = (bytes[8] & 0x3f) | 0xc0;
+        let wrong_variant = RequestId::from_bytes(bytes);
         let deadline = Instant::now() + Duration::from_secs(5);
         for id in [future, wrong_variant] {
             let answer = executor.submit(me, put(id, "k"), deadline).await.unwrap();
@@ -1823,7 +1831,13 @@ mod tests {
     ) -> (Arc<Executor>, NodeId) {
         let db = dir.join("ferry.db");
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&store::open(&db).unwrap(), "v", me, 0).unwrap();
+        vaults::create_owned(
+            &store::open(&db).unwrap(),
+            &VaultName::from_static("v"),
+            me,
+            0,
+        )
+        .unwrap();
         let executor = Executor::start(
             &db,
             ExecutorSettings {
@@ -1877,7 +1891,7 @@ mod tests {
             let far = clock.now() + Duration::from_secs(3600);
             let mut bulk = put(RequestId::generate(), "bulk");
             bulk.priority = Priority::Background;
-            bulk.app = "importer".into();
+            bulk.app = AppName::from_static("importer");
             let bulk = spawn_put(&executor, me, bulk, far);
             until_queued(&executor, 0, 1).await;
             clock.advance(Duration::from_secs(waited));
@@ -1979,7 +1993,7 @@ mod tests {
         );
         // Another app of the same caller is not held back by the first's cap.
         let mut other = put(RequestId::generate(), "other");
-        other.app = "other".into();
+        other.app = AppName::from_static("other");
         let other = spawn_put(&executor, me, other, far);
         until_queued(&executor, 5, 0).await;
         drop(release);

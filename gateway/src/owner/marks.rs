@@ -31,7 +31,7 @@ const HEADER: usize = 16;
 /// The largest payload read back: far more than a batch's marks and the ids a failing store
 /// can leave unsettled (the executor stops before its list outgrows this).
 pub const MAX_PAYLOAD: usize = 16 * 1024 * 1024;
-/// Vault names are at most 128 bytes (`names::check_vault`); a mark of a write naming a longer
+/// Vault names are at most 128 bytes (`names::VaultName`); a mark of a write naming a longer
 /// one (which cannot be a vault here, so its fence is filed under none) keeps `""`, so a mark
 /// stays bounded and every mark the file holds decodes.
 const MAX_VAULT: usize = 128;
@@ -121,7 +121,7 @@ pub fn encode_into<'a>(
     out.extend_from_slice(&[0u8; HEADER]);
     for (caller, request_id, vault) in marks {
         out.extend_from_slice(caller.as_bytes());
-        out.extend_from_slice(&request_id.0);
+        out.extend_from_slice(request_id.as_bytes());
         let vault = if vault.len() <= MAX_VAULT { vault } else { "" }.as_bytes();
         out.extend_from_slice(&(vault.len() as u16).to_le_bytes());
         out.extend_from_slice(vault);
@@ -160,7 +160,7 @@ pub fn decode(bytes: &[u8]) -> Option<Vec<Mark>> {
         let (vault, tail) = tail.split_at_checked(vault_len)?;
         marks.push(Mark {
             caller: NodeId::from_bytes(caller.try_into().ok()?),
-            request_id: RequestId(request_id.try_into().ok()?),
+            request_id: RequestId::from_bytes(request_id.try_into().ok()?),
             vault: String::from_utf8(vault.to_vec()).ok()?,
         });
         rest = tail;

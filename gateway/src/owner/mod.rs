@@ -28,6 +28,7 @@ use ferry_ticket::{
 };
 use tracing::info;
 
+use crate::names::{Label, VaultName};
 use crate::store::{meta, StoreError};
 use executor::Executor;
 
@@ -40,7 +41,7 @@ pub struct Owner {
     /// Ticket signatures already verified (a caller presents the same ticket on every write).
     verified: Mutex<VerifiedTickets>,
     /// The config's `writers`: vault name to the peer labels allowed to write it.
-    writers: BTreeMap<String, Vec<String>>,
+    writers: BTreeMap<VaultName, Vec<Label>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -49,7 +50,7 @@ impl Owner {
         executor: Arc<Executor>,
         key: NodeKey,
         epoch: u64,
-        writers: BTreeMap<String, Vec<String>>,
+        writers: BTreeMap<VaultName, Vec<Label>>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {

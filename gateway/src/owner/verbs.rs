@@ -21,7 +21,7 @@ use ferry_peer::wire::{CallState, RequestId, WriteAnswer, WriteVerb};
 use ferry_ticket::NodeId;
 use rusqlite::Connection;
 
-use crate::names;
+use crate::names::{self, VaultName};
 use crate::store::journal;
 use crate::store::vaults::Role;
 use crate::store::{records, vaults, StoreError};
@@ -314,7 +314,7 @@ pub fn status(
     conn: &Connection,
     caller: NodeId,
     request_id: RequestId,
-    vault: &str,
+    vault: Option<&VaultName>,
     limits: &WriteLimits,
     now_ms: u64,
 ) -> Result<CallState, StoreError> {
@@ -348,13 +348,15 @@ pub fn status(
     }
     // Filed under the vault the caller named only if this store owns it: the name comes from
     // the caller, and a fence filed under a vault owned elsewhere would be filed nowhere useful.
-    let owned =
-        !vault.is_empty() && vaults::get(conn, vault)?.is_some_and(|row| row.role == Role::Owner);
+    let owned = match vault {
+        Some(vault) => vaults::get(conn, vault)?.is_some_and(|row| row.role == Role::Owner),
+        None => false,
+    };
     journal::tombstone(
         conn,
         caller,
         request_id,
-        if owned { vault } else { "" },
+        vault.filter(|_| owned).map_or("", VaultName::as_str),
         NotCarriedOutReason::NeverArrived,
         now_ms,
     )?;
@@ -461,6 +463,7 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{AppName, VaultName};
     use crate::owner::marks::Mark;
     use crate::store::open_temp;
     use ferry_peer::wire::Priority;
@@ -475,8 +478,8 @@ mod tests {
     fn put(key: &str, value: &[u8], if_revision: Option<u64>) -> WriteCall {
         WriteCall {
             request_id: RequestId::generate(),
-            app: "app".into(),
-            vault: "v".into(),
+            app: AppName::from_static("app"),
+            vault: VaultName::from_static("v"),
             verb: WriteVerb::Put {
                 key: key.into(),
                 value: value.to_vec(),
@@ -489,7 +492,7 @@ mod tests {
     fn setup() -> (tempfile::TempDir, Connection, NodeId, u64) {
         let (dir, conn) = open_temp();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), me, 0).unwrap();
         (dir, conn, me, crate::store::unix_ms())
     }
 
@@ -580,7 +583,7 @@ mod tests {
             RefusalCode::BadRequest
         );
         let mut elsewhere = put("k", b"a", None);
-        elsewhere.vault = "nope".into();
+        elsewhere.vault = VaultName::from_static("nope");
         assert_eq!(
             code(apply(&conn, me, &elsewhere, &LIMITS, now).unwrap()),
             RefusalCode::UnknownVault
@@ -592,7 +595,15 @@ mod tests {
         let (_dir, conn, me, now) = setup();
         let request = put("k", b"a", None);
         assert_eq!(
-            status(&conn, me, request.request_id, "v", &LIMITS, now).unwrap(),
+            status(
+                &conn,
+                me,
+                request.request_id,
+                Some(&VaultName::from_static("v")),
+                &LIMITS,
+                now
+            )
+            .unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }
@@ -611,10 +622,11 @@ mod tests {
         let (_dir, conn, me, now) = setup();
         let filed_under = |vault: &str| {
             let id = RequestId::generate();
-            status(&conn, me, id, vault, &LIMITS, now).unwrap();
+            let vault = VaultName::parse(vault).ok();
+            status(&conn, me, id, vault.as_ref(), &LIMITS, now).unwrap();
             conn.query_row(
                 "SELECT vault FROM journal WHERE request_id = ?1",
-                [&id.0[..]],
+                [&id.as_bytes()[..]],
                 |row| row.get::<_, String>(0),
             )
             .unwrap()
@@ -622,7 +634,7 @@ mod tests {
         assert_eq!(filed_under("v"), "v");
         assert_eq!(filed_under("not-here"), "");
         assert_eq!(filed_under(""), "");
-        vaults::create_replica(&conn, "copy", me, 0).unwrap();
+        vaults::create_replica(&conn, &VaultName::from_static("copy"), me, 0).unwrap();
         assert_eq!(
             filed_under("copy"),
             "",
@@ -633,10 +645,19 @@ mod tests {
     #[test]
     fn a_malformed_id_is_answered_never_arrived_without_a_row() {
         let (_dir, conn, me, now) = setup();
-        let mut wrong_variant = RequestId::generate();
-        wrong_variant.0[8] &= 0x3f;
+        let mut bytes = *RequestId::generate().as_bytes();
+        bytes[8] &= 0x3f;
+        let wrong_variant = RequestId::from_bytes(bytes);
         assert_eq!(
-            status(&conn, me, wrong_variant, "v", &LIMITS, now).unwrap(),
+            status(
+                &conn,
+                me,
+                wrong_variant,
+                Some(&VaultName::from_static("v")),
+                &LIMITS,
+                now
+            )
+            .unwrap(),
             CallState::NotCarriedOut {
                 reason: NotCarriedOutReason::NeverArrived
             }
@@ -648,7 +669,7 @@ mod tests {
         Mark {
             caller,
             request_id: request.request_id,
-            vault: request.vault.clone(),
+            vault: request.vault.to_string(),
         }
     }
 
@@ -661,7 +682,9 @@ mod tests {
         // Dated past the journal's retention at recovery: its row may have been collected
         // after it ran, so no fence may claim it never did.
         let mut old = put("o", b"c", None);
-        old.request_id.0[..6].copy_from_slice(&(now - 8 * 86_400_000).to_be_bytes()[2..]);
+        let mut bytes = *old.request_id.as_bytes();
+        bytes[..6].copy_from_slice(&(now - 8 * 86_400_000).to_be_bytes()[2..]);
+        old.request_id = RequestId::from_bytes(bytes);
         let marks = [mark(me, &cut_short), mark(me, &ran), mark(me, &old)];
         assert_eq!(fence_marks(&conn, &marks, &LIMITS, now).unwrap(), 1);
         assert_eq!(journal::lookup(&conn, me, old.request_id).unwrap(), None);
@@ -692,7 +715,9 @@ mod tests {
         // A copy of a write that ran in an earlier batch was never cut short.
         assert_eq!(fence(&conn, me, &ran, &LIMITS, now).unwrap(), done);
         let mut malformed = put("m", b"c", None);
-        malformed.request_id.0[8] &= 0x3f;
+        let mut bytes = *malformed.request_id.as_bytes();
+        bytes[8] &= 0x3f;
+        malformed.request_id = RequestId::from_bytes(bytes);
         let WriteAnswer::Refused(refusal) = fence(&conn, me, &malformed, &LIMITS, now).unwrap()
         else {
             panic!("a malformed id is refused, and nothing is filed for it")

@@ -14,7 +14,8 @@ use ferry_peer::wire::{CallState, RequestId};
 use ferry_ticket::NodeId;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::StoreError;
+use super::{stored_name, StoreError};
+use crate::names::{AppName, Label, VaultName};
 
 /// Where a remembered call stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,9 +33,9 @@ pub enum RowState {
 pub struct CallRow {
     pub request_id: RequestId,
     pub owner: NodeId,
-    pub owner_label: String,
-    pub vault: String,
-    pub app: String,
+    pub owner_label: Label,
+    pub vault: VaultName,
+    pub app: AppName,
     pub state: RowState,
     pub since_ms: u64,
 }
@@ -80,9 +81,9 @@ fn to_call(raw: RawCall) -> Result<CallRow, StoreError> {
     Ok(CallRow {
         request_id: RequestId::parse(&id).map_err(|_| corrupt("bad request id"))?,
         owner: owner.parse().map_err(|_| corrupt("bad owner id"))?,
-        owner_label,
-        vault,
-        app,
+        owner_label: stored_name(owner_label, format_args!("remembered call {id}"))?,
+        vault: stored_name(vault, format_args!("remembered call {id}"))?,
+        app: stored_name(app, format_args!("remembered call {id}"))?,
         state,
         since_ms: since_ms as u64,
     })
@@ -127,9 +128,9 @@ fn insert(conn: &Connection, sql: &str, call: &CallRow) -> Result<(), StoreError
     conn.prepare_cached(sql)?.execute(params![
         call.request_id.to_string(),
         call.owner.to_string(),
-        call.owner_label,
-        call.vault,
-        call.app,
+        call.owner_label.as_str(),
+        call.vault.as_str(),
+        call.app.as_str(),
         call.since_ms as i64
     ])?;
     Ok(())
@@ -235,9 +236,9 @@ mod tests {
         CallRow {
             request_id: id,
             owner: NodeKey::from_secret_bytes([3; 32]).node_id(),
-            owner_label: "a".into(),
-            vault: "v".into(),
-            app: "app".into(),
+            owner_label: Label::from_static("a"),
+            vault: VaultName::from_static("v"),
+            app: AppName::from_static("app"),
             state: RowState::InFlight,
             since_ms: 1,
         }

@@ -15,13 +15,14 @@ use std::collections::BTreeSet;
 use ferry_ticket::NodeId;
 use rusqlite::{params, Connection};
 
-use super::StoreError;
+use super::{stored_name, StoreError};
+use crate::names::{Label, VaultName};
 
 /// A peer this gateway trusted once and no longer does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FormerPeer {
     pub node_id: NodeId,
-    pub label: String,
+    pub label: Label,
     /// Ids stamped at or below this (Unix ms) may have been sent to it while it was trusted:
     /// the home's sent mark at the untrust, and no less than the clock then plus the ids'
     /// future bound (a write accepted just before may still leave).
@@ -43,7 +44,7 @@ pub fn record_claim(
 }
 
 /// Every (vault name, owner) a write was ever sent to from here.
-pub fn claims(conn: &Connection) -> Result<BTreeSet<(String, NodeId)>, StoreError> {
+pub fn claims(conn: &Connection) -> Result<BTreeSet<(VaultName, NodeId)>, StoreError> {
     let mut stmt = conn.prepare_cached("SELECT vault, owner FROM vault_claims")?;
     let rows = stmt.query_map([], |row| {
         Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
@@ -54,7 +55,7 @@ pub fn claims(conn: &Connection) -> Result<BTreeSet<(String, NodeId)>, StoreErro
         let owner = owner.parse().map_err(|_| StoreError::Corrupt {
             detail: format!("vault claim of {vault:?} names a bad node id"),
         })?;
-        claims.insert((vault, owner));
+        claims.insert((stored_name(vault, "a vault claim")?, owner));
     }
     Ok(claims)
 }
@@ -99,7 +100,7 @@ pub fn former_peers(conn: &Connection) -> Result<Vec<FormerPeer>, StoreError> {
         })?;
         peers.push(FormerPeer {
             node_id,
-            label,
+            label: stored_name(label, "a former peer's label")?,
             // A value that is not a time says nothing certain: every id may have gone to it.
             sent_up_to_ms: u64::try_from(sent_up_to_ms).unwrap_or(u64::MAX),
         });
@@ -126,14 +127,14 @@ mod tests {
         record_claim(&conn, "notes", node(2), 30).unwrap();
         let claims = claims(&conn).unwrap();
         assert_eq!(claims.len(), 2);
-        assert!(claims.contains(&("notes".to_string(), node(2))));
+        assert!(claims.contains(&(VaultName::from_static("notes"), node(2))));
         record_untrusted(&conn, node(3), "old", 100).unwrap();
         record_untrusted(&conn, node(3), "older", 50).unwrap();
         assert_eq!(
             former_peers(&conn).unwrap(),
             vec![FormerPeer {
                 node_id: node(3),
-                label: "older".into(),
+                label: Label::from_static("older"),
                 sent_up_to_ms: 100
             }]
         );

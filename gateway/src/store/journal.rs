@@ -66,7 +66,7 @@ pub fn lookup(
         .prepare_cached(
             "SELECT state, answer, reason, updated_ms FROM journal WHERE caller = ?1 AND request_id = ?2",
         )?
-        .query_row(params![caller.to_string(), &request_id.0[..]], |row| {
+        .query_row(params![caller.to_string(), &request_id.as_bytes()[..]], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })
         .optional()?;
@@ -113,7 +113,7 @@ pub fn record_first_answer(
         )?
         .execute(params![
             caller.to_string(),
-            &request_id.0[..],
+            &request_id.as_bytes()[..],
             vault,
             answer,
             now_ms as i64
@@ -136,7 +136,7 @@ pub(crate) fn insert_running(
     )?
     .execute(params![
         caller.to_string(),
-        &request_id.0[..],
+        &request_id.as_bytes()[..],
         now_ms as i64
     ])?;
     Ok(())
@@ -159,7 +159,7 @@ pub fn tombstone(
     )?
     .execute(params![
         caller.to_string(),
-        &request_id.0[..],
+        &request_id.as_bytes()[..],
         vault,
         reason.as_str(),
         now_ms as i64
@@ -186,7 +186,7 @@ pub fn fence_interrupted(
     )?
     .execute(params![
         caller.to_string(),
-        &request_id.0[..],
+        &request_id.as_bytes()[..],
         vault,
         now_ms as i64
     ])?;
@@ -230,9 +230,9 @@ mod tests {
 
     /// A UUIDv7 dated `ms`.
     pub(crate) fn id_at(ms: u64) -> RequestId {
-        let mut bytes = RequestId::generate().0;
+        let mut bytes = *RequestId::generate().as_bytes();
         bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
-        RequestId(bytes)
+        RequestId::from_bytes(bytes)
     }
 
     #[test]
@@ -261,7 +261,7 @@ mod tests {
         let vault: String = conn
             .query_row(
                 "SELECT vault FROM journal WHERE request_id = ?1",
-                [&id.0[..]],
+                [&id.as_bytes()[..]],
                 |row| row.get(0),
             )
             .unwrap();

@@ -19,15 +19,17 @@ use std::path::Path;
 use rusqlite::config::DbConfig;
 use rusqlite::Connection;
 
+use crate::names::{Label, VaultName};
+
 /// Something the database refused or could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}; if it persists, check the disk and the state directory")]
     Sqlite(#[from] rusqlite::Error),
     #[error("vault {name:?} already exists on this gateway")]
-    VaultExists { name: String },
+    VaultExists { name: VaultName },
     #[error("the label {label:?} is already used by another node; `ferry untrust {label}` first or pick another label")]
-    LabelTaken { label: String },
+    LabelTaken { label: Label },
     #[error(
         "node {node} is already trusted as {label:?}; `ferry untrust {label}` first to rename it"
     )]
@@ -362,6 +364,17 @@ const STATEMENT_CACHE: usize = 64;
 /// every change in one of its own), else a new `IMMEDIATE` one (the CLI with no gateway
 /// running), which takes the write lock up front so a concurrent writer makes it wait (busy
 /// timeout) instead of failing at its first write with a stale read snapshot.
+/// A name read from a row (`what` says which), checked as every name entering the gateway is:
+/// a row that fails is damaged data, an error, never a panic.
+pub fn stored_name<T>(text: String, what: impl std::fmt::Display) -> Result<T, StoreError>
+where
+    T: TryFrom<String, Error = crate::names::NameError>,
+{
+    T::try_from(text).map_err(|err| StoreError::Corrupt {
+        detail: format!("{what}: {err}"),
+    })
+}
+
 pub fn in_transaction<R>(
     conn: &Connection,
     change: impl FnOnce(&Connection) -> Result<R, StoreError>,

@@ -231,6 +231,7 @@ pub fn changes_up_to(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::VaultName;
     use crate::store::{open_temp, vaults};
     use ferry_ticket::NodeKey;
 
@@ -238,7 +239,7 @@ mod tests {
     fn pages_are_not_planned_again_each_time_they_are_asked() {
         let (_dir, conn) = open_temp();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), me, 0).unwrap();
         for (since, limit) in [(0, 10), (3, 1000), (5, 10)] {
             changes(&conn, "v", since, limit).unwrap();
         }
@@ -252,7 +253,7 @@ mod tests {
     fn a_page_of_changes_always_fits_a_frame_whatever_the_values() {
         let (_dir, conn) = open_temp();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), me, 0).unwrap();
         // Under the soft budget, then a value as large as the config allows.
         let sizes = [7 * 1024 * 1024, PAGE_HARD_BYTES - 2048, 10, 10];
         for (i, size) in sizes.iter().enumerate() {
@@ -296,7 +297,7 @@ mod tests {
     fn list_pages_through_a_prefix_and_skips_deleted_keys() {
         let (_dir, conn) = open_temp();
         let owner = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", owner, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), owner, 0).unwrap();
         for (i, key) in ["a/1", "a/2", "a/3", "b/1", "a/0"].iter().enumerate() {
             set(&conn, "v", key, i as u64 + 1, Some(b"x")).unwrap();
         }
@@ -322,7 +323,7 @@ mod tests {
     fn a_bounded_change_page_leaves_only_a_longer_page_unread() {
         let (_dir, conn) = open_temp();
         let me = NodeKey::from_secret_bytes([1; 32]).node_id();
-        vaults::create_owned(&conn, "v", me, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), me, 0).unwrap();
         set(&conn, "v", "ab", 1, Some(b"1234")).unwrap();
         set(&conn, "v", "cd", 2, None).unwrap();
         // What each change costs the page: its framing, key and value.
@@ -350,7 +351,7 @@ mod tests {
             Ok(None),
             "no vault"
         );
-        vaults::create_owned(&conn, "v", owner, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), owner, 0).unwrap();
         set(&conn, "v", "four", 1, Some(b"1234")).unwrap();
         set(&conn, "v", "five", 2, Some(b"12345")).unwrap();
         set(&conn, "v", "gone", 3, None).unwrap();
@@ -383,7 +384,7 @@ mod tests {
         let (_dir, conn) = open_temp();
         let owner = NodeKey::from_secret_bytes([1; 32]).node_id();
         assert_eq!(get_with_vault_revision(&conn, "v", "k").unwrap(), None);
-        vaults::create_owned(&conn, "v", owner, 0).unwrap();
+        vaults::create_owned(&conn, &VaultName::from_static("v"), owner, 0).unwrap();
         assert_eq!(
             get_with_vault_revision(&conn, "v", "k").unwrap(),
             Some((0, None))

@@ -4,12 +4,13 @@ use ferry_peer::routes::Route;
 use ferry_ticket::NodeId;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::StoreError;
+use super::{stored_name, StoreError};
+use crate::names::Label;
 
 /// A trusted peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrustedPeer {
-    pub label: String,
+    pub label: Label,
     pub node_id: NodeId,
     pub routes: Vec<Route>,
 }
@@ -18,7 +19,7 @@ pub struct TrustedPeer {
 /// again adds routes; a label or node already used otherwise is refused with what to do.
 pub fn add(
     conn: &Connection,
-    label: &str,
+    label: &Label,
     node_id: NodeId,
     routes: &[Route],
     now_ms: u64,
@@ -31,15 +32,17 @@ pub fn add(
 
 fn add_in(
     tx: &Connection,
-    label: &str,
+    label: &Label,
     node_id: NodeId,
     routes: &[Route],
     now_ms: u64,
 ) -> Result<(), StoreError> {
     let by_label: Option<String> = tx
-        .query_row("SELECT node_id FROM peers WHERE label = ?1", [label], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT node_id FROM peers WHERE label = ?1",
+            [label.as_str()],
+            |r| r.get(0),
+        )
         .optional()?;
     let by_node: Option<String> = tx
         .query_row(
@@ -51,10 +54,10 @@ fn add_in(
     match (by_label, by_node) {
         (Some(existing), _) if existing != node_id.to_string() => {
             return Err(StoreError::LabelTaken {
-                label: label.into(),
+                label: label.clone(),
             })
         }
-        (_, Some(other)) if other != label => {
+        (_, Some(other)) if other != label.as_str() => {
             return Err(StoreError::NodeTaken {
                 node: node_id.to_string(),
                 label: other,
@@ -64,14 +67,14 @@ fn add_in(
         (None, _) => {
             tx.execute(
                 "INSERT INTO peers (label, node_id, added_ms) VALUES (?1, ?2, ?3)",
-                params![label, node_id.to_string(), now_ms as i64],
+                params![label.as_str(), node_id.to_string(), now_ms as i64],
             )?;
         }
     }
     for route in routes {
         tx.execute(
             "INSERT OR IGNORE INTO peer_routes (label, route) VALUES (?1, ?2)",
-            params![label, route.to_string()],
+            params![label.as_str(), route.to_string()],
         )?;
     }
     Ok(())
@@ -132,21 +135,21 @@ pub fn versions(conn: &Connection) -> Result<Vec<(NodeId, PeerVersion)>, StoreEr
 /// node id if it was trusted.
 pub fn remove(
     conn: &Connection,
-    label: &str,
+    label: &Label,
     sent_up_to_ms: u64,
 ) -> Result<Option<NodeId>, StoreError> {
     let Some(peer) = get(conn, label)? else {
         return Ok(None);
     };
     super::in_transaction(conn, |tx| {
-        tx.execute("DELETE FROM peers WHERE label = ?1", [label])?;
+        tx.execute("DELETE FROM peers WHERE label = ?1", [label.as_str()])?;
         super::claims::record_untrusted(tx, peer.node_id, label, sent_up_to_ms)
     })?;
     Ok(Some(peer.node_id))
 }
 
 pub fn get(conn: &Connection, label: &str) -> Result<Option<TrustedPeer>, StoreError> {
-    Ok(list(conn)?.into_iter().find(|peer| peer.label == label))
+    Ok(list(conn)?.into_iter().find(|peer| peer.label == *label))
 }
 
 pub fn list(conn: &Connection) -> Result<Vec<TrustedPeer>, StoreError> {
@@ -172,7 +175,7 @@ pub fn list(conn: &Connection) -> Result<Vec<TrustedPeer>, StoreError> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         peers.push(TrustedPeer {
-            label,
+            label: stored_name(label, "a trusted peer's label")?,
             node_id,
             routes,
         });
@@ -192,10 +195,10 @@ mod tests {
         let a = NodeKey::from_secret_bytes([1; 32]).node_id();
         let b = NodeKey::from_secret_bytes([2; 32]).node_id();
         let route = Route::parse("127.0.0.1:7000").unwrap();
-        add(&conn, "a", a, &[route], 0).unwrap();
+        add(&conn, &Label::from_static("a"), a, &[route], 0).unwrap();
         let again = add(
             &conn,
-            "a",
+            &Label::from_static("a"),
             a,
             &[Route::parse("100.77.0.1:7000").unwrap()],
             0,
@@ -203,14 +206,14 @@ mod tests {
         .unwrap();
         assert_eq!(again.routes.len(), 2);
         assert!(matches!(
-            add(&conn, "a", b, &[], 0),
+            add(&conn, &Label::from_static("a"), b, &[], 0),
             Err(StoreError::LabelTaken { .. })
         ));
         assert!(matches!(
-            add(&conn, "z", a, &[], 0),
+            add(&conn, &Label::from_static("z"), a, &[], 0),
             Err(StoreError::NodeTaken { .. })
         ));
-        assert_eq!(remove(&conn, "a", 1).unwrap(), Some(a));
+        assert_eq!(remove(&conn, &Label::from_static("a"), 1).unwrap(), Some(a));
         assert_eq!(list(&conn).unwrap(), vec![]);
     }
 }

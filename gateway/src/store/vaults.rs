@@ -3,7 +3,8 @@
 use ferry_ticket::NodeId;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::StoreError;
+use super::{stored_name, StoreError};
+use crate::names::VaultName;
 
 /// This gateway's relation to a vault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +25,7 @@ impl Role {
 /// A vault as stored here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VaultRow {
-    pub name: String,
+    pub name: VaultName,
     pub owner: NodeId,
     pub role: Role,
     pub revision: u64,
@@ -49,7 +50,7 @@ fn parse(raw: (String, String, String, i64)) -> Result<VaultRow, StoreError> {
         }
     };
     Ok(VaultRow {
-        name,
+        name: stored_name(name, "a vault's name")?,
         owner,
         role,
         revision: revision as u64,
@@ -59,7 +60,7 @@ fn parse(raw: (String, String, String, i64)) -> Result<VaultRow, StoreError> {
 /// Creates a vault owned by this gateway.
 pub fn create_owned(
     conn: &Connection,
-    name: &str,
+    name: &VaultName,
     owner: NodeId,
     now_ms: u64,
 ) -> Result<VaultRow, StoreError> {
@@ -69,7 +70,7 @@ pub fn create_owned(
 /// Creates a replica of `name`, owned by `owner`, at revision 0 (its sync cursor).
 pub fn create_replica(
     conn: &Connection,
-    name: &str,
+    name: &VaultName,
     owner: NodeId,
     now_ms: u64,
 ) -> Result<VaultRow, StoreError> {
@@ -78,7 +79,7 @@ pub fn create_replica(
 
 fn create(
     conn: &Connection,
-    name: &str,
+    name: &VaultName,
     owner: NodeId,
     role: Role,
     now_ms: u64,
@@ -86,13 +87,18 @@ fn create(
     let inserted = conn.execute(
         "INSERT INTO vaults (name, owner, role, revision, created_ms) VALUES (?1, ?2, ?3, 0, ?4)
          ON CONFLICT (name) DO NOTHING",
-        params![name, owner.to_string(), role.as_str(), now_ms as i64],
+        params![
+            name.as_str(),
+            owner.to_string(),
+            role.as_str(),
+            now_ms as i64
+        ],
     )?;
     if inserted == 0 {
-        return Err(StoreError::VaultExists { name: name.into() });
+        return Err(StoreError::VaultExists { name: name.clone() });
     }
     Ok(VaultRow {
-        name: name.into(),
+        name: name.clone(),
         owner,
         role,
         revision: 0,

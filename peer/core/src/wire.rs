@@ -22,6 +22,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use ferry_names::{AppName, NameError, VaultName};
 use ferry_ticket::{Ticket, VerbSet};
 
 use crate::outcome::{NotCarriedOutReason, Refusal};
@@ -29,7 +30,10 @@ use crate::outcome::{NotCarriedOutReason, Refusal};
 // here); it travels in `Response::Write`.
 pub use crate::outcome::WriteAnswer;
 
+mod received;
 pub mod v1;
+
+pub use received::{Checked, Received};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 2;
@@ -193,25 +197,23 @@ impl Extensions {
         }])
     }
 
-    /// Extensions holding only the vault of a settle query ([`EXT_VAULT`]); none for a name
-    /// too long to carry.
-    pub fn vault(vault: &str) -> Self {
-        if vault.is_empty() || vault.len() > MAX_EXT_VAULT {
-            return Self::default();
-        }
+    /// Extensions holding only the vault of a settle query ([`EXT_VAULT`]).
+    pub fn vault(vault: &VaultName) -> Self {
         Extensions(vec![Extension {
             tag: EXT_VAULT,
             value: vault.as_bytes().to_vec(),
         }])
     }
 
-    /// The vault a settle query names, if any (empty, too long or not UTF-8 is none).
-    pub fn vault_of(&self) -> Option<&str> {
+    /// The vault a settle query names, if any (too long, not UTF-8 or not a valid vault name
+    /// is none: the owner then tombstones with no vault, as for a vault it does not own).
+    pub fn vault_of(&self) -> Option<VaultName> {
         self.0
             .iter()
             .find(|e| e.tag == EXT_VAULT)
-            .filter(|e| !e.value.is_empty() && e.value.len() <= MAX_EXT_VAULT)
+            .filter(|e| e.value.len() <= MAX_EXT_VAULT)
             .and_then(|e| std::str::from_utf8(&e.value).ok())
+            .and_then(|name| VaultName::parse(name).ok())
     }
 
     /// The age of the news, if any (a malformed value is none).
@@ -286,6 +288,22 @@ pub enum Request {
     /// (Protocol 2 on.) A request of a kind this build does not know, read whole from its
     /// envelope: answered [`ProtocolFailure::UnknownRequest`], nothing runs. Never sent.
     Unknown { kind: u32 },
+    /// A write, read or ticket request that names an invalid vault or app, read whole
+    /// ([`Received`]): refused at the door with the name's error, nothing runs (a write's
+    /// refusal is not journaled: every copy of the frame names the same invalid name and is
+    /// refused the same way). Never sent.
+    BadName {
+        kind: NamedRequest,
+        error: NameError,
+    },
+}
+
+/// The requests that carry a vault and an app name, for [`Request::BadName`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamedRequest {
+    Write,
+    Read,
+    IssueTicket,
 }
 
 /// A heartbeat carries the interval it was sent at: its receiver may call the sender silent
@@ -317,8 +335,8 @@ pub enum Response {
 /// A caller asks the owner for a ticket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TicketRequest {
-    pub app: String,
-    pub vault: String,
+    pub app: AppName,
+    pub vault: VaultName,
     pub verbs: VerbSet,
 }
 
@@ -547,12 +565,17 @@ mod call_state_serde {
 /// A gateway's account of itself, exchanged on connect.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
-    /// The label this gateway gives itself (a hint; the admin's label for a peer wins).
+    /// The label this gateway gives itself: free text, a hint only (the admin's label for a
+    /// peer is the one Ferry uses; nothing reads this as a label).
     pub label_hint: String,
-    /// Vaults this gateway owns: it carries out their writes.
-    pub owned_vaults: Vec<String>,
-    /// Vaults this gateway holds a replica of.
-    pub replicated_vaults: Vec<String>,
+    /// Vaults this gateway owns: it carries out their writes. A name that is not a valid vault
+    /// name is dropped as the hello is read ([`received::valid_vaults`]): no local call can
+    /// name it, and a hello is never refused for it.
+    #[serde(deserialize_with = "received::valid_vaults")]
+    pub owned_vaults: Vec<VaultName>,
+    /// Vaults this gateway holds a replica of (read as `owned_vaults` is).
+    #[serde(deserialize_with = "received::valid_vaults")]
+    pub replicated_vaults: Vec<VaultName>,
     /// (Protocol 2 on.) The sender's release ([`RELEASE`]); `None` from a protocol 1 peer,
     /// whose hello has no such field.
     pub release: Option<String>,
@@ -569,9 +592,20 @@ pub enum Priority {
 
 /// A request id: a UUIDv7 (RFC 9562) in its 16 raw bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct RequestId(pub [u8; 16]);
+pub struct RequestId([u8; 16]);
 
 impl RequestId {
+    /// The id whose 16 raw bytes these are, unchecked ([`Self::check`] says whether they are a
+    /// UUIDv7): ids arrive as raw bytes from peers and the call log.
+    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
+    }
+
+    /// The id's 16 raw bytes.
+    pub const fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
     /// Parses the usual hyphenated text form, accepting only version 7 UUIDs with the
     /// RFC 9562 variant.
     pub fn parse(text: &str) -> Result<Self, RequestIdError> {
@@ -651,8 +685,8 @@ pub enum RequestIdError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriteRequest {
     pub request_id: RequestId,
-    pub app: String,
-    pub vault: String,
+    pub app: AppName,
+    pub vault: VaultName,
     pub verb: WriteVerb,
     /// What is left of the caller's deadline, in milliseconds, when the frame was built. The
     /// owner refuses (`busy`) a request whose deadline passes before it starts.
@@ -689,8 +723,8 @@ impl WriteVerb {
 /// One read, to the owner or to any replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadRequest {
-    pub app: String,
-    pub vault: String,
+    pub app: AppName,
+    pub vault: VaultName,
     pub verb: ReadVerb,
     pub deadline_ms: u32,
 }
@@ -807,13 +841,19 @@ mod tests {
 
     #[test]
     fn a_settle_querys_vault_round_trips_and_a_malformed_one_is_none() {
-        assert_eq!(Extensions::vault("notes").vault_of(), Some("notes"));
+        let notes = VaultName::parse("notes").unwrap();
+        assert_eq!(Extensions::vault(&notes).vault_of(), Some(notes.clone()));
         assert_eq!(Extensions::default().vault_of(), None);
-        assert_eq!(Extensions::vault("").vault_of(), None);
-        assert_eq!(
-            Extensions::vault(&"v".repeat(MAX_EXT_VAULT + 1)),
-            Extensions::default()
-        );
+        let empty = Extensions(vec![Extension {
+            tag: EXT_VAULT,
+            value: vec![],
+        }]);
+        assert_eq!(empty.vault_of(), None);
+        let not_a_name = Extensions(vec![Extension {
+            tag: EXT_VAULT,
+            value: b"../x".to_vec(),
+        }]);
+        assert_eq!(not_a_name.vault_of(), None);
         let not_utf8 = Extensions(vec![Extension {
             tag: EXT_VAULT,
             value: vec![0xff, 0xfe],
@@ -824,7 +864,7 @@ mod tests {
             value: vec![b'v'; MAX_EXT_VAULT + 1],
         }]);
         assert_eq!(too_long.vault_of(), None);
-        assert_eq!(Extensions::vault("notes").clock_ms(), None);
+        assert_eq!(Extensions::vault(&notes).clock_ms(), None);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 // Not every test file uses every helper.
 #![allow(dead_code)]
 
+use ferry_names::Label;
+use ferry_names::VaultName;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +56,7 @@ pub fn caller_to(key: &NodeKey, owner: NodeId, addr: SocketAddr) -> (Caller, Tar
     let caller = Caller::new(endpoint(key), pool, CallTuning::default(), routes);
     let target = Target {
         node: owner,
-        label: "owner".into(),
+        label: Label::from_static("owner"),
         routes: vec![Route {
             kind: RouteKind::Lan,
             addr,
@@ -112,7 +114,7 @@ impl Stub {
     fn owner_of_v(label: &str) -> Hello {
         Hello {
             label_hint: label.into(),
-            owned_vaults: vec!["v".into()],
+            owned_vaults: vec![VaultName::from_static("v")],
             replicated_vaults: Vec::new(),
             release: None,
         }
@@ -156,7 +158,7 @@ impl Service for Stub {
         &self,
         _: NodeId,
         request: CallStatusRequest,
-        _: Option<String>,
+        _: Option<VaultName>,
     ) -> Option<CallState> {
         match self {
             Self::Ran { id, answer } => {

@@ -142,6 +142,23 @@ pub fn tailnet_status(data: &[u8]) {
         .all(|addr| addr.port() == 7420 && addr.is_ipv4()));
 }
 
+/// `text` parsed as a name of type `N`: `FromStr` and serde agree, and an accepted name
+/// prints and encodes as the text it was parsed from.
+fn name_round_trips<N>(text: &str)
+where
+    N: std::str::FromStr + serde::de::DeserializeOwned + serde::Serialize + AsRef<str>,
+    N: std::fmt::Debug + PartialEq,
+{
+    let parsed = text.parse::<N>().ok();
+    let json = serde_json::to_string(text).unwrap_or_default();
+    let decoded = serde_json::from_str::<N>(&json).ok();
+    assert_eq!(parsed, decoded, "FromStr and serde disagree on {text:?}");
+    if let Some(name) = parsed {
+        assert_eq!(name.as_ref(), text);
+        assert_eq!(serde_json::to_string(&name).ok(), Some(json));
+    }
+}
+
 /// What an app puts in a local API request besides the body: a vault, app or key name, a
 /// request id, a timeout or wait header, a route. The first byte picks which; the rest is the
 /// text.
@@ -151,20 +168,16 @@ pub fn api_inputs(data: &[u8]) {
     };
     let text = String::from_utf8_lossy(rest);
     match selector % 7 {
-        0 => {
-            let _ = ferry_gateway::names::check_vault(&text);
-        }
-        1 => {
-            let _ = ferry_gateway::names::check_app(&text);
-        }
+        // The names' parsers, through `FromStr` (the CLI's, the API's) and serde (the wire's,
+        // the config's, a body's): the two agree, and what they accept round trips.
+        0 => name_round_trips::<ferry_names::VaultName>(&text),
+        1 => name_round_trips::<ferry_names::AppName>(&text),
         2 => {
             if ferry_gateway::names::check_key(&text).is_ok() {
                 assert!(!text.is_empty());
             }
         }
-        3 => {
-            let _ = ferry_gateway::names::check_label(&text);
-        }
+        3 => name_round_trips::<ferry_names::Label>(&text),
         4 => {
             if let Ok(id) = ferry_core::wire::RequestId::parse(&text) {
                 assert_eq!(

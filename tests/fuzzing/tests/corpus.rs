@@ -2,6 +2,7 @@
 //! its body, so what the fuzzers learned (and every finding, once fixed) is checked by every
 //! `cargo test`, with no fuzzer installed.
 
+use ferry_names::{AppName, VaultName};
 use std::path::{Path, PathBuf};
 
 fn corpus_dir(target: &str) -> PathBuf {
@@ -113,9 +114,9 @@ fn write_the_seed_corpus() {
         let row = CallRow {
             request_id: ferry_core::wire::RequestId::generate(),
             owner: id,
-            owner_label: "studio".into(),
-            vault: "alpha".into(),
-            app: "notes".into(),
+            owner_label: ferry_names::Label::from_static("studio"),
+            vault: VaultName::from_static("alpha"),
+            app: AppName::from_static("notes"),
             state: RowState::InFlight,
             since_ms: 1_764_600_000_000,
         };

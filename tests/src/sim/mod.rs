@@ -32,6 +32,7 @@
 
 pub mod net;
 
+use ferry_names::Label;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -194,7 +195,7 @@ fn request_id(unix_ms: u64, rng: &mut Rng) -> RequestId {
     bytes[7] = random[1];
     bytes[8] = 0x80 | (random[2] & 0x3f);
     bytes[9..16].copy_from_slice(&more[..7]);
-    RequestId(bytes)
+    RequestId::from_bytes(bytes)
 }
 
 /// One fault, as the schedule draws it.
@@ -589,6 +590,12 @@ fn owned(i: usize) -> String {
     format!("v{}", i + 1)
 }
 
+/// A name the simulation made up (`owned`, `app{n}`), as the gateway's type.
+fn checked<N: TryFrom<String, Error = ferry_names::NameError>>(text: &str) -> N {
+    N::try_from(text.to_string())
+        .unwrap_or_else(|err| panic!("the simulation's name {text:?}: {err}"))
+}
+
 fn replicated(i: usize) -> (String, usize) {
     let owner = (i + 1) % HOSTS.len();
     (owned(owner), owner)
@@ -684,7 +691,7 @@ fn read_stores(shared: &Shared) -> Result<(Owners, Replicas), String> {
                     _ => JournalState::Refused,
                 },
             };
-            journal.insert((caller, RequestId(id).to_string()), entry);
+            journal.insert((caller, RequestId::from_bytes(id).to_string()), entry);
         }
         owners.insert(
             vault.clone(),
@@ -774,7 +781,7 @@ async fn start_gateway(
     let dir = shared.dirs[i].clone();
     let config = Config {
         mdns: false,
-        label: Some(HOSTS[i].to_string()),
+        label: Some(Label::from_static(HOSTS[i])),
         // A tight budget, so the owners refuse busy (an app's next write while its last one,
         // which outlived the app's patience, still runs) and rate_limited, and the checker
         // sees that none of those ever ran.
@@ -798,7 +805,7 @@ async fn start_gateway(
             slots_path: dir.join("calls.slots"),
             config,
             key,
-            label: HOSTS[i].to_string(),
+            label: Label::from_static(HOSTS[i]),
             home: Home::locate(Some(dir))?,
             token: "sim".into(),
             endpoint,
@@ -832,18 +839,18 @@ async fn set_up(
         ];
         gateway
             .admin()
-            .trust(host.to_string(), shared.keys[j].node_id(), routes)
+            .trust(Label::from_static(host), shared.keys[j].node_id(), routes)
             .await?;
     }
     if gateway.vaults().get(&owned(i)).is_none() {
-        gateway.admin().create_vault(owned(i)).await?;
+        gateway.admin().create_vault(checked(&owned(i))).await?;
     }
     // The replica syncs once its owner has created the vault (it retries until then).
     let (vault, owner) = replicated(i);
     if gateway.vaults().get(&vault).is_none() {
         gateway
             .admin()
-            .follow(vault, HOSTS[owner].to_string())
+            .follow(checked(&vault), Label::from_static(HOSTS[owner]))
             .await?;
     }
     Ok(())
@@ -878,7 +885,7 @@ async fn app_main(
             let deadline = gateway.clock().now() + READ_TIMEOUT;
             let answer = match gateway
                 .reads()
-                .read_record(&name, &vault, &key, deadline)
+                .read_record(&checked(&name), &checked(&vault), &key, deadline)
                 .await
             {
                 Ok(RecordRead::Found(found)) => {
@@ -981,8 +988,8 @@ async fn app_main(
                 let written = gateway
                     .writes()
                     .spawn_write(
-                        name,
-                        vault,
+                        checked(&name),
+                        checked(&vault),
                         verb,
                         id,
                         ferry_peer::wire::Priority::Interactive,
@@ -1054,7 +1061,7 @@ async fn settle_main(gateway: Arc<Gateway>, shared: Arc<Shared>, i: usize) {
             };
             let settled = gateway
                 .settlement()
-                .settle(request_id, Some(vault), Duration::from_secs(1))
+                .settle(request_id, Some(checked(&vault)), Duration::from_secs(1))
                 .await;
             let fate = match settled {
                 Ok((CallState::Answered(answer), _)) => Some(match answer {

@@ -75,8 +75,8 @@ fn forms(doc: &Value) -> Vec<Form> {
         seeds: name_seeds(max),
         alphabet: "aZ09._-/ é",
     };
-    let vault = |what, schema| name(what, schema, |s| names::check_vault(s).is_ok(), 128);
-    let label = |what, schema| name(what, schema, |s| names::check_label(s).is_ok(), 64);
+    let vault = |what, schema| name(what, schema, |s| names::VaultName::parse(s).is_ok(), 128);
+    let label = |what, schema| name(what, schema, |s| names::Label::parse(s).is_ok(), 64);
     vec![
         Form {
             what: "X-Ferry-Timeout",
@@ -126,7 +126,7 @@ fn forms(doc: &Value) -> Vec<Form> {
         name(
             "X-Ferry-App",
             parameter("App"),
-            |s| names::check_app(s).is_ok(),
+            |s| names::AppName::parse(s).is_ok(),
             64,
         ),
         vault("the vault in a path", parameter("Vault")),

@@ -10,8 +10,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use ferry_names::VaultName;
+
 use crate::outcome::{Refusal, RefusalCode};
 
+use super::received::{valid_vaults, Received};
 use super::{
     CallState, CallStatusRequest, Extensions, Heartbeat, Hello, ProtocolFailure, ReadAnswer,
     ReadRequest, Request, RequestFrame, Response, ResponseFrame, TicketAnswer, TicketRequest,
@@ -47,8 +50,8 @@ enum RequestRef<'a> {
 #[derive(Debug, Serialize)]
 struct HelloRef<'a> {
     label_hint: &'a str,
-    owned_vaults: &'a [String],
-    replicated_vaults: &'a [String],
+    owned_vaults: &'a [VaultName],
+    replicated_vaults: &'a [VaultName],
 }
 
 impl<'a> HelloRef<'a> {
@@ -99,6 +102,11 @@ impl<'a> RequestFrameRef<'a> {
             Request::Unknown { .. } => {
                 return Err(NotInVersion {
                     what: "a request of an unknown kind",
+                })
+            }
+            Request::BadName { .. } => {
+                return Err(NotInVersion {
+                    what: "a request naming an invalid vault or app",
                 })
             }
         };
@@ -188,9 +196,9 @@ pub struct RequestFrameV1 {
 #[derive(Debug, Deserialize)]
 enum RequestV1 {
     Hello(HelloV1),
-    Write(Box<WriteRequest>),
-    Read(ReadRequest),
-    IssueTicket(TicketRequest),
+    Write(Box<Received<WriteRequest>>),
+    Read(Received<ReadRequest>),
+    IssueTicket(Received<TicketRequest>),
     CallStatus(CallStatusRequest),
     Heartbeat(Heartbeat),
 }
@@ -198,8 +206,10 @@ enum RequestV1 {
 #[derive(Debug, Deserialize)]
 struct HelloV1 {
     label_hint: String,
-    owned_vaults: Vec<String>,
-    replicated_vaults: Vec<String>,
+    #[serde(deserialize_with = "valid_vaults")]
+    owned_vaults: Vec<VaultName>,
+    #[serde(deserialize_with = "valid_vaults")]
+    replicated_vaults: Vec<VaultName>,
 }
 
 impl From<HelloV1> for Hello {
@@ -235,9 +245,9 @@ impl From<RequestFrameV1> for RequestFrame {
     fn from(frame: RequestFrameV1) -> Self {
         let body = match frame.body {
             RequestV1::Hello(hello) => Request::Hello(hello.into()),
-            RequestV1::Write(write) => Request::Write(write),
-            RequestV1::Read(read) => Request::Read(read),
-            RequestV1::IssueTicket(ticket) => Request::IssueTicket(ticket),
+            RequestV1::Write(write) => write.into_request(|write| Request::Write(Box::new(write))),
+            RequestV1::Read(read) => read.into_request(Request::Read),
+            RequestV1::IssueTicket(ticket) => ticket.into_request(Request::IssueTicket),
             RequestV1::CallStatus(status) => Request::CallStatus(status),
             RequestV1::Heartbeat(beat) => Request::Heartbeat(beat),
         };
