@@ -21,6 +21,7 @@
 mod api;
 mod convenient;
 mod db;
+mod error;
 pub mod gateway;
 mod http;
 mod pairs;
@@ -32,7 +33,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub use db::Record;
-pub use gateway::{Cli, Gateway, GatewayError, Log, Options};
+pub use error::GatewayError;
+pub use gateway::{Cli, Gateway, Log, Options};
 pub use pairs::{follow_notes, pair_with_notes, replica_of_notes, serve_refused, two_with_notes};
 pub use place::{LabHost, Place};
 pub use process::wait_until_listening;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-use crate::gateway::GatewayError;
+use crate::error::GatewayError;
 use crate::START_BOUND;
 
 const POLL: Duration = Duration::from_millis(10);
