@@ -30,6 +30,7 @@
 use ferry_names::{AppName, VaultName};
 use std::time::{Duration, Instant};
 
+use ferry_core::rng::Rng;
 use ferry_gateway::owner::marks::Mark;
 use ferry_gateway::owner::verbs::{self, BatchVaults, Execution, WriteLimits};
 use ferry_gateway::store::{self, journal, records, vaults};
@@ -61,49 +62,6 @@ const LIMITS: WriteLimits = WriteLimits {
 const MAX_ACTIONS: usize = 50_000;
 /// The environment variable that runs one seed alone and prints its trace.
 const REPLAY_VAR: &str = "INTERLEAVINGS_SEED";
-
-/// splitmix64: a few lines, the same on every platform, plenty for choosing among branches.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
-    }
-
-    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.next_u64() % (hi - lo + 1))
-    }
-
-    /// One of `choices`, each with probability proportional to its weight.
-    fn weighted<T: Copy>(&mut self, choices: &[(T, u64)]) -> T {
-        let total: u64 = choices.iter().map(|(_, weight)| weight).sum();
-        let mut roll = self.next_u64() % total;
-        for (choice, weight) in choices {
-            if roll < *weight {
-                return *choice;
-            }
-            roll -= weight;
-        }
-        unreachable!("the roll is below the total weight")
-    }
-}
 
 /// What the network and the owner do with one send of a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -525,14 +483,16 @@ impl Sim {
         if !self.owner.zombies.is_empty() {
             choices.push((Action::Zombie, 2));
         }
-        self.rng.weighted(&choices)
+        self.rng
+            .weighted(&choices)
+            .expect("an action is picked only while one is possible")
     }
 
     fn act(&mut self, action: Action) {
         match action {
             Action::Drive => {
                 let ready = self.ready_writes();
-                let w = ready[self.rng.below(ready.len())];
+                let w = ready[self.rng.index(ready.len())];
                 self.drive(w);
             }
             Action::Execute => self.execute_admitted(),
@@ -628,7 +588,7 @@ impl Sim {
                 "w{w} was sent again (route {route}) after an earlier send may have reached the owner"
             ));
         }
-        let fate = self.rng.weighted(&FATES);
+        let fate = self.rng.weighted(&FATES).expect("every fate has a weight");
         self.log(format!("w{w} send on route {route}: {fate:?}"));
         match fate {
             Fate::NotSent => {
@@ -639,7 +599,7 @@ impl Sim {
                     NotSentReason::NoRoute,
                 ];
                 let event = Event::NotSent {
-                    reason: reasons[self.rng.below(reasons.len())],
+                    reason: reasons[self.rng.index(reasons.len())],
                     detail: "failed before the first byte".into(),
                 };
                 self.feed(w, event);
@@ -664,7 +624,7 @@ impl Sim {
                 self.arrive(w, false);
                 // The break comes before the owner runs it, when it answers, or never (the
                 // caller times out).
-                match self.rng.below(3) {
+                match self.rng.index(3) {
                     0 => self.feed(w, connection_lost()),
                     1 => self.writes[w].phase = Phase::Waiting(Wait::ForBreak),
                     _ => self.writes[w].phase = Phase::Waiting(Wait::Silence),
@@ -772,7 +732,7 @@ impl Sim {
     fn deliver_late_copy(&mut self) {
         let w = self
             .in_flight
-            .swap_remove(self.rng.below(self.in_flight.len()));
+            .swap_remove(self.rng.index(self.in_flight.len()));
         self.arrive(w, true);
         self.log(format!("late copy of w{w} reached the owner"));
     }
@@ -781,7 +741,7 @@ impl Sim {
         let w = self
             .owner
             .zombies
-            .swap_remove(self.rng.below(self.owner.zombies.len()));
+            .swap_remove(self.rng.index(self.owner.zombies.len()));
         let call = self.writes[w].call.clone();
         let now_ms = self.now_ms();
         let execution = self.owner.execute(self.caller, &[call], now_ms).remove(0);

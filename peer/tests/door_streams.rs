@@ -7,51 +7,12 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::common::{ask, endpoint, serve_first, Stub, WAIT};
 use ferry_names::{AppName, VaultName};
-use std::sync::Arc;
-use std::time::Duration;
+use ferry_peer::wire::{Hello, ProtocolFailure, ReadRequest, ReadVerb, Request, Response};
+use ferry_peer::NodeKey;
 
-use crate::common::{ask, endpoint, WAIT};
-use ferry_peer::door::{self, InFlight, ReadReply, Service};
-use ferry_peer::tls::peer_node_id;
-use ferry_peer::wire::{
-    CallState, CallStatusRequest, Hello, ProtocolFailure, ReadRequest, ReadVerb, Request, Response,
-    TicketAnswer, TicketRequest, WriteAnswer, WriteRequest,
-};
-use ferry_peer::{NodeId, NodeKey};
-
-/// Answers hellos; panics on every read, as a handler with a bug would.
-struct PanicsOnRead;
-
-impl Service for PanicsOnRead {
-    async fn hello(&self, _: NodeId, _: Hello, _: u16) -> Hello {
-        Hello {
-            label_hint: "server".into(),
-            owned_vaults: vec![VaultName::from_static("v")],
-            replicated_vaults: Vec::new(),
-            release: None,
-        }
-    }
-    async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
-        unreachable!("this test sends no writes")
-    }
-    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadReply {
-        panic!("a bug in a read handler")
-    }
-    async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {
-        unreachable!("this test asks for no tickets")
-    }
-    async fn call_status(
-        &self,
-        _: NodeId,
-        _: CallStatusRequest,
-        _: Option<VaultName>,
-    ) -> Option<CallState> {
-        unreachable!("this test asks about no calls")
-    }
-}
-
-/// A client connection to a door serving [`PanicsOnRead`] on loopback; the task serving it, and
+/// A client connection to a door serving [`Stub::PanicsOnRead`] on loopback; the task serving it, and
 /// the sender whose drop would stop it.
 async fn connected_to_door() -> (
     quinn::Connection,
@@ -62,12 +23,7 @@ async fn connected_to_door() -> (
     let server = endpoint(&server_key);
     let addr = server.local_addr().unwrap();
     let (stop, stopping) = tokio::sync::watch::channel(false);
-    let serving = tokio::spawn(async move {
-        let conn = server.accept().await.expect("a connection").await.unwrap();
-        let peer = peer_node_id(&conn).unwrap();
-        let in_flight = Arc::new(InFlight::default());
-        door::serve_connection(Arc::new(PanicsOnRead), conn, peer, stopping, in_flight).await;
-    });
+    let serving = serve_first(server, Stub::PanicsOnRead, stopping);
     let client = endpoint(&client_key);
     let conn = client
         .dial(addr, server_key.node_id(), WAIT)

@@ -12,53 +12,15 @@ use ferry_names::VaultName;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::common::{caller_to, endpoint, WAIT};
+use crate::common::{caller_to, endpoint, serve_connection, Stub, WAIT};
 use ferry_peer::call::{Caller, Target};
-use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::outcome::NotCarriedOutReason;
-use ferry_peer::tls::peer_node_id;
 use ferry_peer::transport::PeerEndpoint;
-use ferry_peer::wire::{
-    CallState, CallStatusRequest, Hello, ReadRequest, RequestId, TicketAnswer, TicketRequest,
-    WriteAnswer, WriteRequest,
-};
-use ferry_peer::{NodeId, NodeKey};
+use ferry_peer::wire::{CallState, RequestId};
+use ferry_peer::NodeKey;
 use futures_util::future::join_all;
-
-/// An owner that never heard of any request id.
-struct NeverHeard;
-
-impl Service for NeverHeard {
-    async fn hello(&self, _: NodeId, _: Hello, _: u16) -> Hello {
-        Hello {
-            label_hint: "owner".into(),
-            owned_vaults: vec![VaultName::from_static("v")],
-            replicated_vaults: Vec::new(),
-            release: None,
-        }
-    }
-    async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
-        unreachable!("this test sends no writes")
-    }
-    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadReply {
-        unreachable!("this test sends no reads")
-    }
-    async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {
-        unreachable!("this test asks for no tickets")
-    }
-    async fn call_status(
-        &self,
-        _: NodeId,
-        _: CallStatusRequest,
-        _: Option<VaultName>,
-    ) -> Option<CallState> {
-        Some(CallState::NotCarriedOut {
-            reason: NotCarriedOutReason::NeverArrived,
-        })
-    }
-}
 
 /// The owner's side: every connection accepted is counted, served, and handed to `accepted`
 /// so the test can break it.
@@ -73,12 +35,7 @@ fn serve(
             let Ok(conn) = incoming.await else { continue };
             handshakes.fetch_add(1, Ordering::SeqCst);
             let _ = accepted.send(conn.clone());
-            let peer = peer_node_id(&conn).unwrap();
-            let stopping = stopping.clone();
-            tokio::spawn(async move {
-                let in_flight = Arc::new(InFlight::default());
-                door::serve_connection(Arc::new(NeverHeard), conn, peer, stopping, in_flight).await;
-            });
+            tokio::spawn(serve_connection(Stub::NeverHeard, conn, stopping.clone()));
         }
     });
 }

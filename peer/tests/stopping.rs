@@ -10,19 +10,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ferry_names::{AppName, VaultName};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::common::{caller_to, endpoint, WAIT};
+use crate::common::{caller_to, endpoint, serve_first, Stub, WAIT};
 use ferry_peer::call::{Target, TicketError, TicketSource, WriteCall};
-use ferry_peer::door::{self, InFlight, ReadReply, Service};
 use ferry_peer::outcome::{UnknownReason, WriteOutcome};
-use ferry_peer::tls::peer_node_id;
 use ferry_peer::transport::{self, ReadFrameError, RESET_UNANSWERED};
 use ferry_peer::wire::{
-    CallState, CallStatusRequest, Extensions, Hello, Priority, ProtocolFailure, ReadRequest,
-    Request, RequestFrame, RequestId, Response, ResponseFrame, TicketAnswer, TicketRequest,
-    WriteAnswer, WriteRequest, WriteVerb,
+    CallState, CallStatusRequest, Extensions, Priority, ProtocolFailure, Request, RequestFrame,
+    RequestId, Response, ResponseFrame, WriteAnswer, WriteRequest, WriteVerb,
 };
 use ferry_peer::{frames, NodeId, NodeKey};
 use ferry_ticket::{Ticket, VerbSet};
@@ -32,33 +28,10 @@ const RAN: RequestId = RequestId::from_bytes([7; 16]);
 const FIRST: WriteAnswer = WriteAnswer::Done { revision: 7 };
 
 /// An owner that ran [`RAN`], and is asked only while it stops.
-struct Ran;
-
-impl Service for Ran {
-    async fn hello(&self, _: NodeId, _: Hello, _: u16) -> Hello {
-        unreachable!("a stopping door answers hellos itself")
-    }
-    async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
-        unreachable!("a stopping door runs no write")
-    }
-    async fn write_while_stopping(&self, _: NodeId, request: WriteRequest) -> Option<WriteAnswer> {
-        (request.request_id == RAN).then_some(FIRST)
-    }
-    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadReply {
-        unreachable!("a stopping door answers reads itself")
-    }
-    async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {
-        unreachable!("a stopping door answers ticket requests itself")
-    }
-    async fn call_status(
-        &self,
-        _: NodeId,
-        request: CallStatusRequest,
-        _: Option<VaultName>,
-    ) -> Option<CallState> {
-        (request.request_id == RAN).then_some(CallState::Answered(FIRST))
-    }
-}
+const RAN_STUB: Stub = Stub::Ran {
+    id: RAN,
+    answer: FIRST,
+};
 
 /// A ticket for `holder`, signed by a key of no one: these owners do not check it.
 fn ticket(holder: NodeId) -> Ticket {
@@ -124,12 +97,7 @@ async fn a_stopping_door_hands_writes_and_settle_queries_to_the_service() {
     let addr = server.local_addr().unwrap();
     // Stopping from the start: every stream arrives after the stop began.
     let (_stop, stopping) = tokio::sync::watch::channel(true);
-    tokio::spawn(async move {
-        let conn = server.accept().await.expect("a connection").await.unwrap();
-        let peer = peer_node_id(&conn).unwrap();
-        let in_flight = Arc::new(InFlight::default());
-        door::serve_connection(Arc::new(Ran), conn, peer, stopping, in_flight).await;
-    });
+    serve_first(server, RAN_STUB, stopping);
     let client = endpoint(&caller_key);
     let conn = client.dial(addr, owner_key.node_id(), WAIT).await.unwrap();
     let me = caller_key.node_id();

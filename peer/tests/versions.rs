@@ -6,57 +6,22 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use ferry_names::VaultName;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::common::{ask, ask_raw, Anyone, WAIT};
-use ferry_peer::door::{self, InFlight, ReadReply, Service};
-use ferry_peer::tls::{self, peer_node_id};
+use crate::common::{ask, ask_raw, serve_connection, Anyone, Stub, WAIT};
+use ferry_peer::tls;
 use ferry_peer::transport::{self, DialError, PeerEndpoint, TransportTuning};
 use ferry_peer::wire::{
-    CallState, CallStatusRequest, Extensions, Hello, ProtocolFailure, ProtocolRange, ReadRequest,
-    Request, Response, TicketAnswer, TicketRequest, WriteAnswer, WriteRequest, ALPN,
+    Extensions, Hello, ProtocolFailure, ProtocolRange, Request, Response, ALPN,
 };
-use ferry_peer::{codec, NodeId, NodeKey};
-
-/// Answers hellos with the protocol version they came on (in the label); nothing else.
-struct Greeter;
-
-impl Service for Greeter {
-    async fn hello(&self, _: NodeId, hello: Hello, version: u16) -> Hello {
-        Hello {
-            label_hint: format!("heard {} on protocol {version}", hello.label_hint),
-            owned_vaults: Vec::new(),
-            replicated_vaults: Vec::new(),
-            release: Some("test".into()),
-        }
-    }
-    async fn write(&self, _: NodeId, _: WriteRequest) -> Option<WriteAnswer> {
-        unreachable!("no writes here")
-    }
-    async fn read(&self, _: NodeId, _: ReadRequest, _: Option<Duration>) -> ReadReply {
-        unreachable!("no reads here")
-    }
-    async fn issue_ticket(&self, _: NodeId, _: TicketRequest) -> TicketAnswer {
-        unreachable!("no tickets here")
-    }
-    async fn call_status(
-        &self,
-        _: NodeId,
-        _: CallStatusRequest,
-        _: Option<VaultName>,
-    ) -> Option<CallState> {
-        unreachable!("no calls here")
-    }
-}
+use ferry_peer::{codec, NodeKey};
 
 fn range(oldest: u16, newest: u16) -> ProtocolRange {
     ProtocolRange { oldest, newest }
 }
 
-/// An endpoint speaking `protocols`, serving [`Greeter`] (and closing connections that met on
+/// An endpoint speaking `protocols`, serving [`Stub::Greeter`] (and closing connections that met on
 /// no version, as the gateway's accept loop does).
 fn serving(key: &NodeKey, protocols: ProtocolRange) -> (SocketAddr, PeerEndpoint) {
     let endpoint = PeerEndpoint::bind(
@@ -80,9 +45,7 @@ fn serving(key: &NodeKey, protocols: ProtocolRange) -> (SocketAddr, PeerEndpoint
                 if transport::refuse_without_common_version(&conn, protocols).await {
                     return;
                 }
-                let peer = peer_node_id(&conn).unwrap();
-                let in_flight = Arc::new(InFlight::default());
-                door::serve_connection(Arc::new(Greeter), conn, peer, stopping, in_flight).await;
+                serve_connection(Stub::Greeter, conn, stopping).await;
             });
         }
     });

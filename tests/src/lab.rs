@@ -6,65 +6,31 @@
 //! and one namespace per host, host I with `lan0` = 10.77.0.I/24 and `ts0` = 100.77.0.I/24.
 //! Nothing is ever added to the root namespace, so its firewall and routes are never touched.
 //! Every name carries a per-run prefix; dropping the lab (also while a test panics) kills every
-//! process left in its namespaces and deletes them. Lab tests in one test binary run one after
-//! another (a static lock), and need root: without it [`Lab::new`] says SKIPPED and returns
+//! process left in its namespaces and deletes them. Lab tests of one process run one after
+//! another through a lock, or beside each other when they check no timing
+//! ([`Lab::new_beside_others`]), and need root: without it [`Lab::new`] says SKIPPED and returns
 //! `None`, unless `FERRY_LAB_REQUIRED=1` (set in CI) makes that a failure.
 //!
-//! A [`LabGateway`] is `ferry serve` inside a host, of this build or of another binary (an
-//! older release, for upgrades: [`Lab::start_ferry_with`], [`LabGateway::restart_with_binary`]).
-//! Its local API is on loopback inside that host, so tests talk to it only from inside that
-//! namespace: through the CLI, or a program started there ([`Lab::spawn_in`]).
+//! A gateway in a host is the harness's one [`Gateway`] type, started by the same code as on
+//! loopback, at [`Place::Lab`] (so its commands run through `ip netns exec`): of this build or
+//! of another binary (an older release, for upgrades: [`Lab::start_ferry_with`],
+//! [`Gateway::restart_on`]). Its local API is on loopback inside that host, so tests talk to it
+//! only from inside that namespace: through the CLI, or a program started there
+//! ([`Lab::spawn_in`]).
 
 // Test support: a lab that cannot be built or driven fails the test (or campaign) using it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::{describe, skip_or_fail};
-pub use crate::{wait_for, SIGCONT, SIGSTOP, SIGTERM, START_BOUND};
-use serde_json::Value;
-
-/// The variable that names the gateway binary to run, when it is not found beside this program.
-pub const FERRY_BIN_VAR: &str = "FERRY_UNDER_TEST";
-
-/// The binary under test: `$FERRY_UNDER_TEST`, else `ferry-under-test` beside the running
-/// program or one directory up (an integration test runs from `target/<profile>/deps`, the
-/// campaign from `target/<profile>`; cargo builds the test package's binaries for its tests).
-pub fn ferry_bin() -> &'static str {
-    static FOUND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    FOUND.get_or_init(|| {
-        sibling_binary("ferry-under-test", FERRY_BIN_VAR).unwrap_or_else(|why| panic!("{why}"))
-    })
-}
-
-/// The test package's binary `name`, found as [`ferry_bin`] finds the gateway (`var` names it
-/// outright); the error says where it looked and how to build it.
-pub fn sibling_binary(name: &str, var: &str) -> Result<String, String> {
-    if let Some(path) = std::env::var_os(var) {
-        return Ok(PathBuf::from(path).display().to_string());
-    }
-    let exe = std::env::current_exe().map_err(|err| format!("where am I? {err}"))?;
-    let dirs: Vec<&Path> = exe.ancestors().skip(1).take(2).collect();
-    dirs.iter()
-        .map(|dir| dir.join(name))
-        .find(|path| path.is_file())
-        .map(|path| path.display().to_string())
-        .ok_or_else(|| {
-            format!(
-                "no {name} in {dirs:?}: build it (`cargo build -p ferry-tests --bins`, with \
-                 --release for a release campaign) or name it in {var}"
-            )
-        })
-}
-
-/// How long a gateway may take to exit after `ferry stop` (its drain is 5 s by default).
-pub const STOP_BOUND: Duration = Duration::from_secs(15);
+use crate::skip_or_fail;
+use ferry_harness::{describe, Gateway, LabHost, Options, Place};
 
 /// The QUIC port every lab gateway listens on (each host has its own addresses).
 pub const FERRY_PORT: u16 = 7420;
@@ -734,10 +700,26 @@ add rule inet lab out ip daddr {{ {far} }} counter drop
             .unwrap_or_else(|err| panic!("spawn ip netns exec {ns} {}: {err}", program.display()))
     }
 
+    /// Where a gateway on host `host` runs, its QUIC endpoint on `port`.
+    pub fn place_on_port(&self, host: usize, port: u16) -> Place {
+        Place::Lab(LabHost {
+            number: host,
+            ns: self.host_ns(host),
+            port,
+            lan_addr: format!("{}:{port}", self.addr(host, Nic::Lan)),
+            tailnet_addr: format!("{}:{port}", self.addr(host, Nic::Tailnet)),
+        })
+    }
+
+    /// Where a gateway on host `host` runs, on the lab's port ([`FERRY_PORT`]).
+    pub fn place(&self, host: usize) -> Place {
+        self.place_on_port(host, FERRY_PORT)
+    }
+
     /// Starts `ferry serve` on host `host` in a fresh home, its QUIC endpoint on
     /// 0.0.0.0:7420 and its API on loopback inside the host; waits (bounded) for `api.addr`.
-    pub fn start_ferry(&self, host: usize, label: &str, extra_serve_args: &[&str]) -> LabGateway {
-        self.start_ferry_with_env(host, label, extra_serve_args, &[])
+    pub fn start_ferry(&self, host: usize, label: &str, extra_serve_args: &[&str]) -> Gateway {
+        self.start_ferry_with(host, label, Options::new().args(extra_serve_args))
     }
 
     /// [`Lab::start_ferry`] with extra environment for the gateway process (e.g. a `PATH`
@@ -748,75 +730,16 @@ add rule inet lab out ip daddr {{ {far} }} counter drop
         label: &str,
         extra_serve_args: &[&str],
         env: &[(&str, &str)],
-    ) -> LabGateway {
-        self.start_ferry_with(
-            host,
-            label,
-            &StartOptions {
-                extra_args: extra_serve_args,
-                env,
-                ..StartOptions::default()
-            },
-        )
+    ) -> Gateway {
+        self.start_ferry_with(host, label, Options::new().args(extra_serve_args).env(env))
     }
 
     /// [`Lab::start_ferry`] with every option: another gateway binary (an older release, whose
     /// CLI then also runs this gateway's commands), a `config.toml` written into the fresh home
     /// before the first start, extra arguments and environment.
-    pub fn start_ferry_with(&self, host: usize, label: &str, options: &StartOptions) -> LabGateway {
-        let port = options.port.unwrap_or(FERRY_PORT);
-        let home = tempfile::Builder::new()
-            .prefix(&format!("ferry-lab-{label}-"))
-            .tempdir()
-            .expect("a temporary home");
-        if let Some(config) = options.config_toml {
-            std::fs::write(home.path().join("config.toml"), config)
-                .unwrap_or_else(|err| panic!("write {label}'s config.toml: {err}"));
-        }
-        let mut gateway = LabGateway {
-            host,
-            ns: self.host_ns(host),
-            label: label.to_string(),
-            lan_addr: format!("{}:{port}", self.addr(host, Nic::Lan)),
-            tailnet_addr: format!("{}:{port}", self.addr(host, Nic::Tailnet)),
-            port,
-            binary: options
-                .binary
-                .map_or_else(|| PathBuf::from(ferry_bin()), Path::to_path_buf),
-            extra_args: options.extra_args.iter().map(|s| s.to_string()).collect(),
-            extra_env: options
-                .env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            home,
-            child: None,
-            node_id: String::new(),
-        };
-        gateway.spawn();
-        let (code, id) = gateway.cli_json(&["id"]);
-        assert_eq!(code, 0, "ferry id on {label}: {id}");
-        gateway.node_id = id["node_id"]
-            .as_str()
-            .unwrap_or_else(|| panic!("ferry id on {label} printed no node_id: {id}"))
-            .to_string();
-        gateway
+    pub fn start_ferry_with(&self, host: usize, label: &str, options: Options) -> Gateway {
+        Gateway::start_at(self.place(host), label, options)
     }
-}
-
-/// What [`Lab::start_ferry_with`] may change; the default is [`Lab::start_ferry`]'s gateway.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StartOptions<'a> {
-    /// The gateway binary; `None`: [`ferry_bin`], the build under test.
-    pub binary: Option<&'a Path>,
-    /// Written to `config.toml` in the new home before the gateway first starts.
-    pub config_toml: Option<&'a str>,
-    /// Arguments after `serve --api ... --listen ... --label ...`.
-    pub extra_args: &'a [&'a str],
-    /// Extra environment for the gateway process.
-    pub env: &'a [(&'a str, &'a str)],
-    /// The QUIC port; `None`: [`FERRY_PORT`]. A second gateway on one host needs another.
-    pub port: Option<u16>,
 }
 
 impl Drop for Lab {
@@ -836,9 +759,9 @@ impl Drop for Lab {
 }
 
 /// `ferry trust` on `me` of `them`, with both routes: the LAN one and the tailnet one.
-pub fn trust_by_both_routes(me: &LabGateway, them: &LabGateway) -> Output {
-    let lan = format!("{},lan", them.lan_addr);
-    let tailnet = format!("{},tailnet", them.tailnet_addr);
+pub fn trust_by_both_routes(me: &Gateway, them: &Gateway) -> Output {
+    let lan = format!("{},lan", them.lan_addr());
+    let tailnet = format!("{},tailnet", them.tailnet_addr());
     me.cli(&[
         "trust",
         &them.node_id,
@@ -852,7 +775,7 @@ pub fn trust_by_both_routes(me: &LabGateway, them: &LabGateway) -> Output {
 }
 
 /// Makes every gateway trust every other, with both routes: the LAN one and the tailnet one.
-pub fn trust_all(gateways: &[&LabGateway]) {
+pub fn trust_all(gateways: &[&Gateway]) {
     for me in gateways {
         for them in gateways {
             if me.node_id == them.node_id {
@@ -867,303 +790,5 @@ pub fn trust_all(gateways: &[&LabGateway]) {
                 describe(&out)
             );
         }
-    }
-}
-
-/// `ferry serve` on one lab host. Its process is killed when the handle drops.
-pub struct LabGateway {
-    host: usize,
-    ns: String,
-    label: String,
-    lan_addr: String,
-    tailnet_addr: String,
-    /// The QUIC port it listens on.
-    port: u16,
-    /// The gateway binary it runs (and whose CLI runs its commands).
-    binary: PathBuf,
-    extra_args: Vec<String>,
-    extra_env: Vec<(String, String)>,
-    home: tempfile::TempDir,
-    child: Option<Child>,
-    node_id: String,
-}
-
-impl fmt::Debug for LabGateway {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LabGateway")
-            .field("label", &self.label)
-            .field("ns", &self.ns)
-            .field("home", &self.home.path())
-            .field("binary", &self.binary)
-            .field("pid", &self.child.as_ref().map(Child::id))
-            .finish()
-    }
-}
-
-impl LabGateway {
-    fn spawn(&mut self) {
-        let home = self.home.path().to_path_buf();
-        let _ = std::fs::remove_file(home.join("api.addr"));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("open serve.log");
-        let home_arg = home.to_str().expect("a UTF-8 temporary path");
-        let listen = format!("0.0.0.0:{}", self.port);
-        let binary = self.binary.to_str().expect("a UTF-8 binary path");
-        let mut args = vec![
-            "netns",
-            "exec",
-            &self.ns,
-            binary,
-            "--home",
-            home_arg,
-            "serve",
-            "--api",
-            "127.0.0.1:0",
-            "--listen",
-            &listen,
-            "--label",
-            &self.label,
-        ];
-        args.extend(self.extra_args.iter().map(String::as_str));
-        // `ip netns exec` execs the program: the child's pid is ferry's own.
-        let child = Command::new("ip")
-            .args(&args)
-            .env("RUST_LOG", "info,ferry_peer=debug,ferry_gateway=debug")
-            .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env_remove("FERRY_HOME")
-            .env_remove("FERRY_DANGEROUS_FAULT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn ip netns exec ... ferry serve");
-        // Bounded, and fails at once with the log if the process exits before it listens.
-        let who = format!("{} (in {})", self.label, self.ns);
-        let child = self.child.insert(child);
-        crate::wait_until_listening(child, &home, &who);
-    }
-
-    /// The label this gateway runs with.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// The lab host it runs on.
-    pub fn host(&self) -> usize {
-        self.host
-    }
-
-    /// Its state directory.
-    pub fn home(&self) -> &Path {
-        self.home.path()
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.home.path().join("serve.log")
-    }
-
-    /// Its node id (from `ferry id` at start).
-    pub fn node_id(&self) -> &str {
-        &self.node_id
-    }
-
-    /// Its QUIC address on the LAN, `10.77.0.I:7420`.
-    pub fn lan_addr(&self) -> &str {
-        &self.lan_addr
-    }
-
-    /// Its QUIC address on the tailnet, `100.77.0.I:7420`.
-    pub fn tailnet_addr(&self) -> &str {
-        &self.tailnet_addr
-    }
-
-    /// The `ferry serve` process id.
-    pub fn pid(&self) -> u32 {
-        self.child
-            .as_ref()
-            .map(Child::id)
-            .unwrap_or_else(|| panic!("{} is not running", self.label))
-    }
-
-    /// Whether the process is still running (not exited or reaped).
-    pub fn running(&mut self) -> bool {
-        match self.child.as_mut() {
-            Some(child) => child.try_wait().ok().flatten().is_none(),
-            None => false,
-        }
-    }
-
-    /// The gateway binary it runs ([`ferry_bin`] unless started or restarted on another).
-    pub fn binary(&self) -> &Path {
-        &self.binary
-    }
-
-    /// Runs the CLI (of the binary the gateway runs) against this gateway, inside its host.
-    pub fn cli(&self, args: &[&str]) -> Output {
-        self.cli_of(&self.binary, args)
-    }
-
-    /// Runs the CLI of `binary` (another build's, say) against this gateway, inside its host.
-    pub fn cli_of(&self, binary: &Path, args: &[&str]) -> Output {
-        let home = self.home.path().to_str().expect("a UTF-8 temporary path");
-        let binary = binary.to_str().expect("a UTF-8 binary path");
-        let mut all = vec!["netns", "exec", &self.ns, binary, "--home", home];
-        all.extend_from_slice(args);
-        Command::new("ip")
-            .args(&all)
-            .env_remove("FERRY_HOME")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run ip netns exec ... ferry")
-    }
-
-    /// A handle that runs this gateway's CLI from another thread (the CLI of the binary it
-    /// runs now: a later [`LabGateway::restart_with_binary`] does not change the handle's).
-    pub fn cli_prefix(&self) -> LabCli {
-        LabCli {
-            ns: self.ns.clone(),
-            home: self.home.path().to_path_buf(),
-            binary: self.binary.clone(),
-        }
-    }
-
-    /// Waits (bounded) for the process to exit by itself; returns its exit code.
-    pub fn wait_exit(&mut self, bound: Duration) -> Option<i32> {
-        let label = self.label.clone();
-        let child = self
-            .child
-            .as_mut()
-            .unwrap_or_else(|| panic!("{label} is not running"));
-        let status = wait_for(&format!("{label} to exit"), bound, || {
-            child.try_wait().ok().flatten()
-        });
-        self.child = None;
-        status.code()
-    }
-
-    /// Runs the CLI with `--json`; returns the exit code and the parsed standard output.
-    pub fn cli_json(&self, args: &[&str]) -> (i32, Value) {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        let output = self.cli(&all);
-        let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
-            panic!(
-                "ferry {args:?} on {} printed no JSON: {}",
-                self.label,
-                describe(&output)
-            )
-        });
-        (output.status.code().unwrap_or(-1), value)
-    }
-
-    /// This gateway's routes to the peer labelled `peer`, from `ferry routes --json`.
-    pub fn routes_to(&self, peer: &str) -> Vec<Value> {
-        let (code, routes) = self.cli_json(&["routes"]);
-        assert_eq!(code, 0, "ferry routes on {}: {routes}", self.label);
-        routes
-            .as_array()
-            .map(|all| all.iter().filter(|r| r["peer"] == peer).cloned().collect())
-            .unwrap_or_else(|| panic!("ferry routes on {} gave no list: {routes}", self.label))
-    }
-
-    /// Sends signal number `signal` to the process (kill(1) keeps the harness free of unsafe).
-    pub fn signal(&self, signal: i32) {
-        crate::send_signal(self.pid(), signal);
-    }
-
-    /// SIGKILL, and reaps the process: it is gone when this returns.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// `ferry stop`, then waits (bounded) for the process to exit; returns its exit code.
-    pub fn stop(&mut self) -> Option<i32> {
-        let binary = self.binary.clone();
-        self.stop_with_cli(&binary)
-    }
-
-    /// [`LabGateway::stop`] with the `ferry stop` of another build's CLI: an operator who has
-    /// just installed a new release stops the running old gateway with the new CLI.
-    pub fn stop_with_cli(&mut self, binary: &Path) -> Option<i32> {
-        let out = self.cli_of(binary, &["stop"]);
-        assert!(
-            out.status.success(),
-            "ferry stop ({}) on {}: {}",
-            binary.display(),
-            self.label,
-            describe(&out)
-        );
-        let label = self.label.clone();
-        let child = self
-            .child
-            .as_mut()
-            .unwrap_or_else(|| panic!("{label} is not running"));
-        let status = wait_for(
-            &format!("{label} to exit after `ferry stop`"),
-            STOP_BOUND,
-            || child.try_wait().ok().flatten(),
-        );
-        self.child = None;
-        status.code()
-    }
-
-    /// Starts the gateway again in the same home, host and port (after a stop or a kill; a
-    /// running one is killed first), so peers' routes still lead to it.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    /// [`LabGateway::restart`] on another gateway binary (an upgrade or a downgrade): the same
-    /// home, host, port, label and arguments; its CLI is that binary's from now on. Stop it
-    /// first (`ferry stop`) for an orderly upgrade; a running one is killed.
-    pub fn restart_with_binary(&mut self, binary: &Path) {
-        self.kill();
-        self.binary = binary.to_path_buf();
-        self.spawn();
-    }
-
-    /// The gateway's log so far (standard error of every run in this home).
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
-    }
-}
-
-/// A gateway's CLI, runnable from any thread (see [`LabGateway::cli_prefix`]).
-#[derive(Debug, Clone)]
-pub struct LabCli {
-    ns: String,
-    home: std::path::PathBuf,
-    binary: PathBuf,
-}
-
-impl LabCli {
-    /// Runs `ferry ARGS` inside the host; returns the exit code and the parsed JSON output
-    /// (`Value::Null` when it printed none).
-    pub fn run(&self, args: &[&str]) -> (i32, Value) {
-        let home = self.home.to_str().expect("a UTF-8 temporary path");
-        let binary = self.binary.to_str().expect("a UTF-8 binary path");
-        let mut all = vec!["netns", "exec", &self.ns, binary, "--home", home];
-        all.extend_from_slice(args);
-        let output = Command::new("ip")
-            .args(&all)
-            .env_remove("FERRY_HOME")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run ip netns exec ... ferry");
-        let value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-        (output.status.code().unwrap_or(-1), value)
-    }
-}
-
-impl Drop for LabGateway {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{
+use ferry_harness::{
     fresh_request_id, pair_with_notes, two_with_notes, wait_for, Gateway, SIGCONT, SIGSTOP,
 };
 use serde_json::Value;
@@ -334,7 +334,8 @@ fn crash_during_a_write(point: &str) -> (u16, Value, Value, Gateway, Gateway, St
     let id = fresh_request_id();
     let (status, first) = put_k(&b, &id, "2");
     a.wait_exit(Duration::from_secs(10));
-    a.restart();
+    // Without the fault: a restart keeps the environment a gateway was started with.
+    a.restart_with(&[]);
     let (code, settled) = b.settle(&id, None);
     assert_eq!(code, 200, "{settled}");
     (status, first, settled, a, b, id)

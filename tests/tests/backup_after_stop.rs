@@ -6,7 +6,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::harness::two_with_notes;
+use ferry_harness::two_with_notes;
 
 #[test]
 fn after_ferry_stop_the_database_file_alone_holds_every_committed_change() {

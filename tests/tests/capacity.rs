@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{fresh_request_id, pair_with_notes, wait_for, Gateway};
+use ferry_harness::{fresh_request_id, pair_with_notes, wait_for, Gateway};
 use serde_json::Value;
 
 /// Each write batch on the owner takes this long.

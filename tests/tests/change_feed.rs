@@ -11,8 +11,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::harness;
-use crate::harness::{replica_of_notes, two_with_notes, Gateway};
+use ferry_harness::{replica_of_notes, two_with_notes, Gateway};
 use ferry_kit::contract::FeedChange;
 use ferry_kit::{ChangeFeed, Kit, KitError};
 use serde_json::Value;
@@ -108,7 +107,7 @@ fn the_owner_feed_answers_at_once_pages_waits_for_news_and_wakes_on_the_commit()
     };
     // Written only once the poll waits (a put before it would be answered at once, which
     // proves nothing about waking).
-    harness::wait_for("the long poll to wait", Duration::from_secs(10), || {
+    ferry_harness::wait_for("the long poll to wait", Duration::from_secs(10), || {
         (a.metric("ferry_feed_waiting") == 1).then_some(())
     });
     let revision = put(&b, "k4");

@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{pair_with_notes, wait_for, Gateway, SIGCONT, SIGSTOP};
+use ferry_core::rng::Rng;
+use ferry_harness::{pair_with_notes, wait_for, Gateway, SIGCONT, SIGSTOP};
 use ferry_kit::contract::ErrorCode;
 use ferry_kit::{Kit, Settlement, WriteOptions, WriteResult};
-use ferry_tests::rng::Rng;
 
 const SEEDS: [u64; 2] = [7, 1009];
 const RUN_FOR: Duration = Duration::from_secs(6);

@@ -26,11 +26,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness;
-use crate::harness::{
+use ferry_gateway::store::SCHEMA_VERSION;
+use ferry_harness::{
     ferry_bin, fresh_request_id, pair_with_notes, serve_refused, wait_for, Gateway,
 };
-use ferry_gateway::store::SCHEMA_VERSION;
 use ferry_tests::previous::{previous_build, PREVIOUS};
 use serde_json::{json, Value};
 
@@ -282,7 +281,7 @@ fn side_by_side(owner: Build, caller: Build) {
     );
     assert_eq!(b.metric("ferry_ticket_renewals_total"), 0);
     let out = a.cli(&["tickets", "rotate"]);
-    assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+    assert!(out.status.success(), "{}", ferry_harness::describe(&out));
     let (status, body) = b.put("notes", "after-rotation", b"renewed", &[]);
     assert_eq!(
         (status, body["revision"].as_u64()),
@@ -299,7 +298,7 @@ fn side_by_side(owner: Build, caller: Build) {
     assert_eq!(tickets[0]["epoch"].as_u64(), Some(1), "{tickets}");
 
     // A replica of the caller's build follows the vault and converges to the owner.
-    let c = harness::follow_notes(caller.start("c", &[]), &a, &b);
+    let c = ferry_harness::follow_notes(caller.start("c", &[]), &a, &b);
     let (status, body) = b.put("notes", "while-following", b"later", &[]);
     assert_eq!(
         (status, body["revision"].as_u64()),
@@ -544,7 +543,7 @@ fn each_build_names_its_release_and_this_one_the_protocols_it_speaks() {
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+        assert!(out.status.success(), "{}", ferry_harness::describe(&out));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     assert_eq!(
@@ -854,7 +853,7 @@ fn a_home_this_build_wrote_is_refused_by_the_previous_release_which_changes_noth
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        let said = ferry_tests::describe(&out);
+        let said = ferry_harness::describe(&out);
         assert!(
             !out.status.success() && said.contains("newer Ferry"),
             "the previous release's `ferry {args:?}` offline: {said}"

@@ -6,7 +6,7 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::harness::Gateway;
+use ferry_harness::Gateway;
 use serde_json::Value;
 
 const SIGSTOP: i32 = 19;

@@ -13,7 +13,7 @@
 
 use std::process::{Command, Stdio};
 
-use crate::harness::{fresh_request_id, Gateway};
+use ferry_harness::{fresh_request_id, Gateway};
 
 /// How many tombstones to ask for, one after the other.
 const QUERIES: usize = 10;

@@ -12,8 +12,7 @@ use ferry_gateway::home::Home;
 use ferry_gateway::read_around;
 use std::time::Duration;
 
-use crate::harness;
-use crate::harness::{two_with_notes, Gateway};
+use ferry_harness::{two_with_notes, Gateway};
 use ferry_kit::http::{self, Method};
 use ferry_kit::{WriteOptions, WriteResult};
 
@@ -379,8 +378,8 @@ fn a_client_that_waits_to_send_is_refused_without_being_asked_for_its_body() {
 fn a_second_gateway_on_a_home_in_use_is_refused_and_the_first_keeps_serving() {
     let (mut a, b) = two_with_notes();
     let api_before = std::fs::read_to_string(a.home.join("api.addr")).unwrap();
-    let (code, said) = harness::serve_refused(
-        std::path::Path::new(harness::ferry_bin()),
+    let (code, said) = ferry_harness::serve_refused(
+        std::path::Path::new(ferry_harness::ferry_bin()),
         &a.home,
         "a home in use",
     );
@@ -418,7 +417,7 @@ fn an_offline_trust_waits_for_the_home_lock_and_writes_nothing_meanwhile() {
         .node_id()
         .to_string();
     let trust = || {
-        std::process::Command::new(harness::ferry_bin())
+        std::process::Command::new(ferry_harness::ferry_bin())
             .args(["--home", dir.path().to_str().unwrap()])
             .args([
                 "trust",
@@ -471,8 +470,8 @@ fn a_caller_that_cannot_record_a_write_does_not_send_it_and_says_so() {
     for fault in ["call_log=fail", "sent_mark=fail"] {
         let a = Gateway::start("a");
         let b = Gateway::start_with_env("b", &[("FERRY_DANGEROUS_FAULT", fault)]);
-        let (a, b) = harness::pair_with_notes(a, b);
-        let id = harness::fresh_request_id();
+        let (a, b) = ferry_harness::pair_with_notes(a, b);
+        let id = ferry_harness::fresh_request_id();
         let (status, body) = b.put("notes", "k", b"v", &[("X-Ferry-Request-Id", &id)]);
         assert_eq!(status, 503, "{fault}: {body}");
         assert_eq!(body["error"], "unavailable", "{fault}: {body}");

@@ -8,8 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::harness;
-use crate::harness::two_with_notes;
+use ferry_harness::two_with_notes;
 use ferry_names::{AppName, VaultName};
 use ferry_peer::frames;
 use ferry_peer::outcome::{NotCarriedOutReason, RefusalCode};
@@ -33,7 +32,7 @@ impl TrustedKeys for OnlyThis {
 }
 
 /// A fresh key `a` trusts as `prober`, and `a`'s node id and QUIC address.
-fn trusted_prober(a: &harness::Gateway) -> (NodeKey, NodeId, std::net::SocketAddr) {
+fn trusted_prober(a: &ferry_harness::Gateway) -> (NodeKey, NodeId, std::net::SocketAddr) {
     let prober = NodeKey::generate().unwrap();
     let out = a.cli(&["trust", &prober.node_id().to_string(), "--label", "prober"]);
     assert!(out.status.success());

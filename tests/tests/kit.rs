@@ -4,9 +4,9 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::harness::two_with_notes;
 use ferry_gateway::home::Home;
 use ferry_gateway::read_around;
+use ferry_harness::two_with_notes;
 use ferry_kit::contract::ErrorCode;
 use ferry_kit::{Settlement, WriteOptions, WriteResult};
 

@@ -8,10 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness;
-use crate::harness::{two_with_notes, wait_for, Gateway};
 use ferry_gateway::home::Home;
 use ferry_gateway::read_around;
+use ferry_harness::{two_with_notes, wait_for, Gateway};
 use ferry_kit::contract::ErrorCode;
 use ferry_kit::{KitError, ReadRecord, WriteOptions, WriteResult};
 
@@ -132,7 +131,7 @@ fn with_its_gateway_stopped_the_kit_reads_from_the_owner_and_never_writes() {
 fn the_kit_prefers_the_owner_and_falls_back_to_a_replica_marked_stale() {
     // `notes` is owned by a and replicated by c; b is this machine and trusts both.
     let (mut a, mut b) = two_with_notes();
-    let c = harness::replica_of_notes(&a, &b);
+    let c = ferry_harness::replica_of_notes(&a, &b);
     assert_eq!(put_until_done(&b, "k", b"v1"), 1);
     wait_for("c to replicate revision 1", Duration::from_secs(30), || {
         (c.vault_revision("notes") >= 1).then_some(())

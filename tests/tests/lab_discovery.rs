@@ -21,8 +21,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ferry_core::discovered::MAX_DISCOVERED_PER_PEER;
+use ferry_harness::{wait_for, Gateway};
 use ferry_tests::lab;
-use ferry_tests::lab::{trust_all, wait_for, Lab, LabGateway};
+use ferry_tests::lab::{trust_all, Lab};
 use serde_json::{json, Value};
 
 /// Forged announcements a second: what one unprivileged program on the LAN sends without
@@ -113,7 +114,7 @@ impl Phase {
 /// For [`PHASE`]: a write from h2 to h1's vault every [`WRITE_EVERY`], then a look at h2's
 /// routes to h1 and its peer socket. Every write must be `done`; the routes must stay within
 /// the bounds at every look.
-fn writes_and_looks(lab: &Lab, h1: &LabGateway, h2: &LabGateway, name: &str) -> Phase {
+fn writes_and_looks(lab: &Lab, h1: &Gateway, h2: &Gateway, name: &str) -> Phase {
     let configured = [h1.lan_addr(), h1.tailnet_addr()];
     let cpu = || {
         [
@@ -194,7 +195,7 @@ fn forged_announcements_for_a_trusted_peer_stay_within_the_bounds_and_writes_go_
     let h2 = lab.start_ferry(2, "h2", &["--tailnet", &tailnet(2)]);
     trust_all(&[&h1, &h2]);
     let out = h1.cli(&["vault", "create", "notes"]);
-    assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+    assert!(out.status.success(), "{}", ferry_harness::describe(&out));
     let configured = [h1.lan_addr(), h1.tailnet_addr()];
     wait_for(
         "h2's configured routes to h1 to be up",
@@ -215,7 +216,7 @@ fn forged_announcements_for_a_trusted_peer_stay_within_the_bounds_and_writes_go_
 
     // The stranger: h3, on the LAN, with a route for multicast and no gateway.
     let out = lab.exec(3, "ip", &["route", "add", "224.0.0.0/4", "dev", "lan0"]);
-    assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+    assert!(out.status.success(), "{}", ferry_harness::describe(&out));
     let files = tempfile::tempdir().unwrap();
     let port = lab::FERRY_PORT;
     let mut lan: Vec<String> = (10..=250).map(|i| format!("10.77.0.{i}")).collect();
@@ -227,7 +228,7 @@ fn forged_announcements_for_a_trusted_peer_stay_within_the_bounds_and_writes_go_
     }
     let settings = json!({
         "mode": "mdns-forge",
-        "node": h1.node_id(),
+        "node": h1.node_id,
         "port": port,
         "lan": lan,
         "tailnet": ts,

@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
+use ferry_harness::wait_for;
 use ferry_tests::lab::{self, trust_all, Lab};
-use ferry_tests::wait_for;
 
 #[test]
 fn the_doctor_names_multicast_dropped_a_silent_host_a_dead_gateway_a_wrong_clock_and_a_wrong_key() {
@@ -35,7 +35,7 @@ fn the_doctor_names_multicast_dropped_a_silent_host_a_dead_gateway_a_wrong_clock
         .to_string();
     let at_h2 = format!("{},lan", h2.lan_addr());
     let out = h1.cli(&["trust", &stranger, "--label", "imposter", "--addr", &at_h2]);
-    assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+    assert!(out.status.success(), "{}", ferry_harness::describe(&out));
 
     // Multicast works inside host 1 (its own announcement comes back) before the doctor can
     // blame the network between the hosts.

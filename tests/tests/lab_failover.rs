@@ -23,12 +23,13 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use ferry_harness::{vault_revision, wait_for};
+use ferry_harness::{Cli, Gateway, Options};
 use ferry_tests::history::{self, History, OwnerState, Read, Write, WriteFate};
-use ferry_tests::lab::{trust_all, Lab, LabCli, LabGateway, Nic, StartOptions};
+use ferry_tests::lab::{trust_all, Lab, Nic};
 use ferry_tests::lab_app::now_ms;
 use ferry_tests::lab_steady::APP;
 use ferry_tests::owner_db::{journal, open_read_only, records, settled_fate, told_fate};
-use ferry_tests::{vault_revision, wait_for};
 use serde_json::{json, Value};
 
 /// How many times a timed scenario repeats for its median.
@@ -55,7 +56,7 @@ struct App {
 struct Scene {
     lab: Lab,
     /// h1, h2, h3.
-    gateways: Vec<LabGateway>,
+    gateways: Vec<Gateway>,
     apps: Vec<App>,
     files: tempfile::TempDir,
 }
@@ -70,11 +71,7 @@ impl Scene {
             lab.start_ferry_with(
                 host,
                 &format!("h{host}"),
-                &StartOptions {
-                    config_toml: Some(config),
-                    extra_args: &["--no-mdns"],
-                    ..StartOptions::default()
-                },
+                Options::new().config(config).args(&["--no-mdns"]),
             )
         };
         let gateways = vec![
@@ -84,27 +81,27 @@ impl Scene {
         ];
         trust_all(&gateways.iter().collect::<Vec<_>>());
         let out = gateways[0].cli(&["vault", "create", VAULT]);
-        assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+        assert!(out.status.success(), "{}", ferry_harness::describe(&out));
         for caller in &gateways[1..] {
-            wait_routes(&caller.cli_prefix(), "h1", "up", &["lan", "tailnet"]);
+            wait_routes(&caller.cli_handle(), "h1", "up", &["lan", "tailnet"]);
         }
         let files = tempfile::tempdir().unwrap();
         let exe = Path::new(env!("CARGO_BIN_EXE_ferry-lab-app"));
         let apps = gateways[1..]
             .iter()
             .map(|gateway| {
-                let out = files.path().join(format!("{}.jsonl", gateway.label()));
+                let out = files.path().join(format!("{}.jsonl", gateway.label));
                 let settings = json!({
                     "mode": "steady",
-                    "label": gateway.label(),
-                    "home": gateway.home(),
+                    "label": gateway.label,
+                    "home": gateway.home,
                     "vault": VAULT,
                     "out": out,
                     "stop": files.path().join("stop"),
                     "pace_ms": PACE_MS,
                 })
                 .to_string();
-                let log = files.path().join(format!("{}.log", gateway.label()));
+                let log = files.path().join(format!("{}.log", gateway.label));
                 let child = lab.spawn_in(
                     gateway.host(),
                     exe,
@@ -114,7 +111,7 @@ impl Scene {
                 );
                 App {
                     host: gateway.host(),
-                    label: gateway.label().to_string(),
+                    label: gateway.label.to_string(),
                     child,
                     out,
                 }
@@ -144,7 +141,7 @@ impl Scene {
         Some(scene)
     }
 
-    fn h1(&mut self) -> &mut LabGateway {
+    fn h1(&mut self) -> &mut Gateway {
         &mut self.gateways[0]
     }
 
@@ -180,7 +177,7 @@ impl Scene {
         let node_ids: BTreeMap<usize, String> = self
             .gateways
             .iter()
-            .map(|g| (g.host(), g.node_id().to_string()))
+            .map(|g| (g.host(), g.node_id.to_string()))
             .collect();
         let mut history = History::default();
         for (host, events) in events {
@@ -238,7 +235,7 @@ impl Scene {
                 }
             }
         }
-        let conn = open_read_only(&self.gateways[0].home().join("ferry.db"));
+        let conn = open_read_only(&self.gateways[0].home.join("ferry.db"));
         let owner = OwnerState {
             journal: journal(&conn, "h1"),
             revision: vault_revision(&conn, VAULT),
@@ -303,7 +300,7 @@ fn ms(e: &Value, field: &str) -> u64 {
 }
 
 /// `cli`'s gateway's routes to `peer`.
-fn routes_to(cli: &LabCli, peer: &str) -> Vec<Value> {
+fn routes_to(cli: &Cli, peer: &str) -> Vec<Value> {
     let (code, routes) = cli.run(&["--json", "routes"]);
     assert_eq!(code, 0, "{routes}");
     routes
@@ -315,7 +312,7 @@ fn routes_to(cli: &LabCli, peer: &str) -> Vec<Value> {
         .collect()
 }
 
-fn wait_routes(cli: &LabCli, peer: &str, state: &str, kinds: &[&str]) {
+fn wait_routes(cli: &Cli, peer: &str, state: &str, kinds: &[&str]) {
     wait_for(
         &format!("{kinds:?} routes to {peer} to be {state}"),
         Duration::from_secs(20),
@@ -333,7 +330,7 @@ fn wait_routes(cli: &LabCli, peer: &str, state: &str, kinds: &[&str]) {
     );
 }
 
-fn carried_by(cli: &LabCli, peer: &str) -> Option<String> {
+fn carried_by(cli: &Cli, peer: &str) -> Option<String> {
     routes_to(cli, peer)
         .into_iter()
         .find(|r| r["carried_last_call"] == true)
@@ -342,7 +339,7 @@ fn carried_by(cli: &LabCli, peer: &str) -> Option<String> {
 
 /// A thread that notes how long after its start `cli`'s gateway took to mark every route to
 /// `peer` down (polling `ferry routes`, which takes a few milliseconds a look).
-fn watch_all_down(cli: LabCli, peer: &'static str) -> std::thread::JoinHandle<Option<Duration>> {
+fn watch_all_down(cli: Cli, peer: &'static str) -> std::thread::JoinHandle<Option<Duration>> {
     std::thread::spawn(move || {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(20) {
@@ -382,7 +379,7 @@ fn a_silent_lan_cut_moves_writes_within_300_ms_and_reads_within_100_ms_and_heals
         let Some(mut scene) = Scene::start() else {
             return;
         };
-        let clis: Vec<LabCli> = scene.gateways[1..].iter().map(|g| g.cli_prefix()).collect();
+        let clis: Vec<Cli> = scene.gateways[1..].iter().map(|g| g.cli_handle()).collect();
         for cli in &clis {
             assert_eq!(carried_by(cli, "h1").as_deref(), Some("lan"));
         }
@@ -493,7 +490,7 @@ fn a_killed_owner_is_down_within_100_ms_and_the_next_write_is_refused_at_once() 
         let Some(mut scene) = Scene::start() else {
             return;
         };
-        let watcher = watch_all_down(scene.gateways[1].cli_prefix(), "h1");
+        let watcher = watch_all_down(scene.gateways[1].cli_handle(), "h1");
         let kill_ms = now_ms();
         scene.h1().kill();
         let detect = watcher
@@ -532,7 +529,7 @@ fn a_killed_owner_is_down_within_100_ms_and_the_next_write_is_refused_at_once() 
         // The owner comes back: every write left in doubt settles.
         scene.h1().restart();
         for gateway in &scene.gateways[1..] {
-            wait_routes(&gateway.cli_prefix(), "h1", "up", &["lan", "tailnet"]);
+            wait_routes(&gateway.cli_handle(), "h1", "up", &["lan", "tailnet"]);
         }
         let events = scene.stop_apps();
         scene.check_history(&events);
@@ -561,7 +558,7 @@ fn a_powered_off_owner_is_unavailable_within_500_ms_and_never_unknown_after() {
         };
         let watchers: Vec<_> = scene.gateways[1..]
             .iter()
-            .map(|g| watch_all_down(g.cli_prefix(), "h1"))
+            .map(|g| watch_all_down(g.cli_handle(), "h1"))
             .collect();
         let off_ms = now_ms();
         scene.lab.power_off(1);
@@ -597,7 +594,7 @@ fn a_powered_off_owner_is_unavailable_within_500_ms_and_never_unknown_after() {
         let on_ms = now_ms();
         scene.lab.power_on(1);
         for gateway in &scene.gateways[1..] {
-            wait_routes(&gateway.cli_prefix(), "h1", "up", &["lan", "tailnet"]);
+            wait_routes(&gateway.cli_handle(), "h1", "up", &["lan", "tailnet"]);
         }
         let events = scene.stop_apps();
         let mut before: BTreeMap<String, usize> = BTreeMap::new();
@@ -635,7 +632,7 @@ fn a_flapping_lan_link_never_runs_a_write_twice_and_the_route_follows_the_link()
         .ok()
         .and_then(|s| s.parse().ok())
         .map_or(FLAP_FOR, Duration::from_secs);
-    let cli = scene.gateways[1].cli_prefix();
+    let cli = scene.gateways[1].cli_handle();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // The route h2's calls use, sampled as often as `ferry routes` allows.
     let sampler = {

@@ -12,9 +12,10 @@
 
 use std::time::{Duration, Instant};
 
-use ferry_tests::lab::{trust_all, wait_for, Lab, LabGateway};
+use ferry_harness::vault_revision;
+use ferry_harness::{wait_for, Gateway};
+use ferry_tests::lab::{trust_all, Lab};
 use ferry_tests::owner_db::{open_read_only, records};
-use ferry_tests::vault_revision;
 
 /// Changes written in each phase (before the cut, while cut off, ...), at least.
 const PHASE: u64 = 40;
@@ -22,8 +23,8 @@ const PHASE: u64 = 40;
 /// A bound on the writer, whatever happens to the test.
 const MAX_CHANGES: u64 = 100_000;
 
-fn revision(gateway: &LabGateway) -> u64 {
-    vault_revision(&open_read_only(&gateway.home().join("ferry.db")), "notes")
+fn revision(gateway: &Gateway) -> u64 {
+    vault_revision(&open_read_only(&gateway.home.join("ferry.db")), "notes")
 }
 
 #[test]
@@ -43,7 +44,7 @@ fn a_replica_follows_a_stream_of_changes_through_a_cut_and_converges_after_the_h
     // fast this machine is.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
-        let (cli, stop) = (h1.cli_prefix(), stop.clone());
+        let (cli, stop) = (h1.cli_handle(), stop.clone());
         std::thread::spawn(move || {
             let mut written = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && written < MAX_CHANGES {
@@ -95,8 +96,8 @@ fn a_replica_follows_a_stream_of_changes_through_a_cut_and_converges_after_the_h
     });
     assert_eq!(revision(&h1), changes, "every change ran once on the owner");
     let (on_h1, on_h2) = (
-        records(&open_read_only(&h1.home().join("ferry.db")), "notes"),
-        records(&open_read_only(&h2.home().join("ferry.db")), "notes"),
+        records(&open_read_only(&h1.home.join("ferry.db")), "notes"),
+        records(&open_read_only(&h2.home.join("ferry.db")), "notes"),
     );
     assert_eq!(
         on_h2, on_h1,

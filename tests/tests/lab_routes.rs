@@ -13,8 +13,9 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use ferry_harness::{wait_for, Gateway};
 use ferry_tests::lab;
-use ferry_tests::lab::{wait_for, Lab, LabGateway};
+use ferry_tests::lab::Lab;
 use serde_json::Value;
 
 /// How many times a measured scenario repeats for its median.
@@ -40,14 +41,14 @@ fn tailnet_arg(lab: &Lab, host: usize) -> String {
     format!("{}:{}", lab.addr(host, lab::Nic::Tailnet), lab::FERRY_PORT)
 }
 
-fn start(lab: &Lab, host: usize, extra: &[&str]) -> LabGateway {
+fn start(lab: &Lab, host: usize, extra: &[&str]) -> Gateway {
     let tailnet = tailnet_arg(lab, host);
     let mut args = vec!["--tailnet", tailnet.as_str()];
     args.extend_from_slice(extra);
     lab.start_ferry(host, &format!("h{host}"), &args)
 }
 
-fn route_state(gateway: &LabGateway, peer: &str, kind: &str) -> Option<String> {
+fn route_state(gateway: &Gateway, peer: &str, kind: &str) -> Option<String> {
     gateway
         .routes_to(peer)
         .into_iter()
@@ -55,12 +56,12 @@ fn route_state(gateway: &LabGateway, peer: &str, kind: &str) -> Option<String> {
         .and_then(|r| r["state"].as_str().map(String::from))
 }
 
-fn all_routes_down(gateway: &LabGateway, peer: &str) -> bool {
+fn all_routes_down(gateway: &Gateway, peer: &str) -> bool {
     let routes = gateway.routes_to(peer);
     !routes.is_empty() && routes.iter().all(|r| r["state"] == "down")
 }
 
-fn carried_by(gateway: &LabGateway, peer: &str) -> Option<String> {
+fn carried_by(gateway: &Gateway, peer: &str) -> Option<String> {
     gateway
         .routes_to(peer)
         .into_iter()
@@ -68,11 +69,11 @@ fn carried_by(gateway: &LabGateway, peer: &str) -> Option<String> {
         .and_then(|r| r["kind"].as_str().map(String::from))
 }
 
-fn put(gateway: &LabGateway, key: &str, timeout_s: &str) -> (i32, Value) {
+fn put(gateway: &Gateway, key: &str, timeout_s: &str) -> (i32, Value) {
     gateway.cli_json(&["put", "notes", key, "v", "--timeout", timeout_s])
 }
 
-fn create_notes(owner: &LabGateway) {
+fn create_notes(owner: &Gateway) {
     let out = owner.cli(&["vault", "create", "notes"]);
     assert!(
         out.status.success(),
@@ -83,12 +84,12 @@ fn create_notes(owner: &LabGateway) {
 
 /// Three gateways (mDNS on) that trust each other by node id only: every route comes from
 /// discovery.
-fn three_trusting_by_id(lab: &Lab) -> (LabGateway, LabGateway, LabGateway) {
+fn three_trusting_by_id(lab: &Lab) -> (Gateway, Gateway, Gateway) {
     let (h1, h2, h3) = (start(lab, 1, &[]), start(lab, 2, &[]), start(lab, 3, &[]));
     for me in [&h1, &h2, &h3] {
         for them in [&h1, &h2, &h3] {
-            if me.node_id() != them.node_id() {
-                let out = me.cli(&["trust", them.node_id(), "--label", them.label()]);
+            if me.node_id != them.node_id {
+                let out = me.cli(&["trust", &them.node_id, "--label", &them.label]);
                 assert!(
                     out.status.success(),
                     "{}",
@@ -103,7 +104,7 @@ fn three_trusting_by_id(lab: &Lab) -> (LabGateway, LabGateway, LabGateway) {
 /// A three-host lab of gateways trusting each other by node id, `notes` created on h1, h2's
 /// LAN and tailnet routes to h1 up, and one write of `first_key` from h2 done; `None` when
 /// the lab is skipped.
-fn three_with_a_first_write(first_key: &str) -> Option<(Lab, LabGateway, LabGateway, LabGateway)> {
+fn three_with_a_first_write(first_key: &str) -> Option<(Lab, Gateway, Gateway, Gateway)> {
     let lab = Lab::new(3)?;
     let (h1, h2, h3) = three_trusting_by_id(&lab);
     create_notes(&h1);
@@ -112,9 +113,9 @@ fn three_with_a_first_write(first_key: &str) -> Option<(Lab, LabGateway, LabGate
     Some((lab, h1, h2, h3))
 }
 
-fn wait_routes_up(gateway: &LabGateway, peer: &str, kinds: &[&str]) {
+fn wait_routes_up(gateway: &Gateway, peer: &str, kinds: &[&str]) {
     wait_for(
-        &format!("{} to have {kinds:?} routes up to {peer}", gateway.label()),
+        &format!("{} to have {kinds:?} routes up to {peer}", gateway.label),
         Duration::from_secs(15),
         || {
             kinds
@@ -198,7 +199,7 @@ fn an_untrusted_fourth_gateway_is_listed_untrusted_and_never_carries_a_call() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|p| p["node_id"] == h4.node_id())
+                .find(|p| p["node_id"] == h4.node_id)
                 .filter(|p| p["trusted"] == false)
                 .map(|_| ())
         },
@@ -209,7 +210,7 @@ fn an_untrusted_fourth_gateway_is_listed_untrusted_and_never_carries_a_call() {
         assert_eq!(put(&h3, &format!("j{i}"), "10").0, 0);
     }
     // h4 trusts h1, one-sided: its calls are refused at h1's TLS layer and never run.
-    let out = h4.cli(&["trust", h1.node_id(), "--label", "h1"]);
+    let out = h4.cli(&["trust", &h1.node_id, "--label", "h1"]);
     assert!(out.status.success());
     let (code, answer) = put(&h4, "intruder", "5");
     assert_ne!(code, 0, "an untrusted gateway's write: {answer}");
@@ -239,7 +240,7 @@ fn a_cut_lan_cable_fails_over_to_the_tailnet_and_heals_back() {
 
         // A watcher notes when h2 marks its LAN route to h1 down, while the writer below works.
         let watcher = {
-            let cli = h2.cli_prefix();
+            let cli = h2.cli_handle();
             std::thread::spawn(move || {
                 let started = Instant::now();
                 while started.elapsed() < Duration::from_secs(20) {
@@ -407,7 +408,7 @@ fn a_stopped_owner_is_down_at_once_and_no_write_in_flight_is_lost() {
         };
         // Writes in flight around the stop: each must be done, or honestly not carried out.
         let writer = {
-            let h2_cli = h2.cli_prefix();
+            let h2_cli = h2.cli_handle();
             std::thread::spawn(move || {
                 let mut results = Vec::new();
                 for i in 0..40 {
@@ -504,7 +505,7 @@ fn under_five_percent_loss_every_write_ends_honestly_and_none_runs_twice() {
     wait_routes_up(&h3, "h1", &["lan"]);
     lab.random_loss(1, 5);
     let started = Instant::now();
-    let writers: Vec<_> = [(h2.cli_prefix(), "b"), (h3.cli_prefix(), "c")]
+    let writers: Vec<_> = [(h2.cli_handle(), "b"), (h3.cli_handle(), "c")]
         .into_iter()
         .map(|(cli, who)| {
             std::thread::spawn(move || {
@@ -573,18 +574,18 @@ fn with_the_owners_lan_cable_cut_a_reader_reads_through_a_replica_fast() {
     for _ in 0..RUNS {
         let Some(lab) = Lab::new(3) else { return };
         // LAN routes only, so a cut cable leaves no way to the owner.
-        let gateways: Vec<LabGateway> = (1..=3)
+        let gateways: Vec<Gateway> = (1..=3)
             .map(|h| lab.start_ferry(h, &format!("h{h}"), &["--no-mdns"]))
             .collect();
         for me in &gateways {
             for them in &gateways {
-                if me.node_id() != them.node_id() {
+                if me.node_id != them.node_id {
                     let lan = format!("{},lan", them.lan_addr());
                     let out = me.cli(&[
                         "trust",
-                        them.node_id(),
+                        &them.node_id,
                         "--label",
-                        them.label(),
+                        &them.label,
                         "--addr",
                         &lan,
                     ]);
@@ -665,7 +666,7 @@ fn a_tailnet_address_from_the_tailnet_client_reaches_peers_as_a_route() {
     let h1 = lab.start_ferry_with_env(1, "h1", &[], &[("PATH", path.as_str())]);
     let h2 = start(&lab, 2, &[]);
     for (me, them) in [(&h1, &h2), (&h2, &h1)] {
-        let out = me.cli(&["trust", them.node_id(), "--label", them.label()]);
+        let out = me.cli(&["trust", &them.node_id, "--label", &them.label]);
         assert!(out.status.success());
     }
     let expected = format!("{tailnet_ip}:{}", lab::FERRY_PORT);

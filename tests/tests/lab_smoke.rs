@@ -11,29 +11,24 @@
 
 use std::time::{Duration, Instant};
 
-use ferry_tests::lab;
-use ferry_tests::lab::{trust_all, wait_for, Dropped, Lab, LabGateway, Nic};
+use ferry_harness::{wait_for, Gateway};
+use ferry_tests::lab::{trust_all, Dropped, Lab, Nic};
 use serde_json::Value;
 
 /// The last lines of a gateway's log, for failure messages.
-fn log_tail(gateway: &LabGateway) -> String {
+fn log_tail(gateway: &Gateway) -> String {
     let log = gateway.log();
     let lines: Vec<&str> = log.lines().collect();
     let from = lines.len().saturating_sub(40);
     format!(
         "--- last lines of {}'s log ---\n{}",
-        gateway.label(),
+        gateway.label,
         lines[from..].join("\n")
     )
 }
 
 /// `ferry --json put VAULT KEY VALUE --timeout S` through `gateway`: exit code, answer, time.
-fn timed_put(
-    gateway: &LabGateway,
-    key: &str,
-    value: &str,
-    timeout_s: &str,
-) -> (i32, Value, Duration) {
+fn timed_put(gateway: &Gateway, key: &str, value: &str, timeout_s: &str) -> (i32, Value, Duration) {
     let started = Instant::now();
     let (code, answer) = gateway.cli_json(&["put", "notes", key, value, "--timeout", timeout_s]);
     (code, answer, started.elapsed())
@@ -165,10 +160,10 @@ fn a_lab_gateway_stops_restarts_and_dies_on_request() {
     );
     let (code, status) = h1.cli_json(&["status"]);
     assert_eq!(code, 0, "{status}");
-    assert_eq!(status["node_id"].as_str(), Some(h1.node_id()));
+    assert_eq!(status["node_id"].as_str(), Some(h1.node_id.as_str()));
 
-    h1.signal(lab::SIGSTOP);
-    h1.signal(lab::SIGCONT);
+    h1.signal(ferry_harness::SIGSTOP);
+    h1.signal(ferry_harness::SIGCONT);
     assert!(h1.running());
 
     let started = Instant::now();
@@ -178,7 +173,11 @@ fn a_lab_gateway_stops_restarts_and_dies_on_request() {
     h1.restart();
     eprintln!("measured: restart took {:?}", started.elapsed());
     let (_, id) = h1.cli_json(&["id"]);
-    assert_eq!(id["node_id"].as_str(), Some(h1.node_id()), "same identity");
+    assert_eq!(
+        id["node_id"].as_str(),
+        Some(h1.node_id.as_str()),
+        "same identity"
+    );
     assert_eq!(
         id["addresses"][0].as_str(),
         Some("0.0.0.0:7420"),

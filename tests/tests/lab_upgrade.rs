@@ -40,14 +40,14 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use ferry_gateway::store::SCHEMA_VERSION;
+use ferry_harness::vault_revision;
+use ferry_harness::{Gateway, Options};
 use ferry_peer::wire::{ProtocolRange, PROTOCOL_VERSION, RELEASE};
 use ferry_tests::history::{self, History, OwnerState, Read, ReplicaState, Write, WriteFate};
-use ferry_tests::lab;
-use ferry_tests::lab::{trust_all, Lab, LabGateway, StartOptions};
+use ferry_tests::lab::{trust_all, Lab};
 use ferry_tests::lab_app::{now_ms, APP, OLD_ERA_SAMPLE, PROBE};
 use ferry_tests::owner_db::{journal, records, settled_fate, told_fate};
 use ferry_tests::previous::{previous_build, PREVIOUS};
-use ferry_tests::vault_revision;
 use serde_json::{json, Value};
 
 /// The vaults, the host that owns each and the hosts that replicate it. h3 does not replicate
@@ -110,25 +110,25 @@ fn poll_explained<T>(
     }
 }
 
-fn log_tail(gateway: &LabGateway) -> String {
+fn log_tail(gateway: &Gateway) -> String {
     let log = gateway.log();
     let lines: Vec<&str> = log.lines().collect();
     let from = lines.len().saturating_sub(60);
     format!(
         "--- last lines of {}'s log ---\n{}",
-        gateway.label(),
+        gateway.label,
         lines[from..].join("\n")
     )
 }
 
 /// What `gateway` says of its routes and peers (its own CLI), and the end of its log.
-fn explain(gateway: &LabGateway) -> String {
+fn explain(gateway: &Gateway) -> String {
     let cli = |what: &str| {
         let out = gateway.cli(&["--json", what]);
         format!(
             "{} `ferry {what}`: {}",
-            gateway.label(),
-            ferry_tests::describe(&out)
+            gateway.label,
+            ferry_harness::describe(&out)
         )
     };
     format!("{}\n{}\n{}", cli("routes"), cli("peers"), log_tail(gateway))
@@ -188,9 +188,9 @@ fn label(host: usize) -> String {
 }
 
 /// `gateway`'s routes to `peer` as (kind, state), from `ferry routes --json`.
-fn route_states(gateway: &LabGateway, peer: &str) -> Vec<(String, String)> {
+fn route_states(gateway: &Gateway, peer: &str) -> Vec<(String, String)> {
     let (code, routes) = gateway.cli_json(&["routes"]);
-    assert_eq!(code, 0, "ferry routes on {}: {routes}", gateway.label());
+    assert_eq!(code, 0, "ferry routes on {}: {routes}", gateway.label);
     routes
         .as_array()
         .map(|all| {
@@ -207,14 +207,14 @@ fn route_states(gateway: &LabGateway, peer: &str) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-fn routes_up(gateway: &LabGateway, peer: &str) -> bool {
+fn routes_up(gateway: &Gateway, peer: &str) -> bool {
     let routes = route_states(gateway, peer);
     !routes.is_empty() && routes.iter().all(|(_, state)| state == "up")
 }
 
 /// Waits until `gateways[i]` has every route up to every other gateway, and each of them
 /// every route up to it.
-fn wait_routes_up_around(gateways: &[LabGateway], i: usize) {
+fn wait_routes_up_around(gateways: &[Gateway], i: usize) {
     for (j, other) in gateways.iter().enumerate() {
         if j == i {
             continue;
@@ -223,28 +223,27 @@ fn wait_routes_up_around(gateways: &[LabGateway], i: usize) {
         poll_explained(
             &format!(
                 "the routes between {} and {} to be up both ways",
-                me.label(),
-                other.label()
+                me.label, other.label
             ),
             ROUTES_BOUND,
-            || (routes_up(me, other.label()) && routes_up(other, me.label())).then_some(()),
+            || (routes_up(me, &other.label) && routes_up(other, &me.label)).then_some(()),
             || format!("{}\n{}", explain(me), explain(other)),
         );
     }
 }
 
-fn db(gateway: &LabGateway) -> rusqlite::Connection {
-    ferry_tests::owner_db::open_read_only(&gateway.home().join("ferry.db"))
+fn db(gateway: &Gateway) -> rusqlite::Connection {
+    ferry_tests::owner_db::open_read_only(&gateway.home.join("ferry.db"))
 }
 
-fn schema_version(gateway: &LabGateway) -> String {
+fn schema_version(gateway: &Gateway) -> String {
     db(gateway)
         .query_row(
             "SELECT value FROM meta WHERE key = 'schema_version'",
             [],
             |row| row.get::<_, String>(0),
         )
-        .unwrap_or_else(|err| panic!("{}'s schema version: {err}", gateway.label()))
+        .unwrap_or_else(|err| panic!("{}'s schema version: {err}", gateway.label))
 }
 
 /// Whether an app's call ended as it does in a healthy cluster: a write done (a
@@ -292,7 +291,7 @@ fn ms(value: &Value, field: &str) -> u64 {
 
 /// Waits until every replica holds at least the revision its owner has now (the owners move
 /// on meanwhile): replication works across whatever versions the hosts run.
-fn replicas_catch_up(gateways: &[LabGateway], what: &str) {
+fn replicas_catch_up(gateways: &[Gateway], what: &str) {
     let started = Instant::now();
     for (vault, owner, replicas) in VAULTS {
         let owner_revision = vault_revision(&db(&gateways[owner - 1]), vault);
@@ -300,7 +299,7 @@ fn replicas_catch_up(gateways: &[LabGateway], what: &str) {
             poll_explained(
                 &format!(
                     "{}'s replica of {vault} to reach the owner's revision {owner_revision} {what}",
-                    replica.label()
+                    replica.label
                 ),
                 CONVERGE_BOUND,
                 || (vault_revision(&db(replica), vault) >= owner_revision).then_some(()),
@@ -308,8 +307,8 @@ fn replicas_catch_up(gateways: &[LabGateway], what: &str) {
                     let listed = replica.cli(&["--json", "vault", "list"]);
                     format!(
                         "{} `ferry vault list`: {}\n{}\n{}",
-                        replica.label(),
-                        ferry_tests::describe(&listed),
+                        replica.label,
+                        ferry_harness::describe(&listed),
                         explain(replica),
                         explain(&gateways[owner - 1])
                     )
@@ -356,7 +355,7 @@ fn steady(drivers: &mut [Driver], since: u64, what: &str) {
 fn a_rolling_upgrade_from_the_previous_release_keeps_every_write_at_most_once() {
     let Some(lab) = Lab::new(3) else { return };
     let run_started = Instant::now();
-    let new_binary = Path::new(lab::ferry_bin());
+    let new_binary = Path::new(ferry_harness::ferry_bin());
     let mut gateways = start_previous_release(&lab);
     eprintln!(
         "measured: three hosts on release {} ready in {:?}",
@@ -391,20 +390,17 @@ fn a_rolling_upgrade_from_the_previous_release_keeps_every_write_at_most_once() 
 
 /// Three hosts on the previous release, trusting each other, routes up, the vaults made and
 /// followed.
-fn start_previous_release(lab: &Lab) -> Vec<LabGateway> {
+fn start_previous_release(lab: &Lab) -> Vec<Gateway> {
     let old_binary = previous_build();
-    let gateways: Vec<LabGateway> = (1..=3)
+    let gateways: Vec<Gateway> = (1..=3)
         .map(|host| {
             lab.start_ferry_with(
                 host,
                 &label(host),
-                &StartOptions {
-                    binary: Some(old_binary),
-                    config_toml: Some(CONFIG),
-                    extra_args: &["--no-mdns"],
-                    env: &[],
-                    port: None,
-                },
+                Options::new()
+                    .binary(old_binary)
+                    .config(CONFIG)
+                    .args(&["--no-mdns"]),
             )
         })
         .collect();
@@ -415,7 +411,7 @@ fn start_previous_release(lab: &Lab) -> Vec<LabGateway> {
             (status["version"].as_str(), status.get("protocols")),
             (Some(PREVIOUS.version), None),
             "{} runs the previous release: {status}",
-            gateway.label()
+            gateway.label
         );
         assert_eq!(
             schema_version(gateway),
@@ -433,17 +429,17 @@ fn start_previous_release(lab: &Lab) -> Vec<LabGateway> {
         assert!(
             out.status.success(),
             "vault create {vault}: {}",
-            ferry_tests::describe(&out)
+            ferry_harness::describe(&out)
         );
     }
     for (vault, owner, replicas) in VAULTS {
         for gateway in replicas.iter().map(|r| &gateways[r - 1]) {
             let follow = ["vault", "follow", vault, "--owner", &label(owner)];
             poll_explained(
-                &format!("{} to follow {vault}", gateway.label()),
+                &format!("{} to follow {vault}", gateway.label),
                 ROUTES_BOUND,
                 || gateway.cli(&follow).status.success().then_some(()),
-                || ferry_tests::describe(&gateway.cli(&follow)),
+                || ferry_harness::describe(&gateway.cli(&follow)),
             );
         }
     }
@@ -452,16 +448,16 @@ fn start_previous_release(lab: &Lab) -> Vec<LabGateway> {
 
 /// An app on every host (`ferry-lab-app`, `ferry_tests::lab_app`), started inside the host,
 /// writing its calls to `files`.
-fn start_apps(lab: &Lab, gateways: &[LabGateway], files: &Path) -> Vec<Driver> {
+fn start_apps(lab: &Lab, gateways: &[Gateway], files: &Path) -> Vec<Driver> {
     let exe = Path::new(env!("CARGO_BIN_EXE_ferry-lab-app"));
     gateways
         .iter()
         .map(|gateway| {
-            let out = files.join(format!("{}.jsonl", gateway.label()));
-            let log = files.join(format!("{}.log", gateway.label()));
+            let out = files.join(format!("{}.jsonl", gateway.label));
+            let log = files.join(format!("{}.log", gateway.label));
             let settings = json!({
-                "label": gateway.label(),
-                "home": gateway.home(),
+                "label": gateway.label,
+                "home": gateway.home,
                 "vaults": VAULTS.iter().map(|(v, _, _)| *v).collect::<Vec<_>>(),
                 "out": out,
                 "stop": files.join(STOP_FILE),
@@ -470,7 +466,7 @@ fn start_apps(lab: &Lab, gateways: &[LabGateway], files: &Path) -> Vec<Driver> {
             let child = lab.spawn_in(gateway.host(), exe, &[], &[(DRIVER_VAR, &settings)], &log);
             Driver {
                 host: gateway.host(),
-                label: gateway.label().to_string(),
+                label: gateway.label.to_string(),
                 child,
                 out,
                 log,
@@ -484,7 +480,7 @@ fn start_apps(lab: &Lab, gateways: &[LabGateway], files: &Path) -> Vec<Driver> {
 /// until its routes are up both ways, every upgraded host sees each peer on the right
 /// protocol, every app has written through the mixed cluster and every replica caught up.
 fn upgrade(
-    gateways: &mut [LabGateway],
+    gateways: &mut [Gateway],
     host: usize,
     new_binary: &Path,
     before: &[Phase],
@@ -497,7 +493,7 @@ fn upgrade(
     let status: Value = serde_json::from_slice(&status.stdout).unwrap_or_else(|_| {
         panic!(
             "this build's `ferry status` against h{host} on the previous release: {}",
-            ferry_tests::describe(&status)
+            ferry_harness::describe(&status)
         )
     });
     assert_eq!(
@@ -514,7 +510,7 @@ fn upgrade(
         log_tail(&gateways[i])
     );
     let stopped_at = now_ms();
-    gateways[i].restart_with_binary(new_binary);
+    gateways[i].restart_on(new_binary, &[]);
     let started_at = now_ms();
     wait_routes_up_around(gateways, i);
     let ready_at = now_ms();
@@ -552,14 +548,14 @@ fn upgrade(
         poll_explained(
             &format!(
                 "{} to see each peer on its protocol (upgraded: {upgraded:?})",
-                seer.label()
+                seer.label
             ),
             ROUTES_BOUND,
             || {
                 let (_, peers) = seer.cli_json(&["peers"]);
                 let peers = peers.as_array()?.clone();
                 (1..=3)
-                    .filter(|p| label(*p) != seer.label())
+                    .filter(|p| label(*p) != seer.label)
                     .all(|p| {
                         let (protocol, release) = if upgraded.contains(&p) {
                             (PROTOCOL_VERSION, Some(RELEASE))
@@ -732,12 +728,12 @@ fn check_windows(events: &BTreeMap<usize, Vec<Value>>, phases: &[Phase]) {
 /// that every unknown and every probe settled.
 fn history_of(
     events: &BTreeMap<usize, Vec<Value>>,
-    gateways: &[LabGateway],
+    gateways: &[Gateway],
     phases: &[Phase],
 ) -> History {
     let node_ids: HashMap<usize, String> = gateways
         .iter()
-        .map(|g| (g.host(), g.node_id().to_string()))
+        .map(|g| (g.host(), g.node_id.to_string()))
         .collect();
     // A host's gateway forgets what its apps saw when it restarts: a new incarnation.
     let incarnation = |host: usize, at: u64| {
@@ -881,7 +877,7 @@ fn history_of(
 /// The history against what every owner and replica holds (`ferry_tests::history::check`),
 /// and each write's own key: a write that ran is on its owner with its value and revision, one
 /// that did not is not there, and nothing else is.
-fn check_history(history: &History, events: &BTreeMap<usize, Vec<Value>>, gateways: &[LabGateway]) {
+fn check_history(history: &History, events: &BTreeMap<usize, Vec<Value>>, gateways: &[Gateway]) {
     let mut owners = BTreeMap::new();
     let mut replica_states: BTreeMap<String, Vec<ReplicaState>> = BTreeMap::new();
     for (vault, owner, replicas) in VAULTS {
@@ -900,7 +896,7 @@ fn check_history(history: &History, events: &BTreeMap<usize, Vec<Value>>, gatewa
                 .entry(vault.to_string())
                 .or_default()
                 .push(ReplicaState {
-                    host: replica.label().to_string(),
+                    host: replica.label.to_string(),
                     cursor: vault_revision(&conn, vault),
                     records: records(&conn, vault),
                 });
@@ -1012,14 +1008,14 @@ fn check_old_era(events: &BTreeMap<usize, Vec<Value>>) {
 }
 
 /// Every host runs this build, speaks protocols 1-2 and talks protocol 2 with every peer.
-fn check_all_on_this_build(gateways: &[LabGateway], new_binary: &Path) {
+fn check_all_on_this_build(gateways: &[Gateway], new_binary: &Path) {
     for gateway in gateways {
         let exe = std::fs::read_link(format!("/proc/{}/exe", gateway.pid())).unwrap();
         assert_eq!(
             exe.canonicalize().unwrap(),
             new_binary.canonicalize().unwrap(),
             "{} runs this build",
-            gateway.label()
+            gateway.label
         );
         let (_, status) = gateway.cli_json(&["status"]);
         assert_eq!(
@@ -1029,7 +1025,7 @@ fn check_all_on_this_build(gateways: &[LabGateway], new_binary: &Path) {
                 Some(ProtocolRange::THIS_BUILD.to_string().as_str())
             ),
             "{}: {status}",
-            gateway.label()
+            gateway.label
         );
         let (_, peers) = gateway.cli_json(&["peers"]);
         let seen: Vec<(String, Option<u64>)> = peers
@@ -1043,17 +1039,12 @@ fn check_all_on_this_build(gateways: &[LabGateway], new_binary: &Path) {
                 )
             })
             .collect();
-        assert_eq!(
-            seen.len(),
-            2,
-            "{} trusts two peers: {peers}",
-            gateway.label()
-        );
+        assert_eq!(seen.len(), 2, "{} trusts two peers: {peers}", gateway.label);
         assert!(
             seen.iter()
                 .all(|(_, protocol)| *protocol == Some(u64::from(PROTOCOL_VERSION))),
             "{} sees every peer on protocol 2: {seen:?}",
-            gateway.label()
+            gateway.label
         );
     }
 }

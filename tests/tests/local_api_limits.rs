@@ -13,8 +13,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::harness;
-use crate::harness::Gateway;
+use ferry_harness::Gateway;
 use ferry_kit::{Kit, WriteOptions, WriteResult};
 
 /// A request head cut off before its end: the gateway waits for the rest.
@@ -303,10 +302,11 @@ fn apps_holding_every_connection_get_a_fast_refusal_and_strangers_make_room() {
     );
     // One app leaves: the next one is served.
     drop(apps.pop());
-    let served = harness::wait_for("a place after an app left", Duration::from_secs(5), || {
-        let mut next = TcpStream::connect(&gateway.api).ok()?;
-        let (status, _) = exchange(&mut next, &get_request(&gateway, "/v1/status"));
-        (status == 200).then_some(next)
-    });
+    let served =
+        ferry_harness::wait_for("a place after an app left", Duration::from_secs(5), || {
+            let mut next = TcpStream::connect(&gateway.api).ok()?;
+            let (status, _) = exchange(&mut next, &get_request(&gateway, "/v1/status"));
+            (status == 200).then_some(next)
+        });
     apps.push(served);
 }

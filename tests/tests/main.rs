@@ -3,14 +3,14 @@
 //! binary links once; its modules are the old files, unchanged but for their imports.
 //!
 //! Run one module with a filter: `cargo test -p ferry-tests --test integration lab_failover::`.
-//! Shared by every module: `harness` (gateways on loopback) and `readme_tour` (the README's
-//! tour, read and run); the lab and the campaign live in the package's library
-//! (`ferry_tests::lab`, `ferry_tests::campaign`), where the campaign binary uses them too.
+//! Gateways are started through `ferry_harness` (one `Gateway` type, on loopback or in a lab
+//! host); `readme_tour` (the README's tour, read and run) is shared by modules here; the lab
+//! and the campaign live in the package's library (`ferry_tests::lab`,
+//! `ferry_tests::campaign`), where the campaign binary uses them too.
 
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod harness;
 mod readme_tour;
 
 mod at_most_once;

@@ -14,7 +14,7 @@ mod patterns;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::harness::{fresh_request_id, pair_with_notes, Gateway};
+use ferry_harness::{fresh_request_id, pair_with_notes, Gateway};
 use reqwest::Method;
 use serde_json::{json, Value};
 

@@ -9,8 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness;
-use crate::harness::{replica_of_notes, two_with_notes, wait_for, Gateway};
+use ferry_harness::{replica_of_notes, two_with_notes, wait_for, Gateway};
 
 /// `GET` a record of `notes`: status, value, revision, source, stale.
 fn read(g: &Gateway, key: &str) -> (u16, Vec<u8>, Option<u64>, String, bool) {
@@ -132,7 +131,7 @@ fn a_replica_converges_with_puts_and_deletes_and_reads_locally() {
 fn with_the_owner_dead_reads_fall_back_to_a_replica_then_the_stale_cache_then_503() {
     // b's cache entries are fresh for 1 ms only, so every read asks a source first and the
     // stale-cache fallback is what a dead owner and a dead replica leave.
-    let (mut a, b) = harness::pair_with_notes(
+    let (mut a, b) = ferry_harness::pair_with_notes(
         Gateway::start("a"),
         Gateway::start_with_config("b", "cache_fresh_ms = 1\n"),
     );
@@ -204,7 +203,7 @@ fn read_as(g: &Gateway, app: &str, key: &str) -> (u16, Option<u64>, String) {
 
 #[test]
 fn an_app_never_sees_a_revision_go_backwards_even_when_a_stale_replica_answers() {
-    let (mut a, b) = harness::pair_with_notes(
+    let (mut a, b) = ferry_harness::pair_with_notes(
         Gateway::start("a"),
         Gateway::start_with_config("b", "cache_fresh_ms = 1\n"),
     );

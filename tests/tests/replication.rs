@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{wait_for, Gateway};
+use ferry_harness::{wait_for, Gateway};
 
 const RECORDS: u64 = 100_000;
 

@@ -15,12 +15,12 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{
+use ferry_gateway::home::Home;
+use ferry_gateway::read_around;
+use ferry_harness::{
     ferry_bin, fresh_request_id, pair_with_notes, two_with_notes, wait_for, Gateway, SIGCONT,
     SIGSTOP,
 };
-use ferry_gateway::home::Home;
-use ferry_gateway::read_around;
 use ferry_kit::{Settlement, WriteOptions, WriteResult};
 
 /// Until `gateway`'s log has a line about `request_id` that says `what`.
@@ -315,7 +315,7 @@ fn settling_with_the_gateway_down_is_still_unknown_never_nothing_written() {
         vec!["--json", "settle", id.as_str()],
     ] {
         let out = b.cli(&args);
-        let said = ferry_tests::describe(&out);
+        let said = ferry_harness::describe(&out);
         assert_eq!(out.status.code(), Some(4), "ferry {args:?}: {said}");
         assert!(!said.contains("nothing was sent"), "ferry {args:?}: {said}");
         assert!(said.contains("still unknown"), "ferry {args:?}: {said}");
@@ -359,7 +359,7 @@ fn a_vault_name_two_peers_own_never_lets_the_other_fence_a_write_that_ran() {
     let b = Gateway::start("b");
     b.trust_each_other(&c);
     let out = b.cli(&["vault", "create", "notes"]);
-    assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+    assert!(out.status.success(), "{}", ferry_harness::describe(&out));
     let vaults = wait_for_collision(&c);
     // Both are listed, each with the collision said; a call by the bare name is refused.
     let notes: Vec<&serde_json::Value> = vaults
@@ -427,7 +427,7 @@ fn an_owner_untrusted_after_the_write_left_is_never_fenced_by_the_others() {
     let id = fresh_request_id();
     let revision = write_through(&c, "k", &id);
     let out = c.cli(&["untrust", "a"]);
-    assert!(out.status.success(), "{}", ferry_tests::describe(&out));
+    assert!(out.status.success(), "{}", ferry_harness::describe(&out));
     for (how, (status, body)) in [
         ("with the vault named", c.settle_in("notes", &id)),
         ("with no vault named", c.settle(&id, None)),

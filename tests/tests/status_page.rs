@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::harness::{ferry_bin, replica_of_notes, two_with_notes, Gateway};
+use ferry_harness::{ferry_bin, replica_of_notes, two_with_notes, Gateway};
 use serde_json::Value;
 
 fn browser_dir() -> PathBuf {

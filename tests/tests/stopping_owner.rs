@@ -13,8 +13,7 @@ use ferry_names::{AppName, VaultName};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::harness;
-use crate::harness::{wait_for, Gateway};
+use ferry_harness::{wait_for, Gateway};
 use ferry_peer::frames;
 use ferry_peer::outcome::{RefusalCode, WriteAnswer};
 use ferry_peer::tls::TrustedKeys;
@@ -174,7 +173,7 @@ fn a_stopping_owner_answers_a_resent_id_from_its_journal_never_did_not_run() {
         ANSWER_BOUND,
         || (stalls(&a) >= 2).then_some(()),
     );
-    a.signal(ferry_tests::SIGTERM);
+    a.signal(ferry_harness::SIGTERM);
     // Once a heartbeat is answered "going away", every stream after it arrived after the stop.
     wait_for(
         "the owner's door to turn new streams away",
@@ -263,7 +262,12 @@ fn a_stopping_owner_answers_a_resent_id_from_its_journal_never_did_not_run() {
         ),
         "the write running in the drain: {original:?}"
     );
-    assert_eq!(a.wait_exit(harness::STOP_BOUND), Some(0), "{}", a.log());
+    assert_eq!(
+        a.wait_exit(ferry_harness::STOP_BOUND),
+        Some(0),
+        "{}",
+        a.log()
+    );
     assert_eq!(
         a.stored("notes", "ran").map(|(_, revision)| revision),
         Some(1)

@@ -4,9 +4,8 @@
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::harness;
-use crate::harness::{ferry_bin, pair_with_notes, two_with_notes, Gateway, START_BOUND};
 use crate::readme_tour;
+use ferry_harness::{ferry_bin, pair_with_notes, two_with_notes, Gateway, START_BOUND};
 use serde_json::Value;
 
 #[test]
@@ -120,7 +119,7 @@ fn compare_and_swap_over_http_refuses_with_409_and_the_current_revision() {
 #[test]
 fn a_repeated_request_id_is_answered_from_the_journal_and_runs_once() {
     let (a, b) = two_with_notes();
-    let id = harness::fresh_request_id();
+    let id = ferry_harness::fresh_request_id();
     let first = b.put("notes", "once", b"x", &[("x-ferry-request-id", &id)]);
     let again = b.put("notes", "once", b"y", &[("x-ferry-request-id", &id)]);
     assert_eq!(first.0, 200);
@@ -271,7 +270,7 @@ fn stop_drains_removes_api_addr_and_exits_zero_then_writes_are_local_gateway_dow
     );
     // Trust and vaults are on disk: the owner comes back with them.
     a.restart();
-    harness::wait_for(
+    ferry_harness::wait_for(
         "B to see A's route up again",
         std::time::Duration::from_secs(10),
         || (b.route_to("a")["state"] == "up").then_some(()),
@@ -291,11 +290,11 @@ fn stop_drains_removes_api_addr_and_exits_zero_then_writes_are_local_gateway_dow
 #[test]
 fn one_write_can_be_followed_across_both_logs_by_its_request_id() {
     let env = [("RUST_LOG", "ferry=debug")];
-    let (a, b) = harness::pair_with_notes(
+    let (a, b) = ferry_harness::pair_with_notes(
         Gateway::start_with_env("a", &env),
         Gateway::start_with_env("b", &env),
     );
-    let id = harness::fresh_request_id();
+    let id = ferry_harness::fresh_request_id();
     let (status, body) = b.put("notes", "traced", b"v", &[("X-Ferry-Request-Id", &id)]);
     assert_eq!(status, 200, "{body}");
 

@@ -11,8 +11,7 @@
 
 use std::time::Duration;
 
-use crate::harness;
-use crate::harness::{wait_for, Gateway};
+use ferry_harness::{wait_for, Gateway};
 use serde_json::Value;
 
 const MISMATCH_BOUND: Duration = Duration::from_secs(15);
@@ -44,7 +43,7 @@ fn gateways_with_no_common_protocol_version_say_so_everywhere_and_send_nothing()
     assert!(
         out.status.success(),
         "vault create on owner: {}",
-        ferry_tests::describe(&out)
+        ferry_harness::describe(&out)
     );
     let (status, body) = a.put("notes", "before", b"v", &[]);
     assert_eq!(status, 200, "a knows the owner and writes: {body}");
@@ -60,7 +59,7 @@ fn gateways_with_no_common_protocol_version_say_so_everywhere_and_send_nothing()
     // A write to the owner a knows: refused in the handshake, nothing sent. (Until a's next
     // probe of the route, its pooled connection to the old process may still be taken and
     // found dead: that too sends nothing, so the write is retried until the mismatch shows.)
-    let request_id = harness::fresh_request_id();
+    let request_id = ferry_harness::fresh_request_id();
     let body = wait_for(
         "a write to the owner to be refused for the protocol mismatch",
         MISMATCH_BOUND,

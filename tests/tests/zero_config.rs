@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{ferry_bin, wait_for, START_BOUND};
+use ferry_harness::{ferry_bin, wait_for, START_BOUND};
 
 /// A network namespace with only loopback, removed on drop.
 struct PrivateNetns {

@@ -18,6 +18,7 @@
 //!   per-caller cap, the rate limit, the two classes with aging).
 //! - [`settle`]: what the answers of every gateway that could have received an id add up to.
 //! - [`clock`]: the clock seam.
+//! - [`rng`]: the seeded random numbers of the tests, the simulation and the benchmarks.
 //! - [`bugs`]: known-wrong behaviours a test may switch on (feature `bug-injection`).
 //! - [`wire`], [`outcome`]: the types the decisions speak (the codec is `ferry-peer`'s).
 
@@ -29,6 +30,7 @@ pub mod health;
 pub mod liveness;
 pub mod outcome;
 pub mod read;
+pub mod rng;
 pub mod route_table;
 pub mod routes;
 pub mod settle;

@@ -26,7 +26,7 @@
 //!   `scale`: the scale benchmark, with its report; `memory`: resident memory from `/proc`;
 //!   `liveness`: the cost of heartbeats to many peers, with its floor and report;
 //!   `slowloris`: an app beside a stranger holding the local API's connections, with its report;
-//!   `bare_relay`: the yardsticks; `ferry_procs`: the gateways; `sqlite`: durable SQLite and the
+//!   `bare_relay`: the yardsticks; `ferry_procs`: the binary to measure and the gateways (`ferry_harness`, as the tests start them); `sqlite`: durable SQLite and the
 //!   floor; `cpu`: CPU per side from `/proc`; `report`, `reads_report`: the tables, with `figures`
 //!   formatting them for people; `targets`: the targets, judged once for both outputs; `json`:
 //!   the reports as JSON.

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::cpu;
-use crate::ferry_procs::{self, Gateway, ProcError};
+use crate::ferry_procs::{self, Gateway, GatewayError};
 use crate::load::LoadError;
 use crate::overload::report::MachineWatch;
 
@@ -155,7 +155,7 @@ pub enum OverloadError {
     #[error(transparent)]
     Mesh(#[from] MeshError),
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error("the load generator: {0}")]
     Load(#[from] LoadError),
     #[error("the peak phase gave no throughput to offer multiples of: {figures}")]
@@ -440,7 +440,7 @@ impl Bench<'_> {
         let m = self.mesh;
         let cpu = [&m.a, &m.a_off, &m.b, &m.c, &m.d]
             .into_iter()
-            .filter_map(|g| Some((g.label.clone(), cpu::process_cpu(g.pid()?)?)))
+            .filter_map(|g| Some((g.label.clone(), cpu::process_cpu(g.process_id()?)?)))
             .collect();
         (Instant::now(), cpu)
     }
@@ -567,9 +567,9 @@ impl Bench<'_> {
         let cpu_before = self.cpu();
         let target = mesh::revision(&mesh.a, VAULT_CATCH_UP)?.unwrap_or(0);
         let follow_at = running.started().elapsed();
-        let followed = mesh
-            .d
-            .cli(&["vault", "follow", VAULT_CATCH_UP, "--owner", &mesh.a.label]);
+        let followed =
+            mesh.d
+                .cli_stdout(&["vault", "follow", VAULT_CATCH_UP, "--owner", &mesh.a.label]);
         let converged_at = match followed {
             Ok(_) => wait_for_revision(&mesh.d, target, plan.catch_up_bound, running.started()),
             Err(err) => Err(OverloadError::Proc(err)),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use ferry_kit::{Kit, WriteOptions, WriteResult};
 use serde::Serialize;
 
-use crate::ferry_procs::{self, Gateway, ProcError, PATH_OWNER_CONFIG};
+use crate::ferry_procs::{self, Gateway, GatewayError, PATH_OWNER_CONFIG};
 use crate::load::percentile;
 use crate::targets::{render_judged, Bound, Judged, Unit};
 use crate::{progress, Options};
@@ -104,15 +104,15 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Starts an owner with `followers` followers of [`VAULT`], all caught up.
-fn start(binary: &Path, followers: usize) -> Result<(Gateway, Vec<Gateway>), ProcError> {
-    let owner = Gateway::start_with_config(binary, "owner", Some(PATH_OWNER_CONFIG))?;
-    owner.cli(&["vault", "create", VAULT])?;
+fn start(binary: &Path, followers: usize) -> Result<(Gateway, Vec<Gateway>), GatewayError> {
+    let owner = ferry_procs::start(binary, "owner", Some(PATH_OWNER_CONFIG))?;
+    owner.cli_stdout(&["vault", "create", VAULT])?;
     let mut list = Vec::new();
     for i in 0..followers {
-        let follower = Gateway::start(binary, &format!("f{i}"))?;
-        owner.trust(&follower)?;
-        follower.trust(&owner)?;
-        follower.cli(&["vault", "follow", VAULT, "--owner", "owner"])?;
+        let follower = ferry_procs::start(binary, &format!("f{i}"), None)?;
+        owner.try_trust(&follower)?;
+        follower.try_trust(&owner)?;
+        follower.cli_stdout(&["vault", "follow", VAULT, "--owner", "owner"])?;
         list.push(follower);
     }
     Ok((owner, list))
@@ -184,12 +184,12 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
         "propagation: {followers} followers, {changes} changes"
     ));
     let (mut owner, mut list) = start(binary, followers).map_err(|e| e.to_string())?;
-    let owner_kit = Kit::from_home(owner.home().to_path_buf(), "bench-writer");
+    let owner_kit = Kit::from_home(owner.home.clone(), "bench-writer");
     // Warm up: one change through to every follower, so each is caught up and asking.
     let warm = write_all(&owner_kit, 1, "warm-up").await?;
     let warm = warm.last().map_or(0, |w| w.0);
     for follower in &list {
-        let kit = Kit::from_home(follower.home().to_path_buf(), "bench-watcher");
+        let kit = Kit::from_home(follower.home.clone(), "bench-watcher");
         let asked = Instant::now();
         while kit
             .changes(VAULT, 0, None, Duration::ZERO)
@@ -209,7 +209,7 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
     let mut seen_by = Vec::new();
     for follower in &list {
         let seen = Arc::new(Mutex::new(BTreeMap::new()));
-        let kit = Kit::from_home(follower.home().to_path_buf(), "bench-watcher");
+        let kit = Kit::from_home(follower.home.clone(), "bench-watcher");
         // From the warm-up's revision, known before any measured write.
         watchers.push(tokio::spawn(watch(kit, warm, last.clone(), seen.clone())));
         seen_by.push(seen);
@@ -220,16 +220,16 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
     tokio::time::sleep(ferry_peer::health::ACTIVE_FOR + Duration::from_secs(1)).await;
     // The owner's own cost of its followers while nothing is written (their long polls,
     // heartbeats and routes), so the CPU per write below can be read apart from it.
-    let idle_before = owner.pid().and_then(crate::cpu::process_cpu);
+    let idle_before = owner.process_id().and_then(crate::cpu::process_cpu);
     tokio::time::sleep(IDLE_SPAN).await;
     let owner_idle_cpu_pct = owner
-        .pid()
+        .process_id()
         .and_then(crate::cpu::process_cpu)
         .zip(idle_before)
         .map(|(after, before)| {
             after.saturating_sub(before).as_secs_f64() * 100.0 / IDLE_SPAN.as_secs_f64()
         });
-    let owner_cpu_before = owner.pid().and_then(crate::cpu::process_cpu);
+    let owner_cpu_before = owner.process_id().and_then(crate::cpu::process_cpu);
     let written = write_all(&owner_kit, changes, "k").await?;
     *last.lock().unwrap_or_else(|p| p.into_inner()) = written.last().map(|w| w.0);
     for watcher in watchers {
@@ -238,7 +238,7 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
             .map_err(|e| format!("a watcher panicked: {e}"))??;
     }
     let owner_cpu = owner
-        .pid()
+        .process_id()
         .and_then(crate::cpu::process_cpu)
         .zip(owner_cpu_before)
         .map(|(after, before)| after.saturating_sub(before).as_secs_f64() * 1e6 / changes as f64);
@@ -258,7 +258,7 @@ async fn one_run(binary: &Path, followers: usize, changes: usize) -> Result<Run,
     let pick = |sorted: &[Duration], p: f64| percentile(sorted, p).map_or(f64::NAN, ms);
     let (mut metric_sum_s, mut metric_count) = (0.0, 0.0);
     for follower in &list {
-        let metric = |series: &str| follower.metric(series).map_err(|e| e.to_string());
+        let metric = |series: &str| follower.try_metric(series).map_err(|e| e.to_string());
         metric_sum_s += metric("ferry_propagation_seconds_sum{}")?.unwrap_or(0.0);
         metric_count += metric("ferry_propagation_seconds_count{}")?.unwrap_or(0.0);
     }
@@ -293,7 +293,7 @@ async fn frozen_run(binary: &Path, changes: usize) -> Result<Frozen, String> {
         "propagation: a frozen follower, {changes} changes"
     ));
     let (mut owner, mut list) = start(binary, 2).map_err(|e| e.to_string())?;
-    let owner_kit = Kit::from_home(owner.home().to_path_buf(), "bench-writer");
+    let owner_kit = Kit::from_home(owner.home.clone(), "bench-writer");
     let rate = |written: &[(u64, Instant, Duration)], took: Duration| {
         written.len() as f64 / took.as_secs_f64()
     };
@@ -301,7 +301,7 @@ async fn frozen_run(binary: &Path, changes: usize) -> Result<Frozen, String> {
     let all_running = write_all(&owner_kit, changes, "running").await?;
     let all_running_rate = rate(&all_running, started.elapsed());
     let frozen_pid = list[1]
-        .pid()
+        .process_id()
         .ok_or("the follower to freeze is not running")?;
     signal(frozen_pid, "STOP")?;
     let started = Instant::now();
@@ -312,7 +312,7 @@ async fn frozen_run(binary: &Path, changes: usize) -> Result<Frozen, String> {
     let frozen_rate = rate(&frozen, took);
     let target = frozen.last().map_or(0, |w| w.0);
     let thawed = Instant::now();
-    let follower_kit = Kit::from_home(list[1].home().to_path_buf(), "bench-watcher");
+    let follower_kit = Kit::from_home(list[1].home.clone(), "bench-watcher");
     loop {
         let page = follower_kit
             .changes(VAULT, target.saturating_sub(1), Some(1), Duration::ZERO)

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use crate::bare_relay::{BareHttp, BareRelay, Layout, Records, RelayError};
 use crate::cpu::{self, Machine, Sides};
-use crate::ferry_procs::{self, Pair, ProcError};
+use crate::ferry_procs::{self, GatewayError, Pair};
 use crate::figures::latency;
 use crate::load::{self, Keys, LoadError, Sample, Target, Verb};
 use crate::placement::{self, Pinned, Placement, Placements};
@@ -181,7 +181,7 @@ pub enum ReadsError {
     #[error("the load generator: {0}")]
     Load(#[from] LoadError),
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error(
         "b still cannot read {key} from the owner a after {CALLER_READY_BOUND:?} (last answer: \
          {status} {body}); b may never have learned the route to a (the QUIC address given to \
@@ -536,7 +536,7 @@ fn bare_target(api: &std::net::SocketAddr) -> Target {
 fn start_ferry(binary: &Path, plan: &Plan, notes: &mut Vec<String>) -> Result<Pair, ReadsError> {
     let pair = Pair::start(binary, VAULT)?;
     let owner = Target {
-        api: pair.owner.api,
+        api: pair.owner.api_addr(),
         token: pair.owner.token.clone(),
         app: APP.into(),
         vault: VAULT.into(),
@@ -589,8 +589,13 @@ fn wait_until_caller_reads(pair: &Pair, key: &str) -> Result<(), ReadsError> {
     let path = format!("/v1/vaults/{VAULT}/records/{key}");
     let started = Instant::now();
     loop {
-        let (status, body) =
-            load::request_once(pair.caller.api, "GET", &path, &pair.caller.token, Some(APP))?;
+        let (status, body) = load::request_once(
+            pair.caller.api_addr(),
+            "GET",
+            &path,
+            &pair.caller.token,
+            Some(APP),
+        )?;
         if status == 200 {
             return Ok(());
         }

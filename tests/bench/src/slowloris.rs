@@ -206,7 +206,7 @@ fn held_by(gateway: &Gateway, count: usize) -> Result<(), Box<dyn std::error::Er
     let started = Instant::now();
     loop {
         let held = gateway
-            .metric("ferry_api_connections{token=\"not_shown\"}")?
+            .try_metric("ferry_api_connections{token=\"not_shown\"}")?
             .unwrap_or(0.0);
         if held >= count as f64 {
             return Ok(());
@@ -265,17 +265,17 @@ fn one_run(
         "slowloris: {name}: bound {bound}, {half_open} half-sent requests, {writes} writes"
     ));
     let config = format!("{CONFIG}[local_api]\nmax_connections = {bound}\n");
-    let mut gateway = Gateway::start_with_config(binary, "slowloris", Some(&config))?;
-    gateway.cli(&["vault", "create", VAULT])?;
+    let mut gateway = ferry_procs::start(binary, "slowloris", Some(&config))?;
+    gateway.cli_stdout(&["vault", "create", VAULT])?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let kit = Kit::from_home(gateway.home().to_path_buf(), "bench-app");
+    let kit = Kit::from_home(gateway.home.clone(), "bench-app");
     // Warm up before the stranger comes: the app's first writes open the vault's paths.
     runtime.block_on(write_all(&kit, 20, "warm-up"));
     let stranger = if half_open > 0 {
-        Some(Stranger::start(gateway.api, half_open)?)
+        Some(Stranger::start(gateway.api_addr(), half_open)?)
     } else {
         None
     };
@@ -283,16 +283,16 @@ fn one_run(
         held_by(&gateway, half_open.min(bound - 1))?;
     }
     let made_room_before =
-        gateway.metric("ferry_api_connections_closed_total{reason=\"made_room\"}")?;
+        gateway.try_metric("ferry_api_connections_closed_total{reason=\"made_room\"}")?;
     let opened_before = stranger.as_ref().map_or(0, Stranger::opened);
     let stranger_open = stranger.as_ref().map_or(0, Stranger::open);
     let started = Instant::now();
     let (took, failed) = runtime.block_on(write_all(&kit, writes, name));
     let elapsed = started.elapsed();
     let opened = stranger.as_ref().map_or(0, Stranger::opened) - opened_before;
-    let held_without_token = gateway.metric("ferry_api_connections{token=\"not_shown\"}")?;
+    let held_without_token = gateway.try_metric("ferry_api_connections{token=\"not_shown\"}")?;
     let made_room = gateway
-        .metric("ferry_api_connections_closed_total{reason=\"made_room\"}")?
+        .try_metric("ferry_api_connections_closed_total{reason=\"made_room\"}")?
         .zip(made_room_before)
         .map(|(after, before)| after - before);
     if let Some(stranger) = stranger {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::bare_relay::{BareRelay, Layout, RelayError};
 use crate::cpu::{self, Machine, Sides, Usage};
-use crate::ferry_procs::{self, Pair, ProcError};
+use crate::ferry_procs::{self, GatewayError, Pair};
 use crate::load::{self, Keys, LoadError, Sample, Target, Verb};
 use crate::report::{Measured, Report};
 use crate::{progress, sqlite};
@@ -100,7 +100,7 @@ pub enum WritesError {
     #[error("the load generator: {0}")]
     Load(#[from] LoadError),
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
 }
 
 /// A system under test, up and idle until its turn.
@@ -285,7 +285,13 @@ fn start_ferry(binary: &Path) -> Result<Slot, WritesError> {
 /// Proves the writes went to the owner: a key written through `b` reads back on `a`.
 fn check_owner_has(pair: &Pair, key: &str) -> String {
     let path = format!("/v1/vaults/{VAULT}/records/{key}");
-    match load::request_once(pair.owner.api, "GET", &path, &pair.owner.token, Some(APP)) {
+    match load::request_once(
+        pair.owner.api_addr(),
+        "GET",
+        &path,
+        &pair.owner.token,
+        Some(APP),
+    ) {
         Ok((200, _)) => format!("check: {key}, written through b, reads back on the owner a"),
         Ok((status, body)) => format!(
             "check FAILED: {key} on the owner a answered {status}: {}",

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use crate::lab_api::{Api, NoAnswer};
 use crate::lab_app::now_ms;
-use crate::rng::Rng;
+use ferry_core::rng::Rng;
 
 /// Keys every app shares, per vault.
 pub const HOT_KEYS: u64 = 8;

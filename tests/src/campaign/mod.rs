@@ -23,10 +23,11 @@ use ferry_core::bugs::{Bug, BUG_VAR};
 use serde_json::{json, Value};
 
 use crate::history::{self, Effect, History, OwnerState, Read, ReplicaState, Write, WriteFate};
-use crate::lab::{sibling_binary, trust_all, Lab, LabGateway, StartOptions};
+use crate::lab::{trust_all, Lab};
 use crate::lab_app::now_ms;
 use crate::owner_db::{journal, open_read_only, records, settled_fate, told_fate};
-use crate::{vault_revision, wait_for, SIGCONT, SIGSTOP};
+use ferry_harness::{sibling_binary, Gateway};
+use ferry_harness::{vault_revision, wait_for, SIGCONT, SIGSTOP};
 use nemesis::{Choice, Fault, Nemesis};
 pub use report::Report;
 
@@ -333,18 +334,11 @@ fn label(host: usize) -> String {
 }
 
 /// Every host's gateway, trusting each other, the vaults made and followed.
-fn start_gateways(lab: &Lab, bug: Option<Bug>) -> Vec<LabGateway> {
+fn start_gateways(lab: &Lab, bug: Option<Bug>) -> Vec<Gateway> {
     let env: Vec<(&str, &str)> = bug.map(|b| (BUG_VAR, b.name())).into_iter().collect();
-    let gateways: Vec<LabGateway> = (1..=HOSTS)
+    let gateways: Vec<Gateway> = (1..=HOSTS)
         .map(|host| {
-            lab.start_ferry_with(
-                host,
-                &label(host),
-                &StartOptions {
-                    env: &env,
-                    ..StartOptions::default()
-                },
-            )
+            lab.start_ferry_with(host, &label(host), ferry_harness::Options::new().env(&env))
         })
         .collect();
     trust_all(&gateways.iter().collect::<Vec<_>>());
@@ -353,14 +347,14 @@ fn start_gateways(lab: &Lab, bug: Option<Bug>) -> Vec<LabGateway> {
         assert!(
             out.status.success(),
             "vault create {vault} on h{owner}: {}",
-            crate::describe(&out)
+            ferry_harness::describe(&out)
         );
     }
     for (vault, owner, replicas) in VAULTS {
         for gateway in replicas.iter().map(|r| &gateways[r - 1]) {
             let follow = ["vault", "follow", vault, "--owner", &label(owner)];
             wait_for(
-                &format!("{} to follow {vault}", gateway.label()),
+                &format!("{} to follow {vault}", gateway.label),
                 SETUP_BOUND,
                 || gateway.cli(&follow).status.success().then_some(()),
             );
@@ -371,49 +365,45 @@ fn start_gateways(lab: &Lab, bug: Option<Bug>) -> Vec<LabGateway> {
 
 /// The `collide` fault's stranger: a second gateway on [`STRANGER_HOST`], owning vaults of the
 /// campaign's names, trusted by nobody until the fault.
-fn start_stranger(lab: &Lab, bug: Option<Bug>) -> LabGateway {
+fn start_stranger(lab: &Lab, bug: Option<Bug>) -> Gateway {
     let env: Vec<(&str, &str)> = bug.map(|b| (BUG_VAR, b.name())).into_iter().collect();
-    let stranger = lab.start_ferry_with(
-        STRANGER_HOST,
+    let stranger = Gateway::start_at(
+        lab.place_on_port(STRANGER_HOST, STRANGER_PORT),
         STRANGER,
-        &StartOptions {
-            env: &env,
-            port: Some(STRANGER_PORT),
-            ..StartOptions::default()
-        },
+        ferry_harness::Options::new().env(&env),
     );
     for (vault, _, _) in VAULTS {
         let out = stranger.cli(&["vault", "create", vault]);
         assert!(
             out.status.success(),
             "vault create {vault} on the stranger: {}",
-            crate::describe(&out)
+            ferry_harness::describe(&out)
         );
     }
     stranger
 }
 
 /// `me` trusts `them` by both routes.
-fn trust(me: &LabGateway, them: &LabGateway) {
+fn trust(me: &Gateway, them: &Gateway) {
     let out = crate::lab::trust_by_both_routes(me, them);
     if !out.status.success() {
         eprintln!(
             "campaign: {} trusting {} failed: {}",
-            me.label(),
-            them.label(),
-            crate::describe(&out)
+            me.label,
+            them.label,
+            ferry_harness::describe(&out)
         );
     }
 }
 
 /// `me` untrusts the peer called `label`.
-fn untrust(me: &LabGateway, label: &str) {
+fn untrust(me: &Gateway, label: &str) {
     let out = me.cli(&["untrust", label]);
     if !out.status.success() {
         eprintln!(
             "campaign: {} untrusting {label} failed: {}",
-            me.label(),
-            crate::describe(&out)
+            me.label,
+            ferry_harness::describe(&out)
         );
     }
 }
@@ -421,7 +411,7 @@ fn untrust(me: &LabGateway, label: &str) {
 /// [`APPS_PER_HOST`] apps on every host, each with a seed of its own.
 fn start_apps(
     lab: &Lab,
-    gateways: &[LabGateway],
+    gateways: &[Gateway],
     dir: &Path,
     exe: &Path,
     stop: &Path,
@@ -430,14 +420,14 @@ fn start_apps(
     let mut apps = Vec::new();
     for gateway in gateways {
         for n in 0..APPS_PER_HOST {
-            let name = format!("{}{}", gateway.label(), ["a", "b", "c", "d"][n % 4]);
+            let name = format!("{}{}", gateway.label, ["a", "b", "c", "d"][n % 4]);
             let out = dir.join(format!("{name}.jsonl"));
             let _ = std::fs::remove_file(&out);
             let settings = json!({
                 "mode": "campaign",
-                "host": gateway.label(),
+                "host": gateway.label,
                 "app": name,
-                "home": gateway.home(),
+                "home": gateway.home,
                 "vaults": VAULTS.iter().map(|(v, _, _)| *v).collect::<Vec<_>>(),
                 "out": out,
                 "stop": stop,
@@ -478,11 +468,11 @@ fn check_apps_alive(apps: &mut [AppProcess]) -> Result<(), String> {
     Ok(())
 }
 
-fn gateway(gateways: &mut [LabGateway], host: usize) -> &mut LabGateway {
+fn gateway(gateways: &mut [Gateway], host: usize) -> &mut Gateway {
     &mut gateways[host - 1]
 }
 
-fn inject(lab: &Lab, gateways: &mut [LabGateway], stranger: &LabGateway, fault: &Fault) {
+fn inject(lab: &Lab, gateways: &mut [Gateway], stranger: &Gateway, fault: &Fault) {
     match fault {
         Fault::Untrust { host, owner } => untrust(&gateways[host - 1], &label(*owner)),
         Fault::Collide => {
@@ -509,20 +499,20 @@ fn inject(lab: &Lab, gateways: &mut [LabGateway], stranger: &LabGateway, fault: 
             if !out.status.success() {
                 eprintln!(
                     "campaign: ticket rotation on h{host} failed: {}",
-                    crate::describe(&out)
+                    ferry_harness::describe(&out)
                 );
             }
         }
     }
 }
 
-fn heal(lab: &Lab, gateways: &mut [LabGateway], stranger: &LabGateway, fault: &Fault) {
+fn heal(lab: &Lab, gateways: &mut [Gateway], stranger: &Gateway, fault: &Fault) {
     match fault {
         Fault::Untrust { host, owner } => trust(&gateways[host - 1], &gateways[owner - 1]),
         Fault::Collide => {
             for gateway in gateways.iter() {
                 untrust(gateway, STRANGER);
-                untrust(stranger, gateway.label());
+                untrust(stranger, &gateway.label);
             }
         }
         Fault::Kill { host } | Fault::Stop { host } => gateway(gateways, *host).restart(),
@@ -536,7 +526,7 @@ fn heal(lab: &Lab, gateways: &mut [LabGateway], stranger: &LabGateway, fault: &F
 }
 
 /// Waits (bounded) until every replica's revision is its owner's; `Err` names those behind.
-fn converge(gateways: &[LabGateway]) -> Result<(), String> {
+fn converge(gateways: &[Gateway]) -> Result<(), String> {
     let started = Instant::now();
     loop {
         let mut behind = Vec::new();
@@ -564,13 +554,13 @@ fn converge(gateways: &[LabGateway]) -> Result<(), String> {
     }
 }
 
-fn db(gateway: &LabGateway) -> rusqlite::Connection {
-    open_read_only(&gateway.home().join("ferry.db"))
+fn db(gateway: &Gateway) -> rusqlite::Connection {
+    open_read_only(&gateway.home.join("ferry.db"))
 }
 
 /// What every owner and replica holds now.
 fn states(
-    gateways: &[LabGateway],
+    gateways: &[Gateway],
 ) -> (
     BTreeMap<String, OwnerState>,
     BTreeMap<String, Vec<ReplicaState>>,
@@ -638,7 +628,7 @@ pub(crate) fn settles_by_id(events: &[Value]) -> HashMap<&str, &Value> {
 }
 
 /// The history the apps lived, as the checker reads it.
-fn history_of(events: &Events, gateways: &[LabGateway], restarts: &[(usize, u64)]) -> History {
+fn history_of(events: &Events, gateways: &[Gateway], restarts: &[(usize, u64)]) -> History {
     // A gateway that restarts forgets what its apps saw: a new incarnation from the moment
     // its process ended.
     let incarnation = |host: usize, at: u64| {
@@ -652,7 +642,7 @@ fn history_of(events: &Events, gateways: &[LabGateway], restarts: &[(usize, u64)
         ..History::default()
     };
     for (host, app, events) in events {
-        let caller = gateways[host - 1].node_id().to_string();
+        let caller = gateways[host - 1].node_id.to_string();
         let settles = settles_by_id(events);
         for e in events {
             let at = e["sent_ms"].as_u64().unwrap_or(0);

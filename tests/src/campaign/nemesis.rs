@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::rng::Rng;
+use ferry_core::rng::Rng;
 
 /// One fault. Hosts are numbered from 1, as in the lab.
 #[derive(Debug, Clone, PartialEq, Eq)]

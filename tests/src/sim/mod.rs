@@ -59,8 +59,8 @@ use ferry_ticket::NodeKey;
 use crate::history::{
     self, Effect, History, JournalState, OwnerState, Read, Records, ReplicaState, Write, WriteFate,
 };
-use crate::rng::Rng;
-use crate::vault_revision;
+use ferry_core::rng::Rng;
+use ferry_harness::vault_revision;
 use net::{Links, SimSocket, BASE_PORT};
 
 /// The gateways.

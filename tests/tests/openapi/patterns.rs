@@ -6,12 +6,12 @@
 
 use std::str::FromStr;
 
+use ferry_core::rng::Rng;
 use ferry_gateway::names;
 use ferry_kit::contract::{parse_if_match, parse_timeout, parse_wait};
 use ferry_peer::routes::Route;
 use ferry_peer::wire::RequestId;
 use ferry_peer::NodeId;
-use ferry_tests::rng::Rng;
 use serde_json::{json, Value};
 
 /// One documented string form: where its schema is, the parser, and what to start from.

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{wait_for, Gateway, STOP_BOUND};
+use ferry_harness::{wait_for, Gateway, STOP_BOUND};
 
 /// How long one step of the tour may take (a `watch` waits for its change; the rest is quick).
 const STEP_BOUND: Duration = Duration::from_secs(30);
@@ -397,7 +397,7 @@ impl Tour {
             output.status.success(),
             "the tour's `ferry {}` failed: {}",
             mapped.join(" "),
-            ferry_tests::describe(&output)
+            ferry_harness::describe(&output)
         );
         match subcommand.as_str() {
             "stop" => self.stopped(&home),

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::bare_relay::RelayError;
 use crate::cpu::{self, Side};
-use crate::ferry_procs::{self, Gateway, ProcError};
+use crate::ferry_procs::{self, Gateway, GatewayError};
 use crate::load::request_once;
 use crate::overload::report::MachineWatch;
 use crate::Options;
@@ -71,7 +71,7 @@ impl Plan {
 #[derive(Debug, thiserror::Error)]
 pub enum LivenessError {
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error(transparent)]
     Floor(#[from] RelayError),
     #[error("{0}")]
@@ -159,7 +159,7 @@ fn measure_ferry(binary: &Path, plan: &Plan) -> Result<(Measured, Measured), Str
     let mesh = Mesh::start(binary, plan).map_err(|err| err.to_string())?;
     let hub_pid = mesh
         .hub
-        .pid()
+        .process_id()
         .ok_or_else(|| "the hub is not running".to_string())?;
     let hub_cpu = || cpu::process_cpu(hub_pid);
 
@@ -231,12 +231,12 @@ struct Mesh {
 
 impl Mesh {
     fn start(binary: &Path, plan: &Plan) -> Result<Self, LivenessError> {
-        let hub = Gateway::start(binary, "hub")?;
+        let hub = ferry_procs::start(binary, "hub", None)?;
         let mut peers = Vec::with_capacity(plan.peers);
         for i in 0..plan.peers {
-            let peer = Gateway::start(binary, &format!("p{i:03}"))?;
-            hub.trust(&peer)?;
-            peer.trust(&hub)?;
+            let peer = ferry_procs::start(binary, &format!("p{i:03}"), None)?;
+            hub.try_trust(&peer)?;
+            peer.try_trust(&hub)?;
             peers.push(peer);
         }
         let mesh = Self {
@@ -269,12 +269,12 @@ impl Mesh {
     fn make_busy_vaults(&self) -> Result<(), LivenessError> {
         for (i, peer) in self.peers.iter().take(self.busy).enumerate() {
             let vault = busy_vault(i);
-            peer.cli(&["vault", "create", &vault])?;
-            peer.cli(&["put", &vault, "k", "v"])?;
+            peer.cli_stdout(&["vault", "create", &vault])?;
+            peer.cli_stdout(&["put", &vault, "k", "v"])?;
             let started = Instant::now();
             loop {
                 let answer = request_once(
-                    self.hub.api,
+                    self.hub.api_addr(),
                     "GET",
                     &format!("/v1/vaults/{vault}/records/k"),
                     &self.hub.token,
@@ -318,7 +318,7 @@ impl Reader {
             Arc::new(AtomicU64::new(0)),
             Arc::new(AtomicBool::new(false)),
         );
-        let (api, token) = (hub.api, hub.token.clone());
+        let (api, token) = (hub.api_addr(), hub.token.clone());
         let pace = Duration::from_secs(1) / busy.max(1) as u32;
         let thread = {
             let (done, failed, stop) = (done.clone(), failed.clone(), stop.clone());

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::ferry_procs::{Gateway, ProcError};
+use crate::ferry_procs::{self, Gateway, GatewayError};
 use crate::load::{self, LoadError};
 use crate::overload::report::SocketDrops;
 use crate::overload::traffic::{self, Endpoint};
@@ -44,7 +44,7 @@ const LOG_TAIL_LINES: usize = 20;
 #[derive(Debug, thiserror::Error)]
 pub enum MeshError {
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error(transparent)]
     Http(#[from] LoadError),
     #[error(
@@ -85,22 +85,22 @@ impl Mesh {
     /// Starts every gateway, sets up trust and the vaults, and waits (bounded) until `b` and
     /// `c` can write to both owners' vaults.
     pub fn start(binary: &Path) -> Result<Self, MeshError> {
-        let a = Gateway::start_with_config(binary, "a", Some(CONFIG_ON))?;
-        let a_off = Gateway::start_with_config(binary, "a-off", Some(CONFIG_OFF))?;
-        let b = Gateway::start(binary, "b")?;
-        let c = Gateway::start(binary, "c")?;
-        let d = Gateway::start(binary, "d")?;
+        let a = ferry_procs::start(binary, "a", Some(CONFIG_ON))?;
+        let a_off = ferry_procs::start(binary, "a-off", Some(CONFIG_OFF))?;
+        let b = ferry_procs::start(binary, "b", None)?;
+        let c = ferry_procs::start(binary, "c", None)?;
+        let d = ferry_procs::start(binary, "d", None)?;
         for owner in [&a, &a_off] {
             for caller in [&b, &c] {
-                owner.trust(caller)?;
-                caller.trust(owner)?;
+                owner.try_trust(caller)?;
+                caller.try_trust(owner)?;
             }
         }
-        a.trust(&d)?;
-        d.trust(&a)?;
-        a.cli(&["vault", "create", VAULT_ON])?;
-        a.cli(&["vault", "create", VAULT_CATCH_UP])?;
-        a_off.cli(&["vault", "create", VAULT_OFF])?;
+        a.try_trust(&d)?;
+        d.try_trust(&a)?;
+        a.cli_stdout(&["vault", "create", VAULT_ON])?;
+        a.cli_stdout(&["vault", "create", VAULT_CATCH_UP])?;
+        a_off.cli_stdout(&["vault", "create", VAULT_OFF])?;
         let mesh = Self { a, a_off, b, c, d };
         for caller in [&mesh.b, &mesh.c] {
             mesh.wait_until_writes(caller, &mesh.a, VAULT_ON)?;
@@ -176,7 +176,7 @@ impl Mesh {
             .filter_map(|gateway| {
                 let port: u16 = gateway.quic.rsplit(':').next()?.parse().ok()?;
                 // A build without the catcher, the hold or shared dials has no such series.
-                let counter = |series| gateway.metric(series).ok().flatten().map(|n| n as u64);
+                let counter = |series| gateway.try_metric(series).ok().flatten().map(|n| n as u64);
                 Some(SocketDrops {
                     gateway: gateway.label.clone(),
                     drops: *by_port.get(&port)?,
@@ -199,7 +199,7 @@ impl Mesh {
             &mut self.a,
             &mut self.a_off,
         ] {
-            if let Err(err) = gateway.stop() {
+            if let Err(err) = gateway.stop_cleanly() {
                 notes.push(format!("{} did not stop cleanly: {err}", gateway.label));
             }
         }
@@ -210,7 +210,7 @@ impl Mesh {
 /// A gateway's local API as the traffic calls it.
 pub fn endpoint(gateway: &Gateway) -> Endpoint {
     Endpoint {
-        api: gateway.api,
+        api: gateway.api_addr(),
         token: gateway.token.clone(),
     }
 }
@@ -227,7 +227,7 @@ pub fn revision(gateway: &Gateway, vault: &str) -> Result<Option<u64>, MeshError
 }
 
 fn get_json(gateway: &Gateway, path: &'static str) -> Result<serde_json::Value, MeshError> {
-    let (status, body) = load::request_once(gateway.api, "GET", path, &gateway.token, None)?;
+    let (status, body) = load::request_once(gateway.api_addr(), "GET", path, &gateway.token, None)?;
     let unexpected = || MeshError::Unexpected {
         gateway: gateway.label.clone(),
         path,
@@ -324,7 +324,7 @@ impl OwnerCounters {
 /// Reads the owner's counters from its `/metrics`.
 pub fn owner_counters(owner: &Gateway) -> Result<OwnerCounters, MeshError> {
     let (status, body) = load::request_once_limited(
-        owner.api,
+        owner.api_addr(),
         "GET",
         "/metrics",
         &owner.token,

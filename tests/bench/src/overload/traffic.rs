@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use ferry_core::rng::mix64;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::Request;
 use serde::Serialize;
@@ -786,16 +787,17 @@ fn absorb(joined: Result<(usize, Tally), tokio::task::JoinError>, tallies: &mut 
 }
 
 /// A fresh UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, version 7, 12 random bits, the
-/// variant `10`, 62 random bits. The random bits come from a counter mixed by splitmix64
-/// with a per-process seed: distinct within a run, and unlike any other run's.
+/// variant `10`, 62 random bits. The random bits come from a counter mixed by
+/// `ferry_core::rng::mix64` with a per-process seed: distinct within a run, and unlike any
+/// other run's.
 pub fn request_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let millis = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let random = splitmix64(seed() ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let rand_a = (splitmix64(random) & 0x0fff) as u16;
+    let random = mix64(seed() ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let rand_a = (mix64(random) & 0x0fff) as u16;
     let rand_b = random & 0x3fff_ffff_ffff_ffff;
     uuid_v7(millis, rand_a, rand_b)
 }
@@ -821,21 +823,14 @@ fn seed() -> u64 {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        splitmix64(nanos ^ (u64::from(std::process::id()) << 32))
+        mix64(nanos ^ (u64::from(std::process::id()) << 32))
     })
-}
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// The pause before a resend: within [`RESEND_PAUSE_MS`], varied by `n`.
 fn resend_pause(n: u64) -> Duration {
     let (low, high) = RESEND_PAUSE_MS;
-    Duration::from_millis(low + splitmix64(n ^ seed()) % (high - low + 1))
+    Duration::from_millis(low + mix64(n ^ seed()) % (high - low + 1))
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use ferry_gateway::store::{self, records, vaults, StoreError};
 
 use super::report::{BigVault, FloorOnVault, Latencies, OnVault, Placed, SqliteFloor};
 use super::{wait_for_revision, Plan, APP};
-use crate::ferry_procs::{Gateway, ProcError, PATH_OWNER_CONFIG};
+use crate::ferry_procs::{self, Gateway, GatewayError, PATH_OWNER_CONFIG};
 use crate::load::{self, Keys, Sample, Target, Verb, LIST_PAGE};
 use crate::memory::PeakWatch;
 use crate::placement::{self, Placements};
@@ -59,26 +59,26 @@ fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String
         "big vault: an owner with {} records, then {} beside them",
         plan.small_records, plan.big_records
     ));
-    let mut owner = Gateway::start_with_config(binary, "a", Some(PATH_OWNER_CONFIG))
+    let mut owner = ferry_procs::start(binary, "a", Some(PATH_OWNER_CONFIG))
         .map_err(fail("starting the owner"))?;
     for vault in [BIG, SMALL] {
         owner
-            .cli(&["vault", "create", vault])
+            .cli_stdout(&["vault", "create", vault])
             .map_err(fail("creating the vaults"))?;
     }
     owner
-        .stop()
+        .stop_cleanly()
         .map_err(fail("stopping the owner to fill it"))?;
-    let db = owner.home().join("ferry.db");
+    let db = owner.home.as_path().join("ferry.db");
 
     // The small vault alone first: its figures are those of a database of 10,000 records,
     // not of a corner of the big one's tables.
     seed(&db, SMALL, plan.small_records).map_err(|err| format!("filling {SMALL}: {err}"))?;
-    owner.restart().map_err(fail("restarting the owner"))?;
-    watch.watch("owner", owner.pid());
+    owner.try_restart().map_err(fail("restarting the owner"))?;
+    watch.watch("owner", owner.process_id());
     let small = on_vault(&mut owner, watch, SMALL, plan.small_records, plan)?;
     watch.forget("owner");
-    owner.stop().map_err(fail("stopping the owner"))?;
+    owner.stop_cleanly().map_err(fail("stopping the owner"))?;
     let small_floor = floor_on_vault(&db, SMALL, plan.small_records, plan)
         .map_err(|err| format!("the SQLite floor on {SMALL}: {err}"))?;
 
@@ -88,8 +88,8 @@ fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String
     let database_bytes = std::fs::metadata(&db).map(|m| m.len()).ok();
 
     crate::progress("big vault: starting the owner with the big vault");
-    let start = owner.restart().map_err(fail("restarting the owner"))?;
-    watch.watch("owner", owner.pid());
+    let start = owner.try_restart().map_err(fail("restarting the owner"))?;
+    watch.watch("owner", owner.process_id());
     let big = on_vault(&mut owner, watch, BIG, plan.big_records, plan)?;
     crate::progress("big vault: pages of keys across the big vault");
     let pages = run_sequential(
@@ -102,15 +102,16 @@ fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String
     )?;
 
     crate::progress("big vault: a fresh replica syncing the big vault");
-    let mut replica = Gateway::start(binary, "r").map_err(fail("starting the replica"))?;
-    watch.watch("replica", replica.pid());
-    replica.trust(&owner).map_err(fail("trust"))?;
-    owner.trust(&replica).map_err(fail("trust"))?;
+    let mut replica =
+        ferry_procs::start(binary, "r", None).map_err(fail("starting the replica"))?;
+    watch.watch("replica", replica.process_id());
+    replica.try_trust(&owner).map_err(fail("trust"))?;
+    owner.try_trust(&replica).map_err(fail("trust"))?;
     let synced_to = owner_revision(&owner)?;
     let sync_bound = Duration::from_secs(60 + synced_to / SLOWEST_SYNC_PER_S);
     let sync_started = Instant::now();
     replica
-        .cli(&["vault", "follow", BIG, "--owner", &owner.label, "--detach"])
+        .cli_stdout(&["vault", "follow", BIG, "--owner", &owner.label, "--detach"])
         .map_err(fail("following the big vault"))?;
     wait_for_revision(&replica, BIG, synced_to, sync_bound)?;
     let sync = sync_started.elapsed();
@@ -120,7 +121,9 @@ fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String
         plan.catch_up_changes
     ));
     watch.forget("replica");
-    replica.stop().map_err(fail("stopping the replica"))?;
+    replica
+        .stop_cleanly()
+        .map_err(fail("stopping the replica"))?;
     let burst = Arc::new(Keys::spread(KEY_PREFIX, 1, plan.big_records.max(2) - 1));
     let written = load::concurrent(
         &target(&owner, BIG),
@@ -140,14 +143,16 @@ fn run(binary: &Path, plan: &Plan, watch: &PeakWatch) -> Result<BigVault, String
     }
     let behind = owner_revision(&owner)?;
     let catch_up_started = Instant::now();
-    replica.restart().map_err(fail("restarting the replica"))?;
-    watch.watch("replica", replica.pid());
+    replica
+        .try_restart()
+        .map_err(fail("restarting the replica"))?;
+    watch.watch("replica", replica.process_id());
     wait_for_revision(&replica, BIG, behind, RUN_BOUND)?;
     let catch_up = catch_up_started.elapsed();
 
     watch.forget("replica");
     watch.forget("owner");
-    let stopped = replica.stop().and(owner.stop());
+    let stopped = replica.stop_cleanly().and(owner.stop_cleanly());
     stopped.map_err(fail("stopping"))?;
     crate::progress("big vault: the same reads, writes and pages on bare SQLite");
     let floor = SqliteFloor {
@@ -215,15 +220,15 @@ fn on_vault(
         if start > 0 {
             watch.forget("owner");
             owner
-                .stop()
+                .stop_cleanly()
                 .map_err(fail("stopping the owner between starts"))?;
             owner
-                .restart()
+                .try_restart()
                 .map_err(fail("restarting the owner between starts"))?;
-            watch.watch("owner", owner.pid());
+            watch.watch("owner", owner.process_id());
         }
         let pid = owner
-            .pid()
+            .process_id()
             .ok_or_else(|| "the owner is not running".to_string())?;
         // Alternate starts take the placements in turn in the other order, so neither always
         // meets a freshly started owner.
@@ -304,13 +309,13 @@ fn run_sequential(
 }
 
 /// What a failed step of the setup says: the step, then why.
-fn fail(what: &'static str) -> impl Fn(ProcError) -> String {
+fn fail(what: &'static str) -> impl Fn(GatewayError) -> String {
     move |err| format!("{what}: {err}")
 }
 
 fn target(gateway: &Gateway, vault: &str) -> Target {
     Target {
-        api: gateway.api,
+        api: gateway.api_addr(),
         token: gateway.token.clone(),
         app: APP.into(),
         vault: vault.into(),

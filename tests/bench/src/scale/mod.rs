@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::ferry_procs::{self, Discovery, Gateway, ProcError};
+use crate::ferry_procs::{self, Gateway, GatewayError, Place};
 use crate::memory;
 use crate::overload::report::MachineWatch;
 use crate::Options;
@@ -127,21 +127,25 @@ pub fn run(options: &Options<Plan>) -> Result<ScaleReport, ScaleError> {
 
 /// A gateway with nothing to do, with mDNS on and off: how long it took to start and what it
 /// holds resident once settled.
-fn measure_idle(binary: &Path, plan: &Plan) -> Result<Idle, ProcError> {
+fn measure_idle(binary: &Path, plan: &Plan) -> Result<Idle, GatewayError> {
     let mut figures = Vec::new();
-    for discovery in [Discovery::On, Discovery::Off] {
+    for mdns in [true, false] {
         let started = Instant::now();
-        let mut gateway = Gateway::start_with(binary, "idle", None, discovery)?;
+        let options = ferry_procs::options(binary).mdns(mdns);
+        let mut gateway = Gateway::launch(Place::Loopback, "idle", options)?;
         let start = started.elapsed();
         std::thread::sleep(plan.settle);
         // The most of a few readings a second apart, so a moment's dip is not the figure.
         let mut resident = None;
         for _ in 0..IDLE_READINGS {
-            let now = gateway.pid().and_then(memory::resident).map(|(now, _)| now);
+            let now = gateway
+                .process_id()
+                .and_then(memory::resident)
+                .map(|(now, _)| now);
             resident = resident.max(now);
             std::thread::sleep(Duration::from_secs(1));
         }
-        gateway.stop()?;
+        gateway.stop_cleanly()?;
         figures.push((start, resident));
     }
     Ok(Idle {
@@ -189,9 +193,14 @@ fn wait_for_revision(
 
 /// `vault`'s revision on `gateway`; `None` while it holds none of it.
 fn vault_revision(gateway: &Gateway, vault: &str) -> Result<Option<u64>, String> {
-    let (status, body) =
-        crate::load::request_once(gateway.api, "GET", "/v1/vaults", &gateway.token, Some(APP))
-            .map_err(|err| err.to_string())?;
+    let (status, body) = crate::load::request_once(
+        gateway.api_addr(),
+        "GET",
+        "/v1/vaults",
+        &gateway.token,
+        Some(APP),
+    )
+    .map_err(|err| err.to_string())?;
     if status != 200 {
         return Err(format!(
             "GET /v1/vaults on {} answered {status}: {}",

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::report::{AtSize, Latencies, ManyPeers, PlacedWrites, UnderCalls};
 use super::{Plan, APP};
 use crate::cpu;
-use crate::ferry_procs::{self, Gateway, ProcError, PATH_OWNER_CONFIG};
+use crate::ferry_procs::{self, Gateway, GatewayError, PATH_OWNER_CONFIG};
 use crate::load::{self, request_once, Keys, Target, Verb};
 use crate::memory;
 use crate::placement::Placements;
@@ -41,14 +41,14 @@ fn run(binary: &Path, plan: &Plan) -> Result<ManyPeers, Failure> {
         "many peers: a hub and {} peers, then {}",
         plan.base_peers, plan.peers
     ));
-    let hub = Gateway::start(binary, "hub")?;
-    hub.cli(&["vault", "create", HUB_VAULT])?;
-    hub.cli(&["put", HUB_VAULT, "k", "v"])?;
+    let hub = ferry_procs::start(binary, "hub", None)?;
+    hub.cli_stdout(&["vault", "create", HUB_VAULT])?;
+    hub.cli_stdout(&["put", HUB_VAULT, "k", "v"])?;
     let mut peers = Vec::with_capacity(plan.peers);
     // The first peer owns the vault the hub writes to; the rules are sized not to bind on one
     // app's writes one at a time.
     add_peer(&hub, &mut peers, binary, Some(PATH_OWNER_CONFIG))?;
-    peers[0].cli(&["vault", "create", VAULT])?;
+    peers[0].cli_stdout(&["vault", "create", VAULT])?;
     while peers.len() < plan.base_peers {
         add_peer(&hub, &mut peers, binary, None)?;
     }
@@ -68,7 +68,7 @@ fn run(binary: &Path, plan: &Plan) -> Result<ManyPeers, Failure> {
 #[derive(Debug, thiserror::Error)]
 enum Failure {
     #[error(transparent)]
-    Proc(#[from] ProcError),
+    Proc(#[from] GatewayError),
     #[error("{0}")]
     Setup(String),
     /// Writes through the hub failed: a part measured with failures is no figure.
@@ -86,9 +86,9 @@ fn add_peer(
     binary: &Path,
     config: Option<&str>,
 ) -> Result<(), Failure> {
-    let peer = Gateway::start_with_config(binary, &format!("p{:03}", peers.len()), config)?;
-    hub.trust(&peer)?;
-    peer.trust(hub)?;
+    let peer = ferry_procs::start(binary, &format!("p{:03}", peers.len()), config)?;
+    hub.try_trust(&peer)?;
+    peer.try_trust(hub)?;
     peers.push(peer);
     Ok(())
 }
@@ -99,7 +99,7 @@ fn wait_ready(hub: &Gateway, peers: &[Gateway]) -> Result<(), Failure> {
     loop {
         let routes = ferry_procs::routes_up(hub, peers);
         let read = request_once(
-            hub.api,
+            hub.api_addr(),
             "GET",
             &format!("/v1/vaults/{VAULT}/records?limit=1"),
             &hub.token,
@@ -124,7 +124,7 @@ fn wait_ready(hub: &Gateway, peers: &[Gateway]) -> Result<(), Failure> {
 /// writes one at a time, then memory again.
 fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Failure> {
     let pid = hub
-        .pid()
+        .process_id()
         .ok_or_else(|| Failure::Setup("the hub is not running".into()))?;
     crate::progress(&format!("many peers: {} peers, idle", peers.len()));
     // Past the 50 ms heartbeats of a route just used (the last reads and writes), so the phase
@@ -139,14 +139,14 @@ fn at_size(hub: &Gateway, peers: &[Gateway], plan: &Plan) -> Result<AtSize, Fail
         peers.len()
     ));
     let target = Target {
-        api: hub.api,
+        api: hub.api_addr(),
         token: hub.token.clone(),
         app: APP.into(),
         vault: VAULT.into(),
     };
     let keys = Keys::new(format!("n{}/", peers.len()));
     let owner = peers[0]
-        .pid()
+        .process_id()
         .ok_or_else(|| Failure::Setup("the vault's owner is not running".into()))?;
     let placements = Placements::here("many peers");
     let (placed, write_cpu, _) = cpu::process_cpu_over(pid, || {
@@ -210,7 +210,7 @@ fn under_calls(
     plan: &Plan,
 ) -> Result<UnderCalls, Failure> {
     let path = format!("/v1/vaults/{HUB_VAULT}/records?limit=10");
-    let list = |peer: &Gateway| request_once(peer.api, "GET", &path, &peer.token, Some(APP));
+    let list = |peer: &Gateway| request_once(peer.api_addr(), "GET", &path, &peer.token, Some(APP));
     let started = Instant::now();
     for peer in callers {
         while !matches!(list(peer), Ok((200, _))) {
