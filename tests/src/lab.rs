@@ -26,7 +26,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Condvar, Mutex, Once};
 use std::time::Instant;
 
 use crate::skip_or_fail;
@@ -40,17 +40,66 @@ pub const MAX_HOSTS: usize = 99;
 
 /// A lab that measures time has the process's labs to itself: on a shared CPU their timings
 /// would disturb each other, and a fault in one lab must not be measured by another. Labs that
-/// only check promises (the campaign's) hold it shared and run beside each other
+/// only check promises (the campaign's) take their turn beside each other
 /// ([`Lab::new_beside_others`]); they are as isolated from each other as from an alone one (their
 /// own namespaces, switches and prefixes), only not from its CPU.
-static LAB_LOCK: RwLock<()> = RwLock::new(());
+static LAB_TURNS: Turns = Turns {
+    held: Mutex::new(Held {
+        alone: false,
+        beside: 0,
+    }),
+    changed: Condvar::new(),
+};
 
-/// How a lab holds [`LAB_LOCK`] for its whole life. The guards are held, never read: dropping
-/// them is their use.
-#[allow(dead_code)]
-enum Turn {
-    Alone(RwLockWriteGuard<'static, ()>),
-    Beside(RwLockReadGuard<'static, ()>),
+/// The labs' turns: one alone, or any number beside each other. Unlike `RwLock` (whose Linux
+/// version lets no reader in while a writer waits), a lab asking to run beside others joins
+/// those running whenever no lab runs alone: the promise-only labs all start at once and overlap,
+/// instead of each queueing behind the timing labs that arrived before it. The timing labs
+/// wait for them to end; the promise-only ones are few and all start early, so none waits long.
+struct Turns {
+    held: Mutex<Held>,
+    changed: Condvar,
+}
+
+struct Held {
+    alone: bool,
+    beside: usize,
+}
+
+/// A lab's turn, held for its whole life and given back when dropped.
+struct Turn {
+    alone: bool,
+}
+
+impl Turn {
+    /// Waits for a turn alone (no other lab) or beside others (no lab alone).
+    fn take(alone: bool) -> Turn {
+        // A poisoned lock only means an earlier lab test panicked; the counts stay right, since
+        // a turn is given back by its drop, which runs while unwinding too.
+        let held = LAB_TURNS.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = LAB_TURNS
+            .changed
+            .wait_while(held, |h| h.alone || (alone && h.beside > 0))
+            .unwrap_or_else(|p| p.into_inner());
+        if alone {
+            held.alone = true;
+        } else {
+            held.beside += 1;
+        }
+        Turn { alone }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut held = LAB_TURNS.held.lock().unwrap_or_else(|p| p.into_inner());
+        if self.alone {
+            held.alone = false;
+        } else {
+            held.beside -= 1;
+        }
+        LAB_TURNS.changed.notify_all();
+    }
 }
 
 /// Labs made by this process so far; part of the next lab's prefix.
@@ -235,19 +284,14 @@ impl Lab {
     /// missing prerequisite (root, `ip`) fails the test instead of skipping it; so does a lab
     /// that cannot be built, with or without it.
     pub fn new(hosts: usize) -> Option<Lab> {
-        Lab::build_holding(hosts, || {
-            // A poisoned lock only means an earlier lab test failed; its lab is already gone.
-            Turn::Alone(LAB_LOCK.write().unwrap_or_else(|p| p.into_inner()))
-        })
+        Lab::build_holding(hosts, || Turn::take(true))
     }
 
     /// As [`Lab::new`], for a lab whose test checks promises and no timing: it runs beside other
     /// such labs of this process (never beside a lab made with [`Lab::new`]), so a CI run's
     /// campaigns overlap instead of queueing.
     pub fn new_beside_others(hosts: usize) -> Option<Lab> {
-        Lab::build_holding(hosts, || {
-            Turn::Beside(LAB_LOCK.read().unwrap_or_else(|p| p.into_inner()))
-        })
+        Lab::build_holding(hosts, || Turn::take(false))
     }
 
     fn build_holding(hosts: usize, take_turn: impl FnOnce() -> Turn) -> Option<Lab> {

@@ -46,9 +46,14 @@ impl Gateway {
     }
 
     fn send(&self, request: reqwest::blocking::RequestBuilder) -> reqwest::blocking::Response {
-        request
-            .send()
-            .unwrap_or_else(|err| panic!("a request to {}: {err}", self.label))
+        request.send().unwrap_or_else(|err| {
+            panic!(
+                "a request to {}: {}\nits log's end:\n{}",
+                self.label,
+                with_causes(&err),
+                self.log_tail(30)
+            )
+        })
     }
 
     pub fn get_json(&self, path: &str) -> Value {
@@ -161,4 +166,17 @@ impl Gateway {
             .and_then(|all| all.iter().find(|r| r["peer"] == peer).cloned())
             .unwrap_or(Value::Null)
     }
+}
+
+/// An error and its causes: reqwest's own text leaves out why a request could not be sent
+/// (a connection reset, a refusal), which is what a failed test needs to say.
+fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(err) = cause {
+        text.push_str(": ");
+        text.push_str(&err.to_string());
+        cause = err.source();
+    }
+    text
 }
