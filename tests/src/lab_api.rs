@@ -90,13 +90,7 @@ impl Api {
             detail: err.to_string(),
         })?;
         let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
+        let header = |name: &str| ferry_harness::header_text(&response, name);
         let source = header("x-ferry-source");
         let stale = header("x-ferry-stale").as_deref() == Some("true");
         let revision = header("x-ferry-revision").and_then(|r| r.parse().ok());

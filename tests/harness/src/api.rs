@@ -123,13 +123,7 @@ impl Gateway {
         }
         let response = self.send(request);
         let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(String::from)
-        };
+        let header = |name: &str| header_text(&response, name);
         let revision = header("x-ferry-revision").and_then(|v| v.parse().ok());
         let source = header("x-ferry-source");
         let stale = header("x-ferry-stale").as_deref() == Some("true");
@@ -179,4 +173,13 @@ fn with_causes(err: &dyn std::error::Error) -> String {
         cause = err.source();
     }
     text
+}
+
+/// A header of `response` as text, if it is there and is text.
+pub fn header_text(response: &reqwest::blocking::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from)
 }

@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub use api::header_text;
 pub use db::Record;
 pub use error::GatewayError;
 pub use gateway::{Cli, Gateway, Log, Options};
