@@ -77,6 +77,12 @@ pub async fn run(home: Home, config: Config) -> Result<(), StartError> {
              `udp buffer`, says what to raise)"
         );
     }
+    if let Some(ferry_peer::udp_io::UdpPath::Plain { why }) = endpoint.udp_path() {
+        tracing::warn!(
+            "the peer socket sends and reads plain datagrams, without ECN or segmentation \
+             offload ({why}); peers are reached as usual (`ferry doctor`, `udp path`)"
+        );
+    }
     let listener = api::bind(config.api).map_err(|source| StartError::Api {
         addr: config.api,
         source,

@@ -15,6 +15,7 @@ use ferry_core::route_table::RouteSource;
 use ferry_core::routes::RouteKind;
 use ferry_kit::admin::{DoctorFinding, DoctorReport};
 use ferry_peer::transport::ReceiveBuffer;
+use ferry_peer::udp_io::UdpPath;
 use tokio::task::JoinSet;
 
 use crate::gateway::Gateway;
@@ -135,6 +136,8 @@ pub struct Gathered {
     pub quic: String,
     /// The peer socket's receive buffer, when known.
     pub receive_buffer: Option<ReceiveBuffer>,
+    /// The path the peer socket's datagrams take, when known.
+    pub udp_path: Option<UdpPath>,
     pub peers: Vec<PeerProbe>,
     /// Vault names more than one machine owns.
     pub collisions: Vec<crate::network::collisions::Collision>,
@@ -147,6 +150,17 @@ fn finding(subject: &str, ok: bool, says: String, fix: Option<String>) -> Doctor
         says,
         fix,
     }
+}
+
+/// The peer socket on the plain path (`ferry_peer::udp_io`): no fault, QUIC works the same, but
+/// a person comparing figures or a system's support should know.
+fn plain_udp_finding(why: &str) -> DoctorFinding {
+    finding(
+        "udp path",
+        true,
+        format!("plain datagrams, without ECN or segmentation offload ({why}): peers are reached as usual, at a little more CPU per datagram"),
+        None,
+    )
 }
 
 /// The peer socket's receive buffer. Held below what was asked it is no fault (a gateway
@@ -216,6 +230,9 @@ pub fn diagnose(gathered: &Gathered) -> DoctorReport {
     ));
     if let Some(buffer) = gathered.receive_buffer {
         findings.push(receive_buffer_finding(buffer));
+    }
+    if let Some(UdpPath::Plain { why }) = &gathered.udp_path {
+        findings.push(plain_udp_finding(why));
     }
     // Interfaces, not addresses: one Wi-Fi with an IPv4 and two IPv6 addresses is one.
     let mut lan_names: Vec<&str> = gathered
@@ -538,6 +555,7 @@ pub async fn gather(gateway: &Arc<Gateway>) -> Gathered {
         discovery: network.discovery_state(),
         quic: gateway.quic_addr().to_string(),
         receive_buffer: gateway.receive_buffer(),
+        udp_path: gateway.udp_path().cloned(),
         peers: probed,
         collisions: crate::network::collisions::every(
             &gateway.vaults().rows(),
@@ -778,6 +796,38 @@ mod tests {
     }
 
     #[test]
+    fn the_plain_udp_path_is_named_with_its_reason_and_is_no_problem() {
+        let gathered = |udp_path| Gathered {
+            discovery_for: MDNS_SETTLE,
+            interfaces: vec![],
+            discovery: DiscoveryState::Running { heard_self: true },
+            quic: "0.0.0.0:7420".into(),
+            receive_buffer: None,
+            udp_path,
+            peers: vec![],
+            collisions: vec![],
+        };
+        let plain = diagnose(&gathered(Some(UdpPath::Plain {
+            why: "the system refused a socket option quinn-udp sets: os error 10042".into(),
+        })));
+        let finding = plain
+            .findings
+            .iter()
+            .find(|f| f.subject == "udp path")
+            .expect("a udp path finding");
+        assert!(finding.ok);
+        assert!(
+            finding.says.starts_with("plain datagrams"),
+            "{}",
+            finding.says
+        );
+        assert!(finding.says.contains("os error 10042"), "{}", finding.says);
+        let full = diagnose(&gathered(Some(UdpPath::Full)));
+        assert!(full.findings.iter().all(|f| f.subject != "udp path"));
+        assert_eq!(plain.ok, full.ok);
+    }
+
+    #[test]
     fn the_report_is_ok_only_without_problems() {
         let gathered = Gathered {
             discovery_for: MDNS_SETTLE,
@@ -785,6 +835,7 @@ mod tests {
             discovery: DiscoveryState::Running { heard_self: true },
             quic: "0.0.0.0:7420".into(),
             receive_buffer: None,
+            udp_path: None,
             peers: vec![peer(
                 vec![route(
                     RouteKind::Lan,
@@ -849,6 +900,7 @@ mod tests {
             discovery: DiscoveryState::Running { heard_self: false },
             quic: "0.0.0.0:7420".into(),
             receive_buffer: None,
+            udp_path: None,
             peers: vec![],
             collisions: vec![],
         };

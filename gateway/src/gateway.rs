@@ -104,6 +104,8 @@ pub struct Gateway {
     protocols: ferry_peer::wire::ProtocolRange,
     /// The peer socket's receive buffer, when the endpoint bound its own socket.
     receive_buffer: Option<ferry_peer::transport::ReceiveBuffer>,
+    /// The path the peer socket's datagrams take, when the endpoint bound its own socket.
+    udp_path: Option<ferry_peer::udp_io::UdpPath>,
     /// The peer socket's catcher, when the endpoint bound its own socket.
     catcher: Option<ferry_peer::udp_catcher::CatcherWatch>,
     api_addr: OnceLock<SocketAddr>,
@@ -262,6 +264,7 @@ impl Gateway {
             quic_addr,
             protocols: parts.endpoint.protocols(),
             receive_buffer: parts.endpoint.receive_buffer(),
+            udp_path: parts.endpoint.udp_path().cloned(),
             catcher: parts.endpoint.catcher(),
             api_addr: OnceLock::new(),
             env,
@@ -461,6 +464,11 @@ impl Gateway {
     /// The peer socket's receive buffer (`None` on a simulated network).
     pub fn receive_buffer(&self) -> Option<ferry_peer::transport::ReceiveBuffer> {
         self.receive_buffer
+    }
+
+    /// The path the peer socket's datagrams take (`None` on a simulated network).
+    pub fn udp_path(&self) -> Option<&ferry_peer::udp_io::UdpPath> {
+        self.udp_path.as_ref()
     }
 
     /// What the peer socket's catcher has done (`None` on a simulated network).

@@ -34,6 +34,7 @@ pub mod probe;
 pub mod tls;
 pub mod transport;
 pub mod udp_catcher;
+pub mod udp_io;
 
 // The decisions and the types they speak live in `ferry-core` (no IO); they are re-exported
 // here under their old names so the drivers read as before.

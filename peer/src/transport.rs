@@ -18,6 +18,7 @@ use crate::codec::{self, DecodeError};
 use crate::frames;
 use crate::tls::{self, TlsConfigError, TrustedKeys};
 use crate::udp_catcher::{CatcherWatch, CatchingUdpSocket};
+use crate::udp_io::UdpPath;
 use crate::wire::{
     version_of_alpn, ProtocolFailure, ProtocolRange, RequestFrame, Response, ResponseFrame,
     ALPN_VERSIONS, CLOSE_NO_COMMON_VERSION,
@@ -249,6 +250,8 @@ pub struct PeerEndpoint {
     tuning: TransportTuning,
     receive_buffer: Option<ReceiveBuffer>,
     catcher: Option<CatcherWatch>,
+    /// The path its datagrams take, when this endpoint bound its own socket.
+    udp_path: Option<UdpPath>,
 }
 
 impl PeerEndpoint {
@@ -267,11 +270,13 @@ impl PeerEndpoint {
             addr,
             source: std::io::Error::other("no async runtime is running"),
         })?;
-        let (socket, catcher) =
-            CatchingUdpSocket::new(socket).map_err(|source| BindError::Socket { addr, source })?;
+        let (socket, catcher, udp_path) =
+            CatchingUdpSocket::with_path(socket, crate::udp_io::plain_forced())
+                .map_err(|source| BindError::Socket { addr, source })?;
         let mut endpoint = Self::with_socket(socket, runtime, key, trusted, tuning)?;
         endpoint.receive_buffer = receive_buffer;
         endpoint.catcher = Some(catcher);
+        endpoint.udp_path = Some(udp_path);
         Ok(endpoint)
     }
 
@@ -302,7 +307,14 @@ impl PeerEndpoint {
             tuning,
             receive_buffer: None,
             catcher: None,
+            udp_path: None,
         })
+    }
+
+    /// The path the peer socket's datagrams take ([`crate::udp_io`]), when this endpoint bound
+    /// its own socket.
+    pub fn udp_path(&self) -> Option<&UdpPath> {
+        self.udp_path.as_ref()
     }
 
     /// The peer socket's receive buffer, when this endpoint bound its own socket.

@@ -39,9 +39,11 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use ferry_core::clock::system_now;
-use quinn::udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
+use quinn::udp::{RecvMeta, Transmit, UdpSockRef};
 use quinn::{AsyncUdpSocket, UdpPoller};
 use tokio::io::Interest;
+
+use crate::udp_io::{plain_meta, UdpIo, UdpPath};
 
 /// How often the catcher looks.
 pub const CATCH_TICK: Duration = Duration::from_millis(10);
@@ -178,7 +180,7 @@ impl Shared {
 /// tick of the socket being dropped.
 pub struct CatchingUdpSocket {
     io: tokio::net::UdpSocket,
-    state: UdpSocketState,
+    state: UdpIo,
     shared: Arc<Shared>,
 }
 
@@ -251,10 +253,20 @@ impl CatchingUdpSocket {
     /// Wraps a bound socket and starts its catcher. Must run inside a tokio runtime, which
     /// the socket's readiness is registered with.
     pub fn new(socket: std::net::UdpSocket) -> io::Result<(Arc<Self>, CatcherWatch)> {
-        let state = UdpSocketState::new(UdpSockRef::from(&socket))?;
+        let (socket, watch, _) = Self::with_path(socket, false)?;
+        Ok((socket, watch))
+    }
+
+    /// As [`CatchingUdpSocket::new`], on the plain path if `force_plain` or if the system
+    /// refuses quinn-udp's options ([`crate::udp_io`]); says which path it took.
+    pub fn with_path(
+        socket: std::net::UdpSocket,
+        force_plain: bool,
+    ) -> io::Result<(Arc<Self>, CatcherWatch, UdpPath)> {
+        let (state, path) = UdpIo::for_socket(&socket, force_plain);
         let catcher_socket = socket.try_clone()?;
         catcher_socket.set_nonblocking(true)?;
-        let catcher_state = UdpSocketState::new(UdpSockRef::from(&catcher_socket))?;
+        let catcher_state = state.for_copy(&catcher_socket)?;
         let peek = socket.try_clone()?;
         // Non-blocking already (it is the same socket), said again: a blocking peek would
         // stall the runtime.
@@ -283,7 +295,7 @@ impl CatchingUdpSocket {
         std::thread::Builder::new()
             .name("ferry-udp-catcher".to_string())
             .spawn(move || run_catcher(weak, catcher_socket, catcher_state))?;
-        Ok((Arc::new(Self { io, state, shared }), watch))
+        Ok((Arc::new(Self { io, state, shared }), watch, path))
     }
 }
 
@@ -320,7 +332,7 @@ fn datagram_waiting(socket: &std::net::UdpSocket) -> bool {
 }
 
 /// The catcher's loop: until the socket is dropped, look every tick and catch while behind.
-fn run_catcher(shared: Weak<Shared>, socket: std::net::UdpSocket, state: UdpSocketState) {
+fn run_catcher(shared: Weak<Shared>, socket: std::net::UdpSocket, state: UdpIo) {
     let mut buffers: Vec<Vec<u8>> = Vec::new();
     let mut lookout = Lookout::default();
     loop {
@@ -373,17 +385,20 @@ fn run_catcher(shared: Weak<Shared>, socket: std::net::UdpSocket, state: UdpSock
 /// when the socket is empty, or on an error the endpoint meets and reports on its own read.
 fn catch_batch(
     socket: &std::net::UdpSocket,
-    state: &UdpSocketState,
+    state: &UdpIo,
     buffers: &mut [Vec<u8>],
     backlog: &mut Backlog,
 ) -> u64 {
     let mut metas = [RecvMeta::default(); CATCH_BATCH];
-    let read = {
-        let mut slices: Vec<IoSliceMut<'_>> = buffers
-            .iter_mut()
-            .map(|buffer| IoSliceMut::new(buffer))
-            .collect();
-        state.recv(UdpSockRef::from(socket), &mut slices, &mut metas)
+    let read = match state {
+        UdpIo::Full(state) => {
+            let mut slices: Vec<IoSliceMut<'_>> = buffers
+                .iter_mut()
+                .map(|buffer| IoSliceMut::new(buffer))
+                .collect();
+            state.recv(UdpSockRef::from(socket), &mut slices, &mut metas)
+        }
+        UdpIo::Plain => recv_plain_batch(socket, buffers, &mut metas),
     };
     let Ok(count) = read else {
         return 0;
@@ -406,6 +421,27 @@ fn catch_batch(
         }
     }
     queued
+}
+
+/// The plain path's batch: one `recv_from` per buffer until the socket is empty. An error
+/// with nothing read yet is the batch's; after a datagram, the batch ends there.
+fn recv_plain_batch(
+    socket: &std::net::UdpSocket,
+    buffers: &mut [Vec<u8>],
+    metas: &mut [RecvMeta],
+) -> io::Result<usize> {
+    let mut read = 0;
+    for (buffer, meta) in buffers.iter_mut().zip(metas.iter_mut()) {
+        match socket.recv_from(buffer) {
+            Ok((len, addr)) => {
+                *meta = plain_meta(addr, len);
+                read += 1;
+            }
+            Err(err) if read == 0 => return Err(err),
+            Err(_) => break,
+        }
+    }
+    Ok(read)
 }
 
 impl CatchingUdpSocket {
@@ -456,9 +492,17 @@ impl AsyncUdpSocket for CatchingUdpSocket {
     }
 
     fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
-        self.io.try_io(Interest::WRITABLE, || {
-            self.state.send((&self.io).into(), transmit)
-        })
+        match &self.state {
+            UdpIo::Full(state) => self.io.try_io(Interest::WRITABLE, || {
+                state.send((&self.io).into(), transmit)
+            }),
+            // One datagram per transmit: the plain path offers no segmentation offload
+            // (`max_transmit_segments` is 1), so quinn never hands it several.
+            UdpIo::Plain => self
+                .io
+                .try_send_to(transmit.contents, transmit.destination)
+                .map(|_| ()),
+        }
     }
 
     fn poll_recv(
@@ -497,9 +541,19 @@ impl AsyncUdpSocket for CatchingUdpSocket {
                     return Poll::Pending;
                 }
             }
-            if let Ok(read) = self.io.try_io(Interest::READABLE, || {
-                self.state.recv((&self.io).into(), bufs, meta)
-            }) {
+            let read = match &self.state {
+                UdpIo::Full(state) => self.io.try_io(Interest::READABLE, || {
+                    state.recv((&self.io).into(), bufs, meta)
+                }),
+                UdpIo::Plain => match (bufs.first_mut(), meta.first_mut()) {
+                    (Some(buf), Some(slot)) => self.io.try_recv_from(buf).map(|(len, addr)| {
+                        *slot = plain_meta(addr, len);
+                        1
+                    }),
+                    _ => Ok(0),
+                },
+            };
+            if let Ok(read) = read {
                 return Poll::Ready(Ok(read));
             }
         }
@@ -554,6 +608,7 @@ impl UdpPoller for WritablePoller {
 #[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
+    use quinn::udp::UdpSocketState;
 
     const PAYLOAD: usize = 100;
 
@@ -626,12 +681,23 @@ mod tests {
 
     #[tokio::test]
     async fn datagrams_that_arrive_while_the_endpoint_is_behind_are_caught_and_kept_in_order() {
+        caught_and_kept_in_order(false).await;
+    }
+
+    /// The same on the plain path (`crate::udp_io`), where Windows under Wine runs.
+    #[tokio::test]
+    async fn on_the_plain_path_too_datagrams_are_caught_and_kept_in_order() {
+        caught_and_kept_in_order(true).await;
+    }
+
+    async fn caught_and_kept_in_order(plain: bool) {
         let receiver = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
         let state = UdpSocketState::new(UdpSockRef::from(&receiver)).expect("socket state");
         // The smallest buffer the kernel allows: a handful of these datagrams fill it, so
         // without the catcher most of what follows would be dropped.
         let _ = state.set_recv_buffer_size(UdpSockRef::from(&receiver), 1);
-        let (socket, watch) = CatchingUdpSocket::new(receiver).expect("wrap");
+        let (socket, watch, path) = CatchingUdpSocket::with_path(receiver, plain).expect("wrap");
+        assert_eq!(matches!(path, UdpPath::Plain { .. }), plain, "{path:?}");
         let to = socket.local_addr().expect("address");
         let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind sender");
 
@@ -674,6 +740,42 @@ mod tests {
             .await
             .expect("a datagram sent to an endpoint keeping up arrives within 5 s");
         assert_eq!(next, vec![datagram(sent).to_vec()]);
+    }
+
+    /// The plain path sends each transmit as one datagram, and says it offers no offload.
+    #[tokio::test]
+    async fn the_plain_path_sends_a_transmit_as_one_datagram() {
+        let receiver = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        receiver
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let to = receiver.local_addr().expect("address");
+        let from = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let (socket, _watch, _) = CatchingUdpSocket::with_path(from, true).expect("wrap");
+        assert_eq!(
+            (
+                socket.max_transmit_segments(),
+                socket.max_receive_segments()
+            ),
+            (1, 1)
+        );
+        let bytes = datagram(7);
+        let transmit = Transmit {
+            destination: to,
+            ecn: None,
+            contents: &bytes,
+            segment_size: None,
+            src_ip: None,
+        };
+        // As quinn's driver does: a fresh socket's readiness is known once polled.
+        socket.io.writable().await.expect("writable");
+        socket.try_send(&transmit).expect("send");
+        let mut buffer = [0u8; 2 * PAYLOAD];
+        let (len, came_from) = receiver
+            .recv_from(&mut buffer)
+            .expect("a datagram within 5 s");
+        assert_eq!(&buffer[..len], &bytes[..]);
+        assert_eq!(came_from, socket.local_addr().expect("address"));
     }
 
     #[tokio::test]

@@ -28,6 +28,7 @@ mod kit;
 mod kit_peer_read;
 mod local_api_limits;
 mod openapi;
+mod plain_udp;
 mod reads;
 mod replication;
 mod settle_survives;
