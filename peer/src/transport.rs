@@ -271,7 +271,7 @@ impl PeerEndpoint {
             source: std::io::Error::other("no async runtime is running"),
         })?;
         let (socket, catcher, udp_path) =
-            CatchingUdpSocket::with_path(socket, crate::udp_io::plain_forced())
+            CatchingUdpSocket::new(socket, crate::udp_io::plain_forced())
                 .map_err(|source| BindError::Socket { addr, source })?;
         let mut endpoint = Self::with_socket(socket, runtime, key, trusted, tuning)?;
         endpoint.receive_buffer = receive_buffer;

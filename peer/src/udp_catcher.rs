@@ -250,16 +250,10 @@ impl CatcherWatch {
 }
 
 impl CatchingUdpSocket {
-    /// Wraps a bound socket and starts its catcher. Must run inside a tokio runtime, which
-    /// the socket's readiness is registered with.
-    pub fn new(socket: std::net::UdpSocket) -> io::Result<(Arc<Self>, CatcherWatch)> {
-        let (socket, watch, _) = Self::with_path(socket, false)?;
-        Ok((socket, watch))
-    }
-
-    /// As [`CatchingUdpSocket::new`], on the plain path if `force_plain` or if the system
-    /// refuses quinn-udp's options ([`crate::udp_io`]); says which path it took.
-    pub fn with_path(
+    /// Wraps a bound socket and starts its catcher, on the plain path if `force_plain` or if
+    /// the system refuses quinn-udp's options ([`crate::udp_io`]); says which path it took.
+    /// Must run inside a tokio runtime, which the socket's readiness is registered with.
+    pub fn new(
         socket: std::net::UdpSocket,
         force_plain: bool,
     ) -> io::Result<(Arc<Self>, CatcherWatch, UdpPath)> {
@@ -709,7 +703,7 @@ mod tests {
             }
             Err(_) => {}
         }
-        let (socket, watch, path) = CatchingUdpSocket::with_path(receiver, plain).expect("wrap");
+        let (socket, watch, path) = CatchingUdpSocket::new(receiver, plain).expect("wrap");
         assert_eq!(matches!(path, UdpPath::Plain { .. }), plain, "{path:?}");
         let to = socket.local_addr().expect("address");
         let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind sender");
@@ -764,7 +758,7 @@ mod tests {
             .expect("timeout");
         let to = receiver.local_addr().expect("address");
         let from = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let (socket, _watch, _) = CatchingUdpSocket::with_path(from, true).expect("wrap");
+        let (socket, _watch, _) = CatchingUdpSocket::new(from, true).expect("wrap");
         assert_eq!(
             (
                 socket.max_transmit_segments(),
@@ -795,7 +789,7 @@ mod tests {
     async fn a_call_is_held_back_while_the_endpoint_is_behind_until_it_reads_the_socket_empty() {
         use futures_util::FutureExt;
         let receiver = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let (socket, watch) = CatchingUdpSocket::new(receiver).expect("wrap");
+        let (socket, watch, _) = CatchingUdpSocket::new(receiver, false).expect("wrap");
         let to = socket.local_addr().expect("address");
         tokio::time::timeout(Duration::from_secs(5), watch.keeping_up())
             .await
@@ -840,7 +834,7 @@ mod tests {
     #[tokio::test]
     async fn the_catcher_stops_with_its_socket() {
         let receiver = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let (socket, watch) = CatchingUdpSocket::new(receiver).expect("wrap");
+        let (socket, watch, _) = CatchingUdpSocket::new(receiver, false).expect("wrap");
         let shared = Arc::downgrade(&socket.shared);
         drop(socket);
         // The catcher holds only a weak reference between looks, and none after its last.
