@@ -246,6 +246,7 @@ fn frames_announced_huge_cost_only_the_bytes_that_arrive() {
 
 /// `bytes` with the one occurrence of `from` replaced by `to` (of the same length).
 fn replaced(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
     let at: Vec<usize> = bytes
         .windows(from.len())
         .enumerate()
@@ -258,12 +259,15 @@ fn replaced(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Sends `frame`'s bytes and decodes the answer (a reset fails the test).
+/// Sends `bytes` and decodes the answer (a reset fails the test).
 async fn answer_to(conn: &quinn::Connection, bytes: &[u8]) -> Response {
     let answer = send_raw(conn, bytes)
         .await
         .unwrap_or_else(|err| panic!("the owner reset the stream ({err}) instead of answering"));
-    frames::decode_response_frame(&answer).unwrap().1.body
+    frames::decode_response_frame(&answer)
+        .unwrap_or_else(|err| panic!("the owner's answer does not decode: {err}"))
+        .1
+        .body
 }
 
 /// A write, a read and a ticket request that name an invalid vault or app are refused at the
@@ -304,8 +308,12 @@ fn a_request_naming_an_invalid_vault_or_app_is_refused_at_the_door_and_never_run
                     | Response::Ticket(TicketAnswer::Refused(refusal)) => refusal,
                     other => panic!("protocol {version}, {what}: not refused: {other:?}"),
                 };
-                assert_eq!(refusal.code, RefusalCode::BadRequest, "{what}");
-                assert!(refusal.at_door, "{what}");
+                assert_eq!(
+                    refusal.code,
+                    RefusalCode::BadRequest,
+                    "protocol {version}, {what}"
+                );
+                assert!(refusal.at_door, "protocol {version}, {what}");
                 refusal.detail.clone()
             };
 
@@ -330,7 +338,10 @@ fn a_request_naming_an_invalid_vault_or_app_is_refused_at_the_door_and_never_run
             );
             for copy in ["a write", "its copy"] {
                 let detail = refused_as_bad_name(&answer_to(&conn, &bad_write).await, copy);
-                assert!(detail.starts_with("a vault name \"v/yzq\""), "{detail}");
+                assert!(
+                    detail.starts_with("a vault name \"v/yzq\""),
+                    "protocol {version}: {detail}"
+                );
             }
             let settle = frame(Request::CallStatus(CallStatusRequest { request_id: id }));
             let settled =
@@ -360,7 +371,10 @@ fn a_request_naming_an_invalid_vault_or_app_is_refused_at_the_door_and_never_run
             refused_as_bad_name(&answer_to(&conn, &bad_read).await, "a read");
             let bad_ask = replaced(&ticket_bytes, b"appqq", b"app q");
             let detail = refused_as_bad_name(&answer_to(&conn, &bad_ask).await, "a ticket request");
-            assert!(detail.starts_with("an app name (X-Ferry-App)"), "{detail}");
+            assert!(
+                detail.starts_with("an app name (X-Ferry-App)"),
+                "protocol {version}: {detail}"
+            );
         });
     }
     assert_eq!(

@@ -112,9 +112,15 @@ fn each_injected_bug_is_caught_by_a_campaign() {
             (bug, words, std::thread::spawn(move || run(&options)))
         })
         .collect();
+    // Every campaign ends before any is judged: one that panicked must not leave the others
+    // running unjoined, their failures unreported.
+    let ended: Vec<_> = campaigns
+        .into_iter()
+        .map(|(bug, words, campaign)| (bug, words, campaign.join()))
+        .collect();
     let mut missed = Vec::new();
-    for (bug, words, campaign) in campaigns {
-        let report = match campaign.join() {
+    for (bug, words, ended) in ended {
+        let report = match ended {
             Ok(Some(report)) => report,
             Ok(None) => return,
             Err(panic) => std::panic::resume_unwind(panic),

@@ -28,8 +28,8 @@ pub trait Checked: Sized {
     fn check(raw: Self::Raw) -> Result<Self, NameError>;
 }
 
-/// A request as read off the wire: valid, or naming an invalid vault or app. Encoded as the
-/// request itself (it is only ever decoded).
+/// A request as read off the wire: valid, or naming an invalid vault or app. Decoded from the
+/// request's own layout; never encoded.
 #[derive(Debug)]
 pub struct Received<T>(pub Result<T, NameError>);
 
