@@ -37,6 +37,7 @@ mod status_page;
 mod stopping_owner;
 mod two_gateways;
 mod version_mismatch;
+mod wine;
 mod wire_fixtures;
 mod zero_config;
 

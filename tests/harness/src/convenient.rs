@@ -174,7 +174,9 @@ impl Gateway {
     pub fn lab_host(&self) -> &crate::LabHost {
         match &self.place {
             Place::Lab(host) => host,
-            Place::Loopback => panic!("{} runs on loopback, not in a lab host", self.label),
+            Place::Loopback | Place::Wine(_) => {
+                panic!("{} runs on loopback, not in a lab host", self.label)
+            }
         }
     }
 

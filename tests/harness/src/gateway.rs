@@ -161,9 +161,10 @@ impl Gateway {
             let (who, path) = (who.clone(), path.to_path_buf());
             move |source| GatewayError::Home { who, path, source }
         };
-        let (home, dir) = match options.home.take() {
-            Some(home) => (home, None),
-            None => {
+        let (home, dir) = match (place.default_home(), options.home.take()) {
+            (Some(home), _) => (home, None),
+            (None, Some(home)) => (home, None),
+            (None, None) => {
                 let dir = tempfile::Builder::new()
                     .prefix(&format!("ferry-{label}-"))
                     .tempdir()
@@ -250,9 +251,10 @@ impl Gateway {
                 source,
             })?;
         let mut command = self.place.command_under(&self.options.wrapper, &self.bin);
+        if self.place.default_home().is_none() {
+            command.arg("--home").arg(&self.home);
+        }
         command
-            .arg("--home")
-            .arg(&self.home)
             .args(["serve", "--api", "127.0.0.1:0", "--listen", listen])
             .args(["--label", &self.label]);
         if !self
@@ -309,12 +311,12 @@ impl Gateway {
         Ok(())
     }
 
-    /// Reads its node id and QUIC address: from `/v1/status` on loopback, from `ferry id`
-    /// inside a lab host (whose API the tests cannot reach from outside).
+    /// Reads its node id and QUIC address: from `/v1/status` on loopback (and under Wine),
+    /// from `ferry id` inside a lab host (whose API the tests cannot reach from outside).
     fn identify(&mut self) -> Result<(), GatewayError> {
         let text = |field: &Value| field.as_str().map(str::to_string);
         match &self.place {
-            Place::Loopback => {
+            Place::Loopback | Place::Wine(_) => {
                 let status = self.try_status()?;
                 self.node_id = text(&status["node_id"])
                     .ok_or_else(|| self.answer(format!("/v1/status has no node_id: {status}")))?;
@@ -458,7 +460,7 @@ impl Gateway {
     pub fn try_restart(&mut self) -> Result<Duration, GatewayError> {
         self.kill();
         let listen = match &self.place {
-            Place::Loopback if !self.quic.is_empty() => self.quic.clone(),
+            Place::Loopback | Place::Wine(_) if !self.quic.is_empty() => self.quic.clone(),
             place => place.first_listen(),
         };
         let started = Instant::now();
@@ -565,14 +567,15 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// Runs `ferry --home HOME ARGS` in the gateway's place, bounded by [`CLI_BOUND`].
+    /// Runs `ferry --home HOME ARGS` in the gateway's place (without `--home` where the place
+    /// runs gateways in their default home), bounded by [`CLI_BOUND`].
     pub fn output(&self, args: &[&str]) -> Result<Output, GatewayError> {
         let what = format!("ferry {}", args.join(" "));
-        let child = self
-            .place
-            .command(&self.bin)
-            .arg("--home")
-            .arg(&self.home)
+        let mut command = self.place.command(&self.bin);
+        if self.place.default_home().is_none() {
+            command.arg("--home").arg(&self.home);
+        }
+        let child = command
             .args(args)
             .env_remove("FERRY_HOME")
             .stdin(Stdio::null())

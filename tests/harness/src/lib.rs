@@ -1,6 +1,7 @@
 //! The one way Ferry's tests, lab, fault campaign and benchmarks start a real `ferry serve`:
-//! a [`Gateway`], in its own state directory, at a [`Place`] — this machine's loopback, or a
-//! lab host's network namespace (then every command it runs goes through `ip netns exec`).
+//! a [`Gateway`], in its own state directory, at a [`Place`] — this machine's loopback, a lab
+//! host's network namespace (then every command it runs goes through `ip netns exec`), or
+//! Windows under Wine on loopback (a Windows build, in a Wine prefix of its own).
 //!
 //! The core methods return a [`GatewayError`] (the benchmarks report it and go on); each has a
 //! panicking convenience for tests, named without the `try_`. Every wait is bounded and says
@@ -11,7 +12,7 @@
 //! - [`gateway`]: [`Gateway`], its [`Options`], its CLI ([`Cli`]); the tests' panicking
 //!   conveniences, HTTP helpers and database views are further `impl Gateway` blocks beside
 //!   it, with the pairs of gateways most tests begin with ([`two_with_notes`]).
-//! - [`place`]: where a gateway runs ([`Place`], [`LabHost`]).
+//! - [`place`]: where a gateway runs ([`Place`], [`LabHost`]); [`wine`]: Wine's prefixes.
 //! - [`process`]: bounded waits on child processes.
 
 // Tests, the lab and the benchmarks wait on real processes for real time, so `clippy.toml`'s
@@ -27,6 +28,7 @@ mod http;
 mod pairs;
 pub mod place;
 pub mod process;
+pub mod wine;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -39,6 +41,7 @@ pub use gateway::{Cli, Gateway, Log, Options};
 pub use pairs::{follow_notes, pair_with_notes, replica_of_notes, serve_refused, two_with_notes};
 pub use place::{LabHost, Place};
 pub use process::wait_until_listening;
+pub use wine::{WineHost, WinePrefix};
 
 /// How long a gateway may take to start listening.
 pub const START_BOUND: Duration = Duration::from_secs(15);

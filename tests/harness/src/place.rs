@@ -1,10 +1,14 @@
-//! Where a gateway runs: this machine's loopback, or a lab host (a network namespace). The
-//! place decides how its programs are started (directly, or through `ip netns exec NS`), the
-//! address its QUIC endpoint listens on, whether it announces itself on mDNS by default, and
-//! whether the tests can reach its local API from outside (only on loopback).
+//! Where a gateway runs: this machine's loopback, a lab host (a network namespace), or Windows
+//! under Wine on loopback. The place decides how its programs are started (directly, through
+//! `ip netns exec NS`, or through Wine), the address its QUIC endpoint listens on, whether it
+//! announces itself on mDNS by default, whether the tests can reach its local API from outside
+//! (not in a lab host), and whether its home is named on the command line (not under Wine,
+//! where the gateway's own default is what is tested).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use crate::wine::WineHost;
 
 /// Where a gateway runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +21,10 @@ pub enum Place {
     /// host, so the tests talk to it through its CLI run inside the host. mDNS on unless asked
     /// otherwise: a host is a machine of its own, and discovery is part of what the lab tests.
     Lab(LabHost),
+    /// Windows under Wine, on this machine's loopback as [`Place::Loopback`] is; the binary is
+    /// a Windows build (`ferry.exe`), and no `--home` is given: the gateway and its CLI use
+    /// the default, `%LOCALAPPDATA%\ferry` in the prefix.
+    Wine(WineHost),
 }
 
 /// A lab host a gateway runs in.
@@ -45,6 +53,16 @@ impl Place {
                 command.args(["netns", "exec", &host.ns]).arg(program);
                 command
             }
+            Self::Wine(host) => host.command(program),
+        }
+    }
+
+    /// The home a gateway here has without `--home`, when the place runs it that way (under
+    /// Wine); `None`: the harness names a home of its own on the command line.
+    pub fn default_home(&self) -> Option<PathBuf> {
+        match self {
+            Self::Wine(host) => Some(host.default_home()),
+            Self::Loopback | Self::Lab(_) => None,
         }
     }
 
@@ -63,7 +81,7 @@ impl Place {
     /// The QUIC address a gateway first listens on here.
     pub(crate) fn first_listen(&self) -> String {
         match self {
-            Self::Loopback => "127.0.0.1:0".into(),
+            Self::Loopback | Self::Wine(_) => "127.0.0.1:0".into(),
             Self::Lab(host) => format!("0.0.0.0:{}", host.port),
         }
     }
@@ -78,6 +96,7 @@ impl Place {
         match self {
             Self::Loopback => label.to_string(),
             Self::Lab(host) => format!("{label} (in {})", host.ns),
+            Self::Wine(_) => format!("{label} (under Wine)"),
         }
     }
 }
