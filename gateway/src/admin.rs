@@ -1,6 +1,6 @@
-//! Administration: the changes an admin makes through the CLI (trust, untrust, vault create and
-//! follow, ticket rotation), each a change to the store through its one writer followed by the
-//! components it concerns.
+//! Administration: the changes an admin makes through the CLI or the status page (trust,
+//! untrust, vault create, follow and unfollow, ticket rotation), each a change to the store
+//! through its one writer followed by the components it concerns.
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use ferry_ticket::NodeId;
 use crate::names::{Label, VaultName};
 use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
 use crate::owner::Owner;
-use crate::replication::{FollowError, Replication};
+use crate::replication::{FollowError, Replication, UnfollowError};
 use crate::store::trust::{self, TrustedPeer};
 use crate::store::vaults::VaultRow;
 use crate::store::StoreError;
@@ -106,6 +106,11 @@ impl Admin {
         owner_label: Label,
     ) -> Result<VaultRow, FollowError> {
         self.replication.follow(vault, owner_label).await
+    }
+
+    /// `ferry vault unfollow`: stop replicating a vault and forget the local copy.
+    pub async fn unfollow(&self, vault: VaultName) -> Result<VaultRow, UnfollowError> {
+        self.replication.unfollow(vault).await
     }
 
     /// `ferry tickets rotate`.

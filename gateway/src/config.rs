@@ -69,6 +69,18 @@ pub struct Config {
     pub background_reads: usize,
     /// The local API's connections, the `[local_api]` table.
     pub local_api: LocalApiConfig,
+    /// The status page, the `[ui]` table.
+    pub ui: UiConfig,
+}
+
+/// The status page (the `[ui]` table; `api::ui_sessions` says what a session may do).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UiConfig {
+    /// Every status page session only reads, whatever `ferry ui` asked for: the page shows no
+    /// buttons and its actions are refused `403`. Off by default: whoever holds the one-time
+    /// code is this machine's user, who can do the same with the CLI.
+    pub read_only: bool,
 }
 
 /// How many connections the local API holds and how long one may wait for a request (the
@@ -235,6 +247,7 @@ impl Default for Config {
             capacity: CapacityConfig::default(),
             background_reads: 2,
             local_api: LocalApiConfig::default(),
+            ui: UiConfig::default(),
         }
     }
 }
@@ -404,6 +417,16 @@ mod tests {
             err.to_string().contains("local_api.max_connections"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_ui_table_makes_every_page_read_only_and_is_off_by_default() {
+        assert!(!Config::default().ui.read_only);
+        let config: Config = toml::from_str("[ui]\nread_only = true").unwrap();
+        config.validate().unwrap();
+        assert!(config.ui.read_only);
+        let err = toml::from_str::<Config>("[ui]\nreadonly = true").unwrap_err();
+        assert!(err.to_string().contains("readonly"), "{err}");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! revision, when it last pulled (the heartbeat) and last caught up, for `ferry vault list` and
 //! for deciding whether the local replica is fresh enough to answer reads first.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferry_core::capacity;
@@ -18,6 +19,7 @@ use ferry_peer::call::ReadError;
 use ferry_peer::outcome::Refusal;
 use ferry_peer::wire::{ReadAnswer, ReadRequest, ReadVerb};
 use ferry_ticket::NodeId;
+use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::lifecycle::Lifecycle;
@@ -25,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::names::{AppName, Label, VaultName};
 use crate::network::{Network, DIRECTORY_REFRESH_BOUND};
 use crate::reads::Reads;
-use crate::store::vaults::{Role, VaultRow};
+use crate::store::vaults::{Removal, Role, VaultRow};
 use crate::store::StoreError;
 use crate::sync_board::SyncBoard;
 use crate::vaults::Vaults;
@@ -63,6 +65,27 @@ pub enum FollowError {
     },
 }
 
+/// Why `ferry vault unfollow` removed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum UnfollowError {
+    /// No vault of that name is held here: `ferry vault list` shows what is.
+    #[error(
+        "this gateway holds no vault called {vault:?}; `ferry vault list` shows the vaults here"
+    )]
+    NotHeld { vault: VaultName },
+    /// This gateway owns the vault: only a replica stops being followed (an owned vault's
+    /// records exist nowhere else).
+    #[error("this gateway owns {vault:?}: only a replica can stop being followed")]
+    Owned { vault: VaultName },
+    /// The store could not remove it (its writer is busy or stopping, or failed); nothing was
+    /// removed and the replica keeps syncing.
+    #[error(transparent)]
+    Store {
+        #[from]
+        source: StoreError,
+    },
+}
+
 /// Why one pull of a replica's changes failed. The replica is left as it was (its cursor did not
 /// move) and the sync job tries again after a pause; `ferry vault list` shows the last one.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +105,10 @@ pub enum PullError {
     /// The page could not be applied to the local copy; it was rolled back.
     #[error(transparent)]
     Store { source: StoreError },
+    /// The replica this job pulled for is gone (unfollowed, or followed anew): nothing was
+    /// applied, and the job ends.
+    #[error("the replica was dropped")]
+    Dropped,
 }
 
 /// The pause before the next pull after a page that took `took`: `more` waiting, the cursor
@@ -110,6 +137,9 @@ pub struct Replication {
     lifecycle: Arc<Lifecycle>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
+    /// Each replica's sync job, by the sender it watches: dropping the sender ends the job
+    /// (`ferry vault unfollow`, or a newer job of the same name).
+    jobs: Mutex<HashMap<VaultName, watch::Sender<()>>>,
 }
 
 impl Replication {
@@ -130,6 +160,7 @@ impl Replication {
             lifecycle,
             clock,
             metrics,
+            jobs: Mutex::default(),
         }
     }
 
@@ -164,19 +195,79 @@ impl Replication {
         let row = self.vaults.create_replica(vault.clone(), owner).await?;
         // Whatever the cache held for this vault now has a better source.
         self.reads.invalidate_vault(&vault);
+        // A replica of this name followed before and dropped left its progress: this one
+        // starts from nothing.
+        self.board.forget(&vault);
         self.start_sync(vault, owner);
         self.network.hello_all(DIRECTORY_REFRESH_BOUND).await;
         Ok(row)
     }
 
-    /// Starts the sync job of a replicated vault (at start, for every replica; on follow).
-    pub fn start_sync(self: &Arc<Self>, vault: VaultName, owner: NodeId) {
-        let replication = self.clone();
-        self.lifecycle
-            .spawn(async move { replication.sync_forever(vault, owner).await });
+    /// `ferry vault unfollow`: stops the replica's sync job and forgets the replica and its
+    /// records; reads of the vault then go to its owner. The row that was removed.
+    pub async fn unfollow(&self, vault: VaultName) -> Result<VaultRow, UnfollowError> {
+        match self.vaults.get(&vault) {
+            None => return Err(UnfollowError::NotHeld { vault }),
+            Some(row) if row.role == Role::Owner => return Err(UnfollowError::Owned { vault }),
+            Some(_) => {}
+        }
+        // The job's sender is taken out of the table but kept until the store has answered: if
+        // nothing is removed, it goes back and the job never noticed. A page the job applies
+        // after the removal is refused by the store (`vaults::apply_changes`), which ends it.
+        let job = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&vault);
+        let removal = self.vaults.remove_replica(vault.clone()).await;
+        let row = match removal {
+            Ok(Removal::Removed(row)) => row,
+            refused => {
+                if let Some(job) = job {
+                    self.jobs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(vault.clone())
+                        .or_insert(job);
+                }
+                return Err(match refused {
+                    Ok(Removal::Owned) => UnfollowError::Owned { vault },
+                    Err(source) => UnfollowError::Store { source },
+                    Ok(_) => UnfollowError::NotHeld { vault },
+                });
+            }
+        };
+        // The job ends now, wherever it is (a long poll at the owner, a pause).
+        drop(job);
+        self.board.forget(&vault);
+        // Nothing of the local copy may answer now.
+        self.reads.invalidate_vault(&vault);
+        info!(%vault, revision = row.revision, "replica dropped");
+        self.network.hello_all(DIRECTORY_REFRESH_BOUND).await;
+        Ok(row)
     }
 
-    async fn sync_forever(self: Arc<Self>, vault: VaultName, owner: NodeId) {
+    /// Starts the sync job of a replicated vault (at start, for every replica; on follow). A
+    /// job already running for it ends.
+    pub fn start_sync(self: &Arc<Self>, vault: VaultName, owner: NodeId) {
+        let (job, ended) = watch::channel(());
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(vault.clone(), job);
+        let replication = self.clone();
+        self.lifecycle
+            .spawn(async move { replication.sync_forever(vault, owner, ended).await });
+    }
+
+    /// Pulls `vault`'s pages from `owner` until the gateway stops or the job's sender is
+    /// dropped (`ended`).
+    async fn sync_forever(
+        self: Arc<Self>,
+        vault: VaultName,
+        owner: NodeId,
+        mut ended: watch::Receiver<()>,
+    ) {
         let mut cursor = self.vaults.get(&vault).map_or(0, |v| v.revision);
         self.board.edit(&vault, |s| s.cursor = cursor);
         let mut stopping = self.lifecycle.stopping();
@@ -184,12 +275,18 @@ impl Replication {
         // Caught up: the next question is a long poll.
         let mut caught_up = false;
         loop {
-            if self.lifecycle.is_stopping() {
+            if self.lifecycle.is_stopping() || ended.has_changed().is_err() {
                 return;
             }
             let started = self.clock.now();
             let long_poll = caught_up.then_some(LONG_POLL);
-            let wait = match self.pull_once(&vault, owner, cursor, long_poll).await {
+            let pulled = tokio::select! {
+                biased;
+                // The replica was dropped: whatever this pull brings is not wanted.
+                _ = ended.changed() => return,
+                pulled = self.pull_once(&vault, owner, cursor, long_poll) => pulled,
+            };
+            let wait = match pulled {
                 Ok((next, more)) => {
                     let moved = next > cursor;
                     cursor = next;
@@ -205,6 +302,10 @@ impl Replication {
                         .map_or(RETRY_AFTER, Duration::from_millis)
                         .min(RETRY_AFTER)
                 }
+                Err(PullError::Dropped) => {
+                    debug!(%vault, "replica dropped or followed anew; its old sync job ends");
+                    return;
+                }
                 Err(err) => {
                     caught_up = false;
                     debug!(%vault, %err, "replica pull failed");
@@ -218,6 +319,7 @@ impl Replication {
                 // replays the same interleaving (tokio's default pick is random).
                 biased;
                 _ = stopping.wait_for(|stopping| *stopping) => return,
+                _ = ended.changed() => return,
                 () = tokio::time::sleep(wait) => {}
             }
         }
@@ -279,10 +381,14 @@ impl Replication {
         let count = changes.len() as u64;
         if !changes.is_empty() {
             let keys: Vec<String> = changes.iter().map(|c| c.key.clone()).collect();
-            self.vaults
-                .apply_changes(vault.clone(), changes, next)
+            let applied = self
+                .vaults
+                .apply_changes(vault.clone(), owner, cursor, changes, next)
                 .await
                 .map_err(|source| PullError::Store { source })?;
+            if !applied {
+                return Err(PullError::Dropped);
+            }
             for key in keys {
                 self.reads.invalidate(vault, &key);
             }

@@ -52,6 +52,16 @@ impl Revisions {
             .subscribe()
     }
 
+    /// Forgets `vault`'s watch (the replica was dropped): its waiters see it gone and answer
+    /// at their deadline, and a replica of that name followed anew gets a fresh watch from
+    /// revision 0, whose news would otherwise wake nobody until it passed the old revision.
+    pub fn forget(&self, vault: &str) {
+        self.by_vault
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(vault);
+    }
+
     /// `vault` committed up to `revision`: wakes its waiters if that is news (a revision never
     /// goes back; an older one, from a copy answered from the journal, wakes nobody). Cheap when
     /// nobody waits: no waiter ever asked for this vault, no channel.

@@ -33,6 +33,14 @@ impl SyncBoard {
         change(board.entry(vault.to_string()).or_default());
     }
 
+    /// Forgets one replica's entry (it was dropped, or is followed anew from nothing).
+    pub fn forget(&self, vault: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(vault);
+    }
+
     pub fn get(&self, vault: &str) -> Option<SyncStatus> {
         self.0
             .lock()

@@ -14,7 +14,7 @@ use crate::names::{Label, VaultName};
 use crate::owner::executor::Executor;
 use crate::reader::Reader;
 use crate::store::claims;
-use crate::store::vaults::{self, Role, VaultRow};
+use crate::store::vaults::{self, Removal, Role, VaultRow};
 use crate::store::StoreError;
 
 /// The local vaults and their copy.
@@ -176,21 +176,49 @@ impl Vaults {
         Ok(row)
     }
 
-    /// Applies a page of the owner's changes to a replica and moves its cursor to `next`, in
-    /// one transaction, not fsynced of its own (`Executor::apply_rederivable`: the owner holds
-    /// every change durably and gives it again with the same revision).
+    /// `ferry vault unfollow`: forgets the replica `name` and its records (an owned vault is
+    /// never removed: [`Removal::Owned`]).
+    pub async fn remove_replica(&self, name: VaultName) -> Result<Removal, StoreError> {
+        let removing = name.clone();
+        let removal = self
+            .writer
+            .apply(move |conn| vaults::remove_replica(conn, &removing))
+            .await?;
+        if let Removal::Removed(_) = removal {
+            self.rows
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
+            // Its waiters are answered at their deadline; a replica followed anew starts from
+            // revision 0 with a watch of its own.
+            self.writer.revisions().forget(&name);
+        }
+        Ok(removal)
+    }
+
+    /// Applies a page of `owner`'s changes after `since` to a replica and moves its cursor to
+    /// `next`, in one transaction, not fsynced of its own (`Executor::apply_rederivable`: the
+    /// owner holds every change durably and gives it again with the same revision). `false`:
+    /// nothing applied, the replica is no longer the one at `since` (`vaults::apply_changes`).
     pub async fn apply_changes(
         &self,
         name: VaultName,
+        owner: NodeId,
+        since: u64,
         changes: Vec<WireChange>,
         next: u64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let vault = name.clone();
-        self.writer
-            .apply_rederivable(move |conn| vaults::apply_changes(conn, &name, &changes, next))
+        let applied = self
+            .writer
+            .apply_rederivable(move |conn| {
+                vaults::apply_changes(conn, &name, owner, since, &changes, next)
+            })
             .await?;
-        self.writer.revisions().advanced(&vault, next);
-        Ok(())
+        if applied {
+            self.writer.revisions().advanced(&vault, next);
+        }
+        Ok(applied)
     }
 
     /// Each local vault's newest committed revision (the owner's writes, a replica's pages).

@@ -587,6 +587,16 @@ fn session(api: &mut Contract, a: &Gateway, b: &Gateway) {
             .json(&json!({"name": "journal", "owner": "nobody"})),
     );
     assert_eq!(no_such_owner.status, 404, "{}", no_such_owner.json());
+    // Stop following: the replica goes; a second time there is none; an owned vault stays.
+    for (name, want) in [("journal", 200), ("journal", 404), ("notes", 409)] {
+        let unfollowed = api.call(
+            Method::POST,
+            "/v1/admin/vaults/unfollow",
+            a.request(Method::POST, "/v1/admin/vaults/unfollow")
+                .json(&json!({ "name": name })),
+        );
+        assert_eq!(unfollowed.status, want, "{name}: {}", unfollowed.json());
+    }
     let stranger = ferry_ticket::NodeKey::generate()
         .unwrap()
         .node_id()
@@ -685,6 +695,48 @@ fn session(api: &mut Contract, a: &Gateway, b: &Gateway) {
         as_page(Method::POST, "/v1/admin/ui-code"),
     );
     assert_eq!(act.status, 401, "a session does nothing else");
+    // An action as the page sends it (its own Origin, a JSON body), and the same from a
+    // read-only session.
+    let page_action = |session: &str| {
+        reqwest::blocking::Client::new()
+            .post(b.url("/v1/admin/untrust"))
+            .bearer_auth(session)
+            .header("origin", format!("http://{}", b.api))
+            .json(&json!({"label": "nobody"}))
+    };
+    let acted = api.call(Method::POST, "/v1/admin/untrust", page_action(&session));
+    assert_eq!(acted.status, 404, "{}", acted.json());
+    let read_only_code = api.call(
+        Method::POST,
+        "/v1/admin/ui-code",
+        b.request(Method::POST, "/v1/admin/ui-code?read_only=true"),
+    );
+    assert_eq!(read_only_code.json()["read_only"], true);
+    let bad_query = api.call(
+        Method::POST,
+        "/v1/admin/ui-code",
+        b.request(Method::POST, "/v1/admin/ui-code?read_only=yes"),
+    );
+    assert_eq!(bad_query.status, 400, "{}", bad_query.json());
+    let read_only = api.call(
+        Method::POST,
+        "/v1/ui/session",
+        reqwest::blocking::Client::new()
+            .post(b.url("/v1/ui/session"))
+            .json(&json!({ "code": read_only_code.json()["code"] })),
+    );
+    assert_eq!(read_only.json()["read_only"], true);
+    let refused = api.call(
+        Method::POST,
+        "/v1/admin/untrust",
+        page_action(read_only.json()["session"].as_str().unwrap()),
+    );
+    assert_eq!(
+        refused.status,
+        403,
+        "a read-only session acts: {}",
+        refused.json()
+    );
     let value = api.call(
         Method::GET,
         RECORD,

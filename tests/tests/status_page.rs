@@ -6,24 +6,36 @@
 //!    the address bar, and refuses the same link a second time. Its screenshot is kept in
 //!    `target/artifacts/status-page.png`.
 //! 2. A page of another origin cannot read the status, the page or anything else, cannot stop
-//!    the gateway or trade a code it somehow learned, and cannot frame the page; the same
+//!    the gateway or trade a code it somehow learned, cannot trust, untrust, follow or
+//!    unfollow even with a session it somehow learned, and cannot frame the page; the same
 //!    gateway reached under a name rebound to 127.0.0.1 refuses everything.
 //! 3. `ferry ui` puts no secret on the command line it runs (which other users can read in
 //!    `/proc`): it hands the opener a file only this user can read, and that file, opened in
 //!    the browser, logs the page in.
+//! 4. The page acts (issue 46): in a lab of two hosts, where each gateway sees the other on
+//!    mDNS, the page trusts the discovered peer (showing its whole node id), follows a vault
+//!    it owns until caught up, stops following it and untrusts the peer, each confirmed in a
+//!    dialog, and the CLI sees each change; a read-only page shows no buttons and its session
+//!    is refused. Screenshots of each step go to `target/status-page-shots/`.
+//! 5. Each action is refused, and changes nothing, from another origin, under a rebound name,
+//!    from a read-only session, without `Origin` and without a JSON body (raw HTTP, no browser
+//!    needed), and goes through from the page's own origin.
 //!
 //! Needs Chromium (`/usr/bin/chromium`, or `CHROMIUM`), Node and `npm ci` in `tests/browser`;
-//! `.ci/run` installs them. Without them each test says SKIPPED, unless
-//! `FERRY_BROWSER_REQUIRED=1` (set in CI) makes that a failure.
+//! `.ci/run` installs them. Without them each browser test says SKIPPED, unless
+//! `FERRY_BROWSER_REQUIRED=1` (set in CI) makes that a failure. The lab's test needs root, as
+//! every lab test does (`ferry_tests::lab`).
 
 // Tests may unwrap: a panic here is a failed test, not a crashed gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
-use ferry_harness::{ferry_bin, replica_of_notes, two_with_notes, Gateway};
-use serde_json::Value;
+use ferry_harness::{ferry_bin, replica_of_notes, two_with_notes, wait_for, Gateway};
+use ferry_tests::lab::Lab;
+use serde_json::{json, Value};
 
 fn browser_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("browser")
@@ -65,7 +77,21 @@ fn browser_available(test: &str) -> bool {
 
 /// Runs the driver; its one line of JSON.
 fn drive(args: &[&str]) -> Value {
-    let out = Command::new("node")
+    drive_in(None, args)
+}
+
+/// Runs the driver inside the network namespace `ns` (a lab host, whose local API only a
+/// process inside it can reach), or here; its one line of JSON.
+fn drive_in(ns: Option<&str>, args: &[&str]) -> Value {
+    let mut command = match ns {
+        Some(ns) => {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", ns, "node"]);
+            command
+        }
+        None => Command::new("node"),
+    };
+    let out = command
         .current_dir(browser_dir())
         .arg("status_page.mjs")
         .args(args)
@@ -85,7 +111,16 @@ fn drive(args: &[&str]) -> Value {
 
 /// A one-time code from `ferry ui --print`, as a user would get it.
 fn code_from_ferry_ui(g: &Gateway) -> String {
-    let out = g.cli(&["ui", "--print"]);
+    code_from(g, &["ui", "--print"])
+}
+
+/// A one-time code from `ferry ui --print --read-only`.
+fn read_only_code_from_ferry_ui(g: &Gateway) -> String {
+    code_from(g, &["ui", "--print", "--read-only"])
+}
+
+fn code_from(g: &Gateway, command: &[&str]) -> String {
+    let out = g.cli(command);
     assert!(
         out.status.success(),
         "ferry ui --print: {}",
@@ -218,10 +253,19 @@ fn another_web_page_can_neither_read_the_status_nor_act() {
     if !browser_available("another_web_page_can_neither_read_the_status_nor_act") {
         return;
     }
-    let (a, _b) = two_with_notes();
-    // A code the other page somehow learned (from history, say), not yet traded.
+    let (a, b) = two_with_notes();
+    // `a` replicates `journal` from `b` (something to unfollow) and knows `b`'s `diary`
+    // (something to follow).
+    held(&b, &a, "journal");
+    create(&b, "diary");
+    knows(&a, "diary");
+    // A code the other page somehow learned (from history, say), not yet traded, and a
+    // session it somehow learned too.
     let code = code_from_ferry_ui(&a);
-    let report = drive(&["other", &a.api, &code]);
+    let session = session_for(&a, &code_from_ferry_ui(&a)).0;
+    let stranger = stranger();
+    let before = state(&a);
+    let report = drive(&["other", &a.api, &code, &session, &stranger]);
 
     for attempt in ["read_status", "read_status_with_credentials", "read_page"] {
         assert!(
@@ -244,13 +288,60 @@ fn another_web_page_can_neither_read_the_status_nor_act() {
         !framed.contains("Vaults"),
         "the page rendered inside another site: {framed:?}"
     );
-    for attempt in ["rebound_page_status", "rebound_trade", "rebound_status"] {
+    // The form's kind of request left the browser and was refused (the page cannot see the
+    // answer); with the session, the browser asked first (a preflight), was refused, and never
+    // sent them.
+    assert_eq!(
+        (
+            report["trust_simple"]["type"].as_str(),
+            report["trust_simple"]["status"].as_u64()
+        ),
+        (Some("opaque"), Some(0)),
+        "{report:#}"
+    );
+    for attempt in [
+        "trust_with_session",
+        "untrust_with_session",
+        "follow_with_session",
+        "unfollow_with_session",
+    ] {
+        assert!(
+            report[attempt]["error"]
+                .as_str()
+                .is_some_and(|err| err.contains("Failed to fetch")),
+            "{attempt}: the browser sent it, or read an answer: {report:#}"
+        );
+    }
+    for attempt in [
+        "rebound_page_status",
+        "rebound_trade",
+        "rebound_status",
+        "rebound_trust",
+    ] {
         assert_eq!(report[attempt], 403, "{attempt}: {report:#}");
     }
 
-    // None of it acted: the gateway still runs, and the code was never traded, so it still
-    // trades (once) for this machine's own client.
+    // None of it acted: the gateway still runs, trusts whom it did, follows what it did, and
+    // the stranger is nowhere; the session still works for the page itself; and the code was
+    // never traded, so it still trades (once) for this machine's own client.
     assert_eq!(a.get_json("/v1/status")["label"], "a");
+    assert_eq!(state(&a), before, "another web page changed something");
+    assert!(
+        !a.get_json("/v1/peers").to_string().contains(&stranger),
+        "the stranger was trusted"
+    );
+    assert_eq!(
+        as_page(
+            &a,
+            &session,
+            "/v1/admin/untrust",
+            &json!({"label": "nobody"}),
+            &[]
+        )
+        .0,
+        404,
+        "the session itself still acts from the page's own origin"
+    );
     let trade = |code: &str| {
         reqwest::blocking::Client::new()
             .post(a.url("/v1/ui/session"))
@@ -376,4 +467,491 @@ fn ferry_ui_puts_no_code_on_a_command_line_and_its_handover_logs_the_page_in() {
         .unwrap()
         .status();
     assert_eq!(again, 401, "the browser traded the handed-over code");
+}
+
+/// `owner` creates `vault` and `follower` follows it (without waiting for it to catch up).
+fn held(owner: &Gateway, follower: &Gateway, vault: &str) {
+    create(owner, vault);
+    let out = follower.cli(&[
+        "vault",
+        "follow",
+        vault,
+        "--owner",
+        &owner.label,
+        "--detach",
+    ]);
+    assert!(
+        out.status.success(),
+        "{} follows {vault}: {}",
+        follower.label,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn create(owner: &Gateway, vault: &str) {
+    let out = owner.cli(&["vault", "create", vault]);
+    assert!(
+        out.status.success(),
+        "{} creates {vault}: {}",
+        owner.label,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits until `g` lists `vault` (a peer's, say).
+fn knows(g: &Gateway, vault: &str) {
+    wait_for(
+        &format!("{} to list {vault}", g.label),
+        Duration::from_secs(10),
+        || {
+            state(g)
+                .vaults
+                .iter()
+                .any(|(name, _)| name == vault)
+                .then_some(())
+        },
+    );
+}
+
+/// A node id no gateway here has.
+fn stranger() -> String {
+    ferry_ticket::NodeKey::generate()
+        .unwrap()
+        .node_id()
+        .to_string()
+}
+
+/// Trades `code` at `g` as the page does: the session, and whether it is read-only.
+fn session_for(g: &Gateway, code: &str) -> (String, bool) {
+    let traded = reqwest::blocking::Client::new()
+        .post(g.url("/v1/ui/session"))
+        .json(&json!({ "code": code }))
+        .send()
+        .unwrap();
+    assert_eq!(traded.status(), 200);
+    let traded: Value = traded.json().unwrap();
+    (
+        traded["session"].as_str().unwrap().to_string(),
+        traded["read_only"].as_bool().unwrap(),
+    )
+}
+
+/// What the actions change at a gateway, as the token reads it: each peer (label, node id,
+/// trusted) and each vault (name, role).
+#[derive(Debug, PartialEq, Eq)]
+struct Acted {
+    peers: Vec<(String, String, bool)>,
+    vaults: Vec<(String, String)>,
+}
+
+fn state(g: &Gateway) -> Acted {
+    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let peers = g
+        .get_json("/v1/peers")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (text(&p["label"]), text(&p["node_id"]), p["trusted"] == true))
+        .collect();
+    let vaults = g
+        .get_json("/v1/vaults")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (text(&v["name"]), text(&v["role"])))
+        .collect();
+    Acted { peers, vaults }
+}
+
+/// `POST path` at `g` with `body` (JSON text), the bearer `bearer` if any and exactly the
+/// headers `headers` besides; the status and the answer.
+fn post_raw(
+    g: &Gateway,
+    bearer: Option<&str>,
+    path: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
+    let mut request = reqwest::blocking::Client::new()
+        .post(g.url(path))
+        .body(body.to_string());
+    if let Some(bearer) = bearer {
+        request = request.bearer_auth(bearer);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let answer = request.send().unwrap();
+    let status = answer.status().as_u16();
+    (status, answer.json().unwrap_or(Value::Null))
+}
+
+/// `POST path` as the page sends it: the session, this API's own `Origin`, a JSON body, and
+/// `headers` besides.
+fn as_page(
+    g: &Gateway,
+    session: &str,
+    path: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
+    let origin = format!("http://{}", g.api);
+    let mut all = vec![
+        ("origin", origin.as_str()),
+        ("content-type", "application/json"),
+    ];
+    all.extend_from_slice(headers);
+    post_raw(g, Some(session), path, body, &all)
+}
+
+#[test]
+fn each_action_is_refused_from_another_origin_a_rebound_name_a_read_only_session_or_without_origin()
+{
+    let (a, b) = two_with_notes();
+    // At `a`: `b` trusted, `journal` (b's, two records) followed, `diary` (b's) not, a
+    // stranger untrusted.
+    held(&b, &a, "journal");
+    for key in ["j1", "j2"] {
+        let (status, body) = b.put("journal", key, key.as_bytes(), &[]);
+        assert_eq!(status, 200, "put {key}: {body}");
+    }
+    wait_for(
+        "a's replica of journal to hold both records",
+        Duration::from_secs(10),
+        || (a.records("journal").len() == 2).then_some(()),
+    );
+    create(&b, "diary");
+    knows(&a, "diary");
+    let stranger = stranger();
+    let (acting, read_only) = session_for(&a, &code_from_ferry_ui(&a));
+    assert!(!read_only, "`ferry ui` mints an acting session by default");
+    let (reader, read_only) = session_for(&a, &read_only_code_from_ferry_ui(&a));
+    assert!(read_only, "`ferry ui --read-only` mints a read-only one");
+
+    let actions = [
+        (
+            "/v1/admin/trust",
+            json!({"node_id": stranger, "label": "stranger"}),
+        ),
+        ("/v1/admin/untrust", json!({"label": "b"})),
+        (
+            "/v1/admin/vaults/follow",
+            json!({"name": "diary", "owner": "b"}),
+        ),
+        ("/v1/admin/vaults/unfollow", json!({"name": "journal"})),
+    ];
+    let port = a.api.rsplit_once(':').unwrap().1;
+    let rebound_host = format!("evil.example:{port}");
+    let rebound_origin = format!("http://{rebound_host}");
+    let own_origin = format!("http://{}", a.api);
+    let before = state(&a);
+    for (path, body) in &actions {
+        // How each is sent: what it is, its bearer, and its headers.
+        let refused = [
+            (
+                "from another origin",
+                &acting,
+                vec![
+                    ("origin", "http://127.0.0.1:1"),
+                    ("content-type", "application/json"),
+                ],
+            ),
+            (
+                "through a rebound name",
+                &acting,
+                vec![
+                    ("host", rebound_host.as_str()),
+                    ("origin", rebound_origin.as_str()),
+                    ("content-type", "application/json"),
+                ],
+            ),
+            (
+                "from a read-only session",
+                &reader,
+                vec![
+                    ("origin", own_origin.as_str()),
+                    ("content-type", "application/json"),
+                ],
+            ),
+            (
+                "without Origin",
+                &acting,
+                vec![("content-type", "application/json")],
+            ),
+            (
+                "as a form's text/plain",
+                &acting,
+                vec![
+                    ("origin", own_origin.as_str()),
+                    ("content-type", "text/plain"),
+                ],
+            ),
+        ];
+        for (how, bearer, headers) in refused {
+            let (status, answer) = post_raw(&a, Some(bearer), path, body, &headers);
+            assert_eq!(
+                (status, answer["error"].as_str()),
+                (403, Some("forbidden")),
+                "{path} {how}: {answer}"
+            );
+            assert_eq!(state(&a), before, "{path} {how} changed something");
+        }
+        let (status, _) = post_raw(
+            &a,
+            None,
+            path,
+            body,
+            &[
+                ("origin", &own_origin),
+                ("content-type", "application/json"),
+            ],
+        );
+        assert_eq!(status, 401, "{path} with no session at all");
+    }
+    // A session is no bearer for the other admin routes, whatever it sends.
+    let (status, _) = as_page(&a, &acting, "/v1/admin/stop", &json!({}), &[]);
+    assert_eq!(status, 401, "a session stopping the gateway");
+    let (status, _) = as_page(&a, &acting, "/v1/admin/ui-code", &json!({}), &[]);
+    assert_eq!(status, 401, "a session minting codes");
+    assert_eq!(state(&a), before);
+    // The read-only session still reads.
+    let read = reqwest::blocking::Client::new()
+        .get(a.url("/v1/peers"))
+        .bearer_auth(&reader)
+        .send()
+        .unwrap();
+    assert_eq!(read.status(), 200, "a read-only session reads");
+
+    // From the page's own origin each goes through, and changes what it says.
+    let (status, trusted) = as_page(&a, &acting, actions[0].0, &actions[0].1, &[]);
+    assert_eq!(
+        (status, trusted["node_id"].as_str()),
+        (200, Some(stranger.as_str())),
+        "{trusted}"
+    );
+    let (status, followed) = as_page(&a, &acting, actions[2].0, &actions[2].1, &[]);
+    assert_eq!(
+        (status, followed["role"].as_str()),
+        (200, Some("replica")),
+        "{followed}"
+    );
+    let (status, gone) = as_page(&a, &acting, actions[3].0, &actions[3].1, &[]);
+    assert_eq!(
+        (status, gone["name"].as_str()),
+        (200, Some("journal")),
+        "{gone}"
+    );
+    let (status, untrusted) = as_page(&a, &acting, actions[1].0, &actions[1].1, &[]);
+    assert_eq!(
+        (status, untrusted["label"].as_str()),
+        (200, Some("b")),
+        "{untrusted}"
+    );
+    let Acted { peers, vaults } = state(&a);
+    assert!(
+        peers.contains(&("stranger".into(), stranger.clone(), true))
+            && !peers.iter().any(|(label, _, _)| label == "b"),
+        "{peers:?}"
+    );
+    assert!(
+        vaults.contains(&("diary".into(), "replica".into()))
+            && !vaults.contains(&("journal".into(), "replica".into())),
+        "{vaults:?}"
+    );
+    assert!(
+        a.records("journal").is_empty(),
+        "the unfollowed replica's records stayed"
+    );
+}
+
+/// Where the action screenshots go: `target/status-page-shots/`, emptied first.
+fn shots_dir() -> PathBuf {
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/status-page-shots");
+    let _ = std::fs::remove_dir_all(&shots);
+    std::fs::create_dir_all(&shots).unwrap();
+    shots
+}
+
+/// `g`'s view of the peer `node` in `ferry peers`: (label, trusted), if listed.
+fn listed(g: &Gateway, node: &str) -> Option<(String, bool)> {
+    let (code, peers) = g.cli_json(&["peers"]);
+    assert_eq!(code, 0, "ferry peers: {peers}");
+    peers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["node_id"] == node)
+        .map(|p| {
+            (
+                p["label"].as_str().unwrap_or("").to_string(),
+                p["trusted"] == true,
+            )
+        })
+}
+
+/// `g`'s role for `vault` in `ferry vault list` (`owner`, `replica`, `remote`), and its
+/// revision.
+fn role(g: &Gateway, vault: &str) -> Option<(String, Option<u64>)> {
+    let (code, vaults) = g.cli_json(&["vault", "list"]);
+    assert_eq!(code, 0, "ferry vault list: {vaults}");
+    vaults
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == vault)
+        .map(|v| {
+            (
+                v["role"].as_str().unwrap_or("").to_string(),
+                v["revision"].as_u64(),
+            )
+        })
+}
+
+#[test]
+fn the_page_trusts_a_discovered_peer_follows_its_vault_stops_following_and_untrusts_it() {
+    let test =
+        "the_page_trusts_a_discovered_peer_follows_its_vault_stops_following_and_untrusts_it";
+    if !browser_available(test) {
+        return;
+    }
+    // A lab: the two gateways announce themselves on mDNS, which the loopback tests run
+    // without, so each lists the other as seen, not trusted. Beside other labs: it checks
+    // what happens, not how fast.
+    let Some(lab) = Lab::new_beside_others(2) else {
+        return;
+    };
+    let h1 = lab.start_ferry(1, "h1", &[]);
+    let h2 = lab.start_ferry(2, "h2", &[]);
+    // h2 trusts h1 (by id, its routes from mDNS) and owns `notes`, three records in it.
+    let out = h2.cli(&["trust", &h1.node_id, "--label", "h1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    create(&h2, "notes");
+    for key in ["k1", "k2", "k3"] {
+        let out = h2.cli(&["put", "notes", key, &format!("value of {key}")]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    wait_for("h1 to see h2 on mDNS", Duration::from_secs(15), || {
+        listed(&h1, &h2.node_id).filter(|(_, trusted)| !trusted)
+    });
+    let ns = h1.lab_host().ns.clone();
+    let shots = shots_dir();
+    let shots_arg = shots.to_str().unwrap().to_string();
+    let step = |args: &[&str]| {
+        let code = code_from_ferry_ui(&h1);
+        let mut all = vec!["act", h1.api.as_str(), code.as_str(), shots_arg.as_str()];
+        all.extend_from_slice(args);
+        let shown = drive_in(Some(&ns), &all);
+        assert_eq!(shown["problem"], Value::Null, "{shown:#}");
+        assert_eq!(shown["console_errors"], json!([]), "{shown:#}");
+        shown
+    };
+
+    // Trust: the dialog shows h2's whole node id, as `ferry id` prints it there, and offers
+    // the label h2 announced; cancelled, nothing happened; confirmed, `ferry peers` says so.
+    let trusted = step(&["trust", &h2.node_id, "h2"]);
+    let (code, id) = h2.cli_json(&["id"]);
+    assert_eq!(code, 0);
+    assert_eq!(trusted["dialog"]["node_id"], id["node_id"], "{trusted:#}");
+    assert_eq!(
+        trusted["dialog"]["node_id"].as_str(),
+        Some(h2.node_id.as_str())
+    );
+    assert_eq!(trusted["dialog"]["label"], "h2", "{trusted:#}");
+    assert!(
+        trusted["dialog"]["body"]
+            .as_str()
+            .unwrap()
+            .contains("ferry id"),
+        "{trusted:#}"
+    );
+    assert_eq!(trusted["still_untrusted_after_cancel"], true, "{trusted:#}");
+    assert!(
+        trusted["notice"].as_str().unwrap().contains(&h2.node_id),
+        "{trusted:#}"
+    );
+    assert_eq!(listed(&h1, &h2.node_id), Some(("h2".to_string(), true)));
+
+    // Follow: the replica catches up with h2's three revisions; the CLI sees the replica and
+    // reads its records.
+    wait_for("h1 to learn h2's vaults", Duration::from_secs(10), || {
+        role(&h1, "notes").filter(|(role, _)| role == "remote")
+    });
+    let followed = step(&["follow", "notes"]);
+    assert!(
+        followed["dialog"]["title"]
+            .as_str()
+            .unwrap()
+            .contains("notes"),
+        "{followed:#}"
+    );
+    assert_eq!(role(&h1, "notes"), Some(("replica".into(), Some(3))));
+    assert_eq!(h1.records("notes").len(), 3, "the replica's records");
+    let out = h1.cli(&["get", "notes", "k2"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "value of k2");
+
+    // Stop following: the replica and its records are gone here; h2 still owns the vault.
+    let unfollowed = step(&["unfollow", "notes"]);
+    assert!(
+        unfollowed["notice"].as_str().unwrap().contains("notes"),
+        "{unfollowed:#}"
+    );
+    assert_eq!(
+        role(&h1, "notes").map(|(role, _)| role),
+        Some("remote".into())
+    );
+    assert!(
+        h1.records("notes").is_empty(),
+        "the replica's records stayed"
+    );
+    assert_eq!(role(&h2, "notes"), Some(("owner".into(), Some(3))));
+
+    // A read-only page shows no button, and its session is refused what the page hides.
+    let code = read_only_code_from_ferry_ui(&h1);
+    let read_only = drive_in(
+        Some(&ns),
+        &["act", &h1.api, &code, &shots_arg, "read-only", "notes"],
+    );
+    assert_eq!(read_only["buttons"], json!([]), "{read_only:#}");
+    assert_eq!(read_only["badge"], true, "{read_only:#}");
+    assert_eq!(read_only["unfollow_anyway"]["status"], 403, "{read_only:#}");
+    assert_eq!(read_only["unfollow_anyway"]["body"]["error"], "forbidden");
+
+    // Untrust: h2 is listed as seen, not trusted, again.
+    let untrusted = step(&["untrust", &h2.node_id, "h2"]);
+    assert!(
+        untrusted["dialog"]["body"]
+            .as_str()
+            .unwrap()
+            .contains(&h2.node_id),
+        "{untrusted:#}"
+    );
+    assert_eq!(listed(&h1, &h2.node_id), Some(("h2".to_string(), false)));
+
+    for shot in [
+        "01-discovered",
+        "02-trust-confirm",
+        "03-trusted",
+        "04-follow-confirm",
+        "05-following",
+        "06-unfollow-confirm",
+        "07-unfollowed",
+        "08-untrust-confirm",
+        "09-untrusted",
+        "10-read-only",
+    ] {
+        let png = shots.join(format!("{shot}.png"));
+        let size = std::fs::metadata(&png)
+            .unwrap_or_else(|err| panic!("{}: {err}", png.display()))
+            .len();
+        assert!(size > 10_000, "{} is {size} bytes", png.display());
+    }
+    eprintln!("status page action screenshots: {}", shots.display());
 }

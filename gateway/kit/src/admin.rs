@@ -209,6 +209,23 @@ pub struct FollowVault {
     pub owner: String,
 }
 
+/// `POST /v1/admin/vaults/unfollow`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnfollowVault {
+    pub name: String,
+}
+
+/// The answer of `POST /v1/admin/vaults/unfollow`: the replica that was dropped, with its
+/// records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unfollowed {
+    pub name: VaultName,
+    /// The owner's label.
+    pub owner: String,
+    /// The revision the replica had reached.
+    pub revision: u64,
+}
+
 /// The answer of `POST /v1/admin/vaults` and `POST /v1/admin/vaults/follow`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VaultHeld {
@@ -245,6 +262,15 @@ pub struct UiCode {
     pub expires_in_s: u64,
     /// The page with the code in its fragment (never sent to a server): what `ferry ui` opens.
     pub url: String,
+    /// Whether its session only reads (`?read_only=true`, or `[ui] read_only` in the config);
+    /// else the page may also trust, untrust, follow and unfollow. Absent from the answer of
+    /// an earlier gateway, whose pages only read.
+    #[serde(default = "yes")]
+    pub read_only: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `POST /v1/ui/session`: the status page trades its code.
@@ -253,10 +279,14 @@ pub struct TradeCode {
     pub code: String,
 }
 
-/// The answer of `POST /v1/ui/session`: a bearer that reads the status routes only.
+/// The answer of `POST /v1/ui/session`: a bearer for the status routes, and, unless
+/// `read_only`, for the page's actions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UiSession {
     pub session: String,
+    /// Whether the session only reads (the page then shows no buttons).
+    #[serde(default = "yes")]
+    pub read_only: bool,
 }
 
 /// One thing `ferry doctor` found: about what, whether it is fine, in plain words, and how to

@@ -1,5 +1,6 @@
 //! Admin calls: read-only views for people and scripts, and the CLI's few mutations
-//! (`/v1/admin/*`, documented as the CLI's, not part of the app contract).
+//! (`/v1/admin/*`, documented as the CLI's, not part of the app contract), some of which the
+//! status page's sessions may call too (`ui_sessions::SESSION_ACTIONS`).
 
 use std::sync::Arc;
 
@@ -9,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ferry_kit::admin::{
     CreateVault, FollowVault, OwnerQueue, Peer, QueueCaller, RouteAddress, RouteHealth, Status,
-    Stopping, SyncProgress, TrustRequest, UntrustRequest, Untrusted, Vault, VaultHeld,
+    Stopping, SyncProgress, TrustRequest, UnfollowVault, Unfollowed, UntrustRequest, Untrusted,
+    Vault, VaultHeld,
 };
 use ferry_kit::contract::ErrorCode;
 use ferry_peer::routes::{Route, RouteState};
@@ -19,7 +21,7 @@ use super::ApiError;
 use crate::gateway::Gateway;
 use crate::names::{Label, VaultName};
 use crate::network::collisions;
-use crate::replication::FollowError;
+use crate::replication::{FollowError, UnfollowError};
 use crate::store::vaults;
 use crate::store::StoreError;
 use ferry_kit::admin::DoctorReport;
@@ -423,6 +425,30 @@ pub async fn follow_vault(
         name: row.name,
         owner,
         role: "replica".into(),
+        revision: row.revision,
+    }))
+}
+
+/// `POST /v1/admin/vaults/unfollow`: stop replicating a vault; its local copy is removed.
+pub async fn unfollow_vault(
+    State(gateway): State<Arc<Gateway>>,
+    Json(body): Json<UnfollowVault>,
+) -> Result<Json<Unfollowed>, ApiError> {
+    let name = VaultName::try_from(body.name).map_err(ApiError::bad_request)?;
+    let row = gateway
+        .admin()
+        .unfollow(name)
+        .await
+        .map_err(|err| match err {
+            UnfollowError::NotHeld { .. } => {
+                ApiError::new(404, ErrorCode::NotFound, err.to_string())
+            }
+            UnfollowError::Owned { .. } => ApiError::new(409, ErrorCode::Conflict, err.to_string()),
+            UnfollowError::Store { source } => store_error(source),
+        })?;
+    Ok(Json(Unfollowed {
+        owner: gateway.network().label_of(&row.owner),
+        name: row.name,
         revision: row.revision,
     }))
 }

@@ -2,12 +2,13 @@
 //!
 //! Every request must carry the bearer token from the state directory; without it the answer
 //! is `401 unauthorized` and nothing else happens. The exceptions are the status page's (see
-//! [`ui`]): its static assets, and a read-only session for the status routes, traded once for
-//! a code that `ferry ui` mints with the token. Requests from other web pages are refused: a
+//! [`ui`]): its static assets, and a session traded once for a code that `ferry ui` mints with
+//! the token, which reads the status routes and, unless read-only, calls the four admin routes
+//! of the page's actions ([`ui_sessions`]). Requests from other web pages are refused: a
 //! foreign `Origin` always, and a `Host` that is a name other than `localhost` unless the
-//! request carries the token. Record calls also name their app in
-//! `X-Ferry-App`. Errors are JSON with a code, a sentence a person can act on, and the request
-//! id when there is one.
+//! request carries the token; a session's action also needs its own `Origin` and a JSON body.
+//! Record calls also name their app in `X-Ferry-App`. Errors are JSON with a code, a sentence
+//! a person can act on, and the request id when there is one.
 
 mod admin;
 mod calls;
@@ -133,6 +134,7 @@ fn router(state: ApiState) -> Router {
         .route("/v1/admin/untrust", post(admin::untrust))
         .route("/v1/admin/vaults", post(admin::create_vault))
         .route("/v1/admin/vaults/follow", post(admin::follow_vault))
+        .route("/v1/admin/vaults/unfollow", post(admin::unfollow_vault))
         .route("/v1/admin/stop", post(admin::stop))
         .route("/v1/admin/ui-code", post(ui::mint_code))
         .route("/v1/ui/session", post(ui::trade_code))
@@ -245,8 +247,8 @@ enum Access {
 }
 
 /// Who may call what: other web pages are kept out first (see [`ui`]), then the token opens
-/// everything and a status page's session the status routes; new calls are refused once the
-/// gateway is stopping. `Err`: the refusal to answer with.
+/// everything and a status page's session its routes ([`ui_sessions::admit`]); new calls are
+/// refused once the gateway is stopping. `Err`: the refusal to answer with.
 fn access(
     gateway: &Gateway,
     sessions: &ui::SharedUiSessions,
@@ -279,16 +281,23 @@ fn access(
         }
         if ui::is_public(method, path) {
             Access::Public
-        } else if presented.is_some_and(|bearer| {
-            ui_sessions::session_may(method, path)
-                && sessions
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .touch(bearer, ferry_peer::clock::now())
-        }) {
-            Access::Session
         } else {
-            return Err(ApiError::unauthorized());
+            let route = ui_sessions::session_route(method, path);
+            // A closed route never looks the session up (nor keeps it alive).
+            let kind = presented
+                .filter(|_| route != ui_sessions::SessionRoute::Closed)
+                .and_then(|bearer| {
+                    sessions
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .touch(bearer, ferry_peer::clock::now())
+                })
+                .ok_or_else(ApiError::unauthorized)?;
+            match ui_sessions::admit(kind, route, headers) {
+                Ok(()) => Access::Session,
+                Err(ui_sessions::SessionRefusal::Closed) => return Err(ApiError::unauthorized()),
+                Err(refusal) => return Err(ui::forbidden(&refusal.to_string())),
+            }
         }
     };
     if gateway.is_stopping() {

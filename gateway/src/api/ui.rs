@@ -1,6 +1,9 @@
-//! The status page (issue 17): a page for people, served on the local API, that shows this
-//! machine, its peers and routes, its vaults, calls waiting to settle and the owner's queue,
-//! and updates itself. Read-only. How a browser gets in without the token is in
+//! The status page (issues 17 and 46): a page for people, served on the local API, that shows
+//! this machine, its peers and routes, its vaults, calls waiting to settle and the owner's
+//! queue, and updates itself; and, unless its session is read-only, trusts a discovered peer
+//! (showing its whole node id to compare with `ferry id` there), untrusts one, and follows a
+//! vault or stops following it, each after the person confirms, through the CLI's own admin
+//! routes. How a browser gets in without the token, and what a session may call, is in
 //! [`super::ui_sessions`]; what keeps other web pages out is here and in the guard:
 //!
 //! - **DNS rebinding**: a request without the token whose `Host` is a name other than
@@ -10,21 +13,24 @@
 //!   by its service name): a page of another site never has the token.
 //! - **Cross-site requests**: a request whose `Origin` is not this API's own is refused, before
 //!   any token or session is looked at; the page never sends cookies (there are none), and the
-//!   API sends no CORS headers, so no other origin can read an answer.
+//!   API sends no CORS headers, so no other origin can read an answer or pass a preflight.
+//!   An action (CSRF) also needs the session in `Authorization` and a JSON body, both of which
+//!   need a preflight, and its own `Origin` (`ui_sessions::admit`).
 //! - **Framing and injection**: the page's `Content-Security-Policy` allows scripts, styles and
 //!   connections from its own origin only and no framing; the page builds its tables with
 //!   `textContent`, never HTML from data.
 
 use std::sync::{Arc, Mutex};
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ferry_kit::admin::{TradeCode, UiCode, UiSession};
 use ferry_kit::contract::ErrorCode;
+use serde::Deserialize;
 
-use super::ui_sessions::{UiSessions, CODE_LIFETIME};
+use super::ui_sessions::{SessionKind, UiSessions, CODE_LIFETIME};
 use super::ApiError;
 use crate::gateway::Gateway;
 
@@ -75,16 +81,34 @@ pub async fn style() -> Response {
     asset("text/css; charset=utf-8", APP_CSS)
 }
 
-/// `POST /v1/admin/ui-code` (token): a one-time code for the status page.
+/// The query of `POST /v1/admin/ui-code`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MintQuery {
+    /// `true`: the session only reads (`ferry ui --read-only`).
+    #[serde(default)]
+    read_only: bool,
+}
+
+/// `POST /v1/admin/ui-code` (token): a one-time code for the status page, for a session that
+/// only reads when the query or the config (`[ui] read_only`) says so.
 pub async fn mint_code(
     State(gateway): State<Arc<Gateway>>,
     State(sessions): State<SharedUiSessions>,
+    Query(query): Query<MintQuery>,
 ) -> Result<Json<UiCode>, ApiError> {
+    let read_only = query.read_only || gateway.config().ui.read_only;
+    let kind = if read_only {
+        SessionKind::ReadOnly
+    } else {
+        SessionKind::Acting
+    };
     let code = random_hex()?;
-    sessions
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .add_code(code.clone(), ferry_peer::clock::now());
+    sessions.lock().unwrap_or_else(|p| p.into_inner()).add_code(
+        code.clone(),
+        kind,
+        ferry_peer::clock::now(),
+    );
     let api = gateway
         .api_addr()
         .map(|addr| addr.to_string())
@@ -93,10 +117,12 @@ pub async fn mint_code(
         url: format!("http://{api}/ui#code={code}"),
         code,
         expires_in_s: CODE_LIFETIME.as_secs(),
+        read_only,
     }))
 }
 
-/// `POST /v1/ui/session` (no token): trades a code, once, for a read-only session.
+/// `POST /v1/ui/session` (no token): trades a code, once, for a session of the kind it was
+/// minted for.
 pub async fn trade_code(
     State(sessions): State<SharedUiSessions>,
     Json(body): Json<TradeCode>,
@@ -107,8 +133,11 @@ pub async fn trade_code(
         session.clone(),
         ferry_peer::clock::now(),
     );
-    if traded {
-        Ok(Json(UiSession { session }))
+    if let Some(kind) = traded {
+        Ok(Json(UiSession {
+            session,
+            read_only: kind == SessionKind::ReadOnly,
+        }))
     } else {
         Err(ApiError::new(
             401,

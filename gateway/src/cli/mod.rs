@@ -141,12 +141,17 @@ pub enum Command {
     /// every trusted peer afresh; says what is wrong and how to fix it. Exit 0 when nothing
     /// is, 1 when something is.
     Doctor,
-    /// Open the status page in a browser (read-only; a one-time link, no token in it, handed
-    /// over in a file only you can read, never on a command line).
+    /// Open the status page in a browser (a one-time link, no token in it, handed over in a
+    /// file only you can read, never on a command line). The page can trust and untrust
+    /// peers and follow and unfollow vaults, each after you confirm, unless it is read-only.
     Ui {
         /// Print the link instead of opening a browser (it works once, within a minute).
         #[arg(long)]
         print: bool,
+        /// A page that only shows: no buttons, and the API refuses its actions (`[ui]
+        /// read_only = true` in the config makes every page so).
+        #[arg(long)]
+        read_only: bool,
     },
     /// Print a completion script for a shell (bash, zsh, fish, powershell, elvish).
     Completions { shell: clap_complete::Shell },
@@ -232,6 +237,9 @@ pub enum VaultCommand {
         #[arg(long)]
         detach: bool,
     },
+    /// Stop replicating a vault: the sync stops and the local copy is removed; reads then go
+    /// to its owner.
+    Unfollow { name: VaultName },
     /// Vaults here and at peers.
     List,
 }

@@ -105,18 +105,70 @@ fn create(
     })
 }
 
+/// What [`remove_replica`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// The replica, as it was, is gone with all its records.
+    Removed(VaultRow),
+    /// This gateway owns the vault: nothing was removed (an owner's vault is never dropped
+    /// this way).
+    Owned,
+    /// No vault of that name is held here.
+    NotHeld,
+}
+
+/// Forgets the replica `name`: its records and its row, in one transaction. What it was, or
+/// why nothing was removed.
+pub fn remove_replica(conn: &Connection, name: &str) -> Result<Removal, StoreError> {
+    super::in_transaction(conn, |tx| {
+        let row = match get(tx, name)? {
+            None => return Ok(Removal::NotHeld),
+            Some(row) if row.role == Role::Owner => return Ok(Removal::Owned),
+            Some(row) => row,
+        };
+        tx.execute("DELETE FROM records WHERE vault = ?1", [name])?;
+        tx.execute(
+            "DELETE FROM vaults WHERE name = ?1 AND role = 'replica'",
+            [name],
+        )?;
+        Ok(Removal::Removed(row))
+    })
+}
+
 /// The injected bug `ReplicaSkipsChange` skips every change whose revision is a multiple of this.
 const SKIPPED_EVERY: u64 = 40;
 
 /// Applies one page of the owner's change log to a replica and moves its cursor, in one
 /// transaction: after a crash the replica resumes exactly where the last page ended.
+///
+/// The page was asked of `owner` for the changes after `since`: it is applied only onto a
+/// replica of that owner whose revision is still `since`, and `false` (nothing applied) says it
+/// no longer is. A sync job whose replica was dropped (`ferry vault unfollow`), or dropped and
+/// followed anew, may have a page in flight; applied to the new replica it would move that
+/// replica's cursor past changes it never received.
 pub fn apply_changes(
     conn: &Connection,
     name: &str,
+    owner: NodeId,
+    since: u64,
     changes: &[ferry_peer::wire::WireChange],
     cursor: u64,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     super::in_transaction(conn, |tx| {
+        let current = tx
+            .prepare_cached(
+                "SELECT owner, revision FROM vaults WHERE name = ?1 AND role = 'replica'",
+            )?
+            .query_row([name], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })
+            .optional()?;
+        let same = current.is_some_and(|(stored_owner, revision)| {
+            stored_owner == owner.to_string() && revision as u64 == since
+        });
+        if !same {
+            return Ok(false);
+        }
         for change in changes {
             if ferry_core::bugs::on(ferry_core::bugs::Bug::ReplicaSkipsChange)
                 && change.revision % SKIPPED_EVERY == 0
@@ -135,7 +187,7 @@ pub fn apply_changes(
             "UPDATE vaults SET revision = ?2 WHERE name = ?1 AND role = 'replica' AND revision < ?2",
             params![name, cursor as i64],
         )?;
-        Ok(())
+        Ok(true)
     })
 }
 
@@ -179,4 +231,110 @@ pub fn next_revision(conn: &Connection, name: &str) -> Result<u64, StoreError> {
         )?
         .query_row([name], |row| row.get(0))?;
     Ok(revision as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use ferry_peer::wire::WireChange;
+    use ferry_ticket::NodeId;
+
+    use super::*;
+    use crate::store::{open_temp, records};
+
+    fn change(key: &str, revision: u64) -> WireChange {
+        WireChange {
+            key: key.into(),
+            revision,
+            value: Some(key.as_bytes().to_vec()),
+        }
+    }
+
+    #[test]
+    fn a_page_applies_only_onto_the_replica_it_was_asked_for() {
+        let (_dir, conn) = open_temp();
+        let owner = NodeId::from_bytes([1; 32]);
+        let other = NodeId::from_bytes([2; 32]);
+        let name = VaultName::from_static("notes");
+        create_replica(&conn, &name, owner, 0).unwrap();
+        let page = [change("a", 1), change("b", 2)];
+        assert!(
+            !apply_changes(&conn, "notes", other, 0, &page, 2).unwrap(),
+            "another owner's page"
+        );
+        assert!(
+            !apply_changes(&conn, "notes", owner, 1, &page, 2).unwrap(),
+            "asked after 1, the replica is at 0"
+        );
+        assert!(
+            !apply_changes(&conn, "elsewhere", owner, 0, &page, 2).unwrap(),
+            "no such replica"
+        );
+        assert_eq!(revision(&conn, "notes").unwrap(), Some(0));
+        assert!(
+            records::get(&conn, "notes", "a").unwrap().is_none(),
+            "nothing applied"
+        );
+
+        assert!(apply_changes(&conn, "notes", owner, 0, &page, 2).unwrap());
+        assert_eq!(revision(&conn, "notes").unwrap(), Some(2));
+        assert!(
+            !apply_changes(&conn, "notes", owner, 0, &[change("c", 3)], 3).unwrap(),
+            "the same question again, answered late: the replica has moved on"
+        );
+        assert!(apply_changes(&conn, "notes", owner, 2, &[change("c", 3)], 3).unwrap());
+        assert_eq!(revision(&conn, "notes").unwrap(), Some(3));
+    }
+
+    #[test]
+    fn removing_a_replica_takes_its_records_and_never_an_owned_vault() {
+        let (_dir, conn) = open_temp();
+        let owner = NodeId::from_bytes([1; 32]);
+        let me = NodeId::from_bytes([9; 32]);
+        let notes = VaultName::from_static("notes");
+        let mine = VaultName::from_static("mine");
+        create_replica(&conn, &notes, owner, 0).unwrap();
+        create_owned(&conn, &mine, me, 0).unwrap();
+        records::set(&conn, "mine", "k", 1, Some(b"v")).unwrap();
+        assert!(apply_changes(
+            &conn,
+            "notes",
+            owner,
+            0,
+            &[change("a", 1), change("b", 2)],
+            2
+        )
+        .unwrap());
+
+        assert_eq!(remove_replica(&conn, "mine").unwrap(), Removal::Owned);
+        assert_eq!(remove_replica(&conn, "nowhere").unwrap(), Removal::NotHeld);
+        assert!(
+            records::get(&conn, "mine", "k").unwrap().is_some(),
+            "an owned vault kept its records"
+        );
+        let removed = remove_replica(&conn, "notes").unwrap();
+        assert_eq!(
+            removed,
+            Removal::Removed(VaultRow {
+                name: notes.clone(),
+                owner,
+                role: Role::Replica,
+                revision: 2,
+            })
+        );
+        assert!(get(&conn, "notes").unwrap().is_none());
+        let left: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM records WHERE vault = 'notes'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, 0, "the replica's records went with it");
+        assert_eq!(remove_replica(&conn, "notes").unwrap(), Removal::NotHeld);
+
+        // Followed again, it starts from nothing: a page the old sync job asked for is refused.
+        create_replica(&conn, &notes, owner, 0).unwrap();
+        assert!(!apply_changes(&conn, "notes", owner, 2, &[change("c", 3)], 3).unwrap());
+        assert_eq!(revision(&conn, "notes").unwrap(), Some(0));
+    }
 }

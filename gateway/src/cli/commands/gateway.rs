@@ -183,8 +183,13 @@ pub(super) async fn doctor(kit: &Kit, json: bool) -> Exit {
     }
 }
 
-pub(super) async fn ui(kit: &Kit, json: bool, print: bool) -> Exit {
-    let code: UiCode = match kit.post_typed("/v1/admin/ui-code", &NoArguments {}).await {
+pub(super) async fn ui(kit: &Kit, json: bool, print: bool, read_only: bool) -> Exit {
+    let path = if read_only {
+        "/v1/admin/ui-code?read_only=true"
+    } else {
+        "/v1/admin/ui-code"
+    };
+    let code: UiCode = match kit.post_typed(path, &NoArguments {}).await {
         Ok(code) => code,
         Err(err) => return kit_failure(err, json),
     };
@@ -216,8 +221,13 @@ pub(super) async fn ui(kit: &Kit, json: bool, print: bool) -> Exit {
     }
     println!("{}", code.url);
     eprintln!(
-        "open this link within {} s; it works once (the page then keeps its own read-only session)",
-        code.expires_in_s
+        "open this link within {} s; it works once (the page then keeps its own {} session)",
+        code.expires_in_s,
+        if code.read_only {
+            "read-only"
+        } else {
+            "acting"
+        }
     );
     Exit::Done
 }

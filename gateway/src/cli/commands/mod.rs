@@ -40,7 +40,7 @@ pub async fn run(cli: Cli) -> Exit {
         Command::Status => gateway::status(&kit, json).await,
         Command::Id => gateway::id(&home, &kit, json).await,
         Command::Doctor => gateway::doctor(&kit, json).await,
-        Command::Ui { print } => gateway::ui(&kit, json, print).await,
+        Command::Ui { print, read_only } => gateway::ui(&kit, json, print, read_only).await,
         Command::Trust {
             node_id,
             label,
@@ -58,6 +58,7 @@ pub async fn run(cli: Cli) -> Exit {
             owner,
             detach,
         }) => vaults::follow(&kit, json, name, owner, detach).await,
+        Command::Vault(VaultCommand::Unfollow { name }) => vaults::unfollow(&kit, json, name).await,
         Command::Put {
             vault,
             key,

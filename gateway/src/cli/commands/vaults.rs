@@ -1,8 +1,9 @@
-//! The vault commands: `vault create`, `vault follow` (and showing its catch-up), `vault list`.
+//! The vault commands: `vault create`, `vault follow` (and showing its catch-up), `vault
+//! unfollow`, `vault list`.
 
 use std::time::Duration;
 
-use ferry_kit::admin::{CreateVault, FollowVault, Vault, VaultHeld};
+use ferry_kit::admin::{CreateVault, FollowVault, UnfollowVault, Unfollowed, Vault, VaultHeld};
 use ferry_kit::Kit;
 
 use super::{fail, kit_failure, lock_for_offline_write, output, show, show_post_or_offline};
@@ -110,6 +111,29 @@ pub(super) async fn follow(
         output::json(&held);
     }
     Exit::Done
+}
+
+pub(super) async fn unfollow(kit: &Kit, json: bool, name: VaultName) -> Exit {
+    let body = UnfollowVault {
+        name: name.into_string(),
+    };
+    match kit
+        .post_typed::<_, Unfollowed>("/v1/admin/vaults/unfollow", &body)
+        .await
+    {
+        Ok(gone) if json => {
+            output::json(&gone);
+            Exit::Done
+        }
+        Ok(gone) => {
+            println!(
+                "no longer following vault {} from {} (the replica, at revision {}, is removed; reads go to the owner)",
+                gone.name, gone.owner, gone.revision
+            );
+            Exit::Done
+        }
+        Err(err) => kit_failure(err, json),
+    }
 }
 
 /// How long the catch-up may go without any progress before the CLI stops waiting for it.
