@@ -416,6 +416,16 @@ pub fn render_catcher(out: &mut String, counts: CatcherCounts) {
             "Calls to peers that waited to send while this gateway was behind reading its socket.",
             counts.held,
         ),
+        (
+            "ferry_peer_socket_catcher_looks_total",
+            "Times the socket's catcher woke to look for datagrams this gateway is behind on.",
+            counts.looks,
+        ),
+        (
+            "ferry_peer_socket_catcher_rests_total",
+            "Times the socket's catcher rested on a quiet socket until a datagram came.",
+            counts.rests,
+        ),
         ],
     );
 }
@@ -487,6 +497,8 @@ mod tests {
                 catches: 12,
                 dropped: 0,
                 held: 40,
+                looks: 7,
+                rests: 2,
             },
         );
         assert!(

@@ -272,6 +272,7 @@ impl Reads {
             }
             Place::Local(row) => match self.network.target(&row.owner) {
                 Some(owner) => {
+                    self.board.read_at(vault, self.clock.now());
                     let local = LocalReplica {
                         fresh: self.replica_is_fresh(vault),
                     };

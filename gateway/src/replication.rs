@@ -2,8 +2,13 @@
 //! through the pool and the read path's route fallbacks (never the write path), and applies
 //! each page and moves its cursor in one SQLite transaction, so after any crash it resumes
 //! exactly where it stopped. Deletes arrive as tombstones and are applied as such. Once caught
-//! up it asks with a long poll ([`LONG_POLL`]): the owner holds the question until its next
-//! commit, so a change reaches an online replica about one round trip after it is made.
+//! up it asks with a long poll: the owner holds the question until its next commit, so a
+//! change reaches an online replica about one round trip after it is made, whether the
+//! question is short ([`LONG_POLL`], while apps read the replica here, which keeps it fresh
+//! enough to answer them itself, or changes stream in) or long ([`LONG_POLL_AT_REST`], a
+//! minute after the last read and 10 s after the last change: one question a vault every 4 minutes
+//! instead of more than one a second, which on a laptop is battery). A read of a replica at rest cuts its long question
+//! short ([`SyncBoard::read_at`]).
 //!
 //! The `SyncBoard` (`sync_board.rs`) keeps each replica's progress: its cursor, the owner's
 //! revision, when it last pulled (the heartbeat) and last caught up, for `ferry vault list` and
@@ -43,6 +48,12 @@ const PULL_INTERVAL: Duration = Duration::from_millis(500);
 /// asking, so between two answers it ages up to twice this: kept under half of
 /// `replica_fresh_ms` (2 s by default), a caught-up replica keeps answering its reads itself.
 const LONG_POLL: Duration = Duration::from_millis(800);
+/// The question of a caught-up replica nobody reads here and whose vault is quiet
+/// (`sync_board::READ_KEEPS_WARM`, `NEWS_KEEPS_WARM`):
+/// within the owner's cap (`ferry_peer::door::MAX_READ_WAIT`; an older owner's cap, 5 s, cuts it
+/// shorter). Such a replica is not fresh enough to answer reads first (they ask the owner,
+/// the replica answering only when the owner cannot), and the first read wakes its job.
+const LONG_POLL_AT_REST: Duration = Duration::from_secs(240);
 /// The wait after a failed pull before the next.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// One page's deadline.
@@ -279,16 +290,29 @@ impl Replication {
                 return;
             }
             let started = self.clock.now();
-            let long_poll = caught_up.then_some(LONG_POLL);
+            let status = self.board.get(&vault).unwrap_or_default();
+            let at_rest = caught_up && !status.warm(started);
+            let long_poll = caught_up.then_some(if at_rest {
+                LONG_POLL_AT_REST
+            } else {
+                LONG_POLL
+            });
             let pulled = tokio::select! {
                 biased;
                 // The replica was dropped: whatever this pull brings is not wanted.
                 _ = ended.changed() => return,
                 pulled = self.pull_once(&vault, owner, cursor, long_poll) => pulled,
+                // Read while at rest: the long question is dropped (a read: nothing ran) and a
+                // short one asked at once.
+                () = status.nudge.notified(), if at_rest => continue,
             };
             let wait = match pulled {
                 Ok((next, more)) => {
                     let moved = next > cursor;
+                    if moved {
+                        let now = self.clock.now();
+                        self.board.edit(&vault, |s| s.last_news = Some(now));
+                    }
                     cursor = next;
                     caught_up = !more;
                     let took = self.clock.now().saturating_duration_since(started);

@@ -42,6 +42,10 @@ use crate::vaults::Vaults;
 
 /// How often remembered `outcome_unknown` calls are asked about while their owner is away.
 const SETTLE_INTERVAL: Duration = Duration::from_secs(1);
+/// With none remembered, how often the background settler looks again anyway. A write that
+/// leaves a call unknown wakes it at once; this only backs that up (a call recovered from the
+/// call log at start, say), so an idle gateway does not read its database every second.
+const SETTLE_IDLE_CHECK: Duration = Duration::from_secs(60);
 /// How long one ask of one owner may take.
 const SETTLE_ASK_BOUND: Duration = Duration::from_secs(2);
 /// While an owner says `running`, it is asked again this often (within `?wait=`).
@@ -417,6 +421,11 @@ impl Settlement {
                 .run(calls::unknown)
                 .await
                 .unwrap_or_default();
+            let next_look = if unknown.is_empty() {
+                SETTLE_IDLE_CHECK
+            } else {
+                SETTLE_INTERVAL
+            };
             for call in unknown {
                 if self.lifecycle.is_stopping() {
                     return;
@@ -441,7 +450,7 @@ impl Settlement {
                 biased;
                 _ = stopping.wait_for(|stopping| *stopping) => return,
                 _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(SETTLE_INTERVAL) => {}
+                _ = tokio::time::sleep(next_look) => {}
             }
         }
     }

@@ -18,7 +18,7 @@ use quinn::Connection;
 use tracing::{debug, Instrument};
 
 use ferry_core::liveness::{
-    self, PooledView, SilenceWatch, SIDE_PROBE_AFTER, SIDE_PROBE_WAIT, SILENCE_CHECK,
+    self, Pace, PooledView, SilenceWatch, SIDE_PROBE_AFTER, SIDE_PROBE_WAIT, SILENCE_CHECK,
 };
 use ferry_core::read::{attempts, route_hedge_delay, Attempt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -249,7 +249,7 @@ impl Caller {
         };
         let exchanged = tokio::select! {
             biased;
-            exchanged = exchange(&conn, &frame, deadline, &|| liveness::SILENT_AFTER, &self.endpoint) => exchanged,
+            exchanged = exchange(&conn, &frame, deadline, &|| liveness::SILENT_AFTER, &self.endpoint, Pace::Close) => exchanged,
             () = port_closed => return Err(Some(Failure::PortClosed)),
         };
         if let Exchange::Answered(_, _) = exchanged {
@@ -476,9 +476,16 @@ impl Caller {
         };
         let route = &route;
         let silence = self.silence_of(target.node, route.addr, &conn);
-        let exchanged = exchange(&conn, &frame, deadline, &silence, &self.endpoint)
-            .instrument(tracing::debug_span!("send", route = %route))
-            .await;
+        let exchanged = exchange(
+            &conn,
+            &frame,
+            deadline,
+            &silence,
+            &self.endpoint,
+            Pace::Close,
+        )
+        .instrument(tracing::debug_span!("send", route = %route))
+        .await;
         if let Exchange::Answered(_, _) = exchanged {
             self.pool.answered(target.node, route.addr, &conn);
             self.routes.calling(target.node, clock::now());
@@ -933,7 +940,22 @@ impl Caller {
                 },
             };
             let silence = self.silence_of(target.node, route.addr, &conn);
-            match exchange(&conn, frame, attempt_deadline, &silence, &self.endpoint).await {
+            // A long poll is watched at rest: nobody waits on it (`Pace::AtRest`).
+            let pace = if wait.is_zero() {
+                Pace::Close
+            } else {
+                Pace::AtRest
+            };
+            match exchange(
+                &conn,
+                frame,
+                attempt_deadline,
+                &silence,
+                &self.endpoint,
+                pace,
+            )
+            .await
+            {
                 Exchange::Answered(Response::Failed(ProtocolFailure::GoingAway), _) => {
                     self.routes
                         .failed(target.node, route.addr, clock::now(), Failure::GoingAway);
@@ -1026,13 +1048,14 @@ pub struct Beat {
 
 /// One request and one answer on a new bidirectional stream, within `deadline`, in the
 /// protocol version the connection agreed on; given up as lost once the connection has been
-/// silent for `silence()`.
+/// silent for `silence()`, looked at as `pace` says.
 async fn exchange(
     conn: &Connection,
     frame: &RequestFrame,
     deadline: Instant,
     silence: &(dyn Fn() -> Duration + Sync),
     endpoint: &PeerEndpoint,
+    pace: Pace,
 ) -> Exchange {
     let Some(version) = transport::protocol_of(conn) else {
         return Exchange::NotSent {
@@ -1096,7 +1119,7 @@ async fn exchange(
         // Biased: an answer that arrived wins over silence noticed in the same poll.
         biased;
         answered = tokio::time::timeout_at(deadline, sent_and_answered) => answered,
-        () = gone_silent(conn, silence, endpoint) => {
+        () = gone_silent(conn, silence, endpoint, pace) => {
             // Nothing heard for three heartbeats (or QUIC's idle timeout): the path is dead,
             // whatever the owner is doing. Close it so nobody reuses it, and let the caller
             // settle elsewhere.
@@ -1181,12 +1204,16 @@ async fn dial_now(
 /// interval while the peer is in use, whatever the owner is doing, so silence there means the
 /// path or the peer is gone, not that the owner is busy. A look that comes late, or finds this
 /// gateway behind reading its own socket ([`PeerEndpoint::behind`]), restarts the count: that
-/// silence is ours ([`SilenceWatch`]).
+/// silence is ours ([`SilenceWatch`]). Never, for a call at rest ([`Pace::AtRest`]).
 async fn gone_silent(
     conn: &Connection,
     silence: &(dyn Fn() -> Duration + Sync),
     endpoint: &PeerEndpoint,
+    pace: Pace,
 ) {
+    if pace == Pace::AtRest {
+        return std::future::pending().await;
+    }
     // Nothing to check before the first interval: most exchanges end well within it, and a
     // stats snapshot takes the connection's lock.
     tokio::time::sleep(SILENCE_CHECK).await;

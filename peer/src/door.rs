@@ -40,7 +40,7 @@ const ANSWER_ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// The longest long poll a caller may ask of a read ([`crate::wire::EXT_WAIT_MS`]); a longer
 /// one is cut to this.
-pub const MAX_READ_WAIT: Duration = Duration::from_secs(5);
+pub const MAX_READ_WAIT: Duration = Duration::from_secs(300);
 
 /// What a gateway does with the requests peers send it.
 pub trait Service: Send + Sync + 'static {

@@ -19,6 +19,12 @@
 //! its socket at every turn and never finds the catcher with anything to do, so the catcher
 //! costs one short look every tick and nothing per call.
 //!
+//! A gateway at rest (no datagram for [`REST_AFTER`]) has nothing to fall behind on, and a
+//! look every tick would be a hundred wake-ups a second of a laptop's battery for nothing. So
+//! the catcher rests: it waits until the socket is readable (a readiness wait of its own, on
+//! its own copy of the socket) and looks every tick again from then on. The first datagram
+//! after a rest wakes the endpoint and the catcher alike; a burst costs the catcher a few looks.
+//!
 //! Datagrams keep their order: the catcher and the endpoint read the socket only under one lock,
 //! and the endpoint empties the queue before it reads the socket.
 //!
@@ -47,6 +53,14 @@ use crate::udp_io::{plain_meta, UdpIo, UdpPath};
 
 /// How often the catcher looks.
 pub const CATCH_TICK: Duration = Duration::from_millis(10);
+/// How long the endpoint must have read nothing before the catcher rests: waits for the socket
+/// to be readable instead of looking every tick. Two ticks, as long as the endpoint may go
+/// without reading before the catcher would call it behind ([`BEHIND_AFTER`]).
+pub const REST_AFTER: Duration = Duration::from_millis(20);
+/// A rest this long or longer was a quiet spell, not a gap in traffic: once the endpoint has
+/// read what ended it, the catcher rests again after one look rather than [`REST_AFTER`]
+/// (a gateway at rest wakes it twice for a heartbeat's datagrams, not three times).
+pub const QUIET_REST: Duration = Duration::from_millis(100);
 /// How long the endpoint may go without reading the socket empty before the catcher reads it. Well
 /// past any turn of a runtime keeping up, well short of what fills the kernel's buffer (8 MiB,
 /// a few hundred milliseconds of a flood's traffic on this machine).
@@ -75,6 +89,11 @@ pub struct CatcherCounts {
     pub dropped: u64,
     /// Calls that waited to send while the endpoint was behind ([`CatcherWatch::keeping_up`]).
     pub held: u64,
+    /// Times the catcher woke to look (a hundred a second while datagrams flow, a few per
+    /// burst at rest).
+    pub looks: u64,
+    /// Times it rested: waited for the socket to be readable instead of looking every tick.
+    pub rests: u64,
 }
 
 /// One datagram the catcher read, waiting for the endpoint.
@@ -111,10 +130,15 @@ struct Shared {
     known_behind: AtomicBool,
     /// The socket was dropped: nothing is behind any more, and the catcher stops.
     closed: AtomicBool,
+    /// Ends the catcher's rest (when the socket is dropped). Shared with the catcher, which
+    /// keeps it open: closing it would take a wake not yet collected out of the wait.
+    rest_waker: Arc<mio::Waker>,
     caught: AtomicU64,
     catches: AtomicU64,
     dropped: AtomicU64,
     held: AtomicU64,
+    looks: AtomicU64,
+    rests: AtomicU64,
 }
 
 impl Shared {
@@ -172,6 +196,8 @@ impl Shared {
             catches: self.catches.load(Ordering::Relaxed),
             dropped: self.dropped.load(Ordering::Relaxed),
             held: self.held.load(Ordering::Relaxed),
+            looks: self.looks.load(Ordering::Relaxed),
+            rests: self.rests.load(Ordering::Relaxed),
         }
     }
 }
@@ -267,6 +293,7 @@ impl CatchingUdpSocket {
         peek.set_nonblocking(true)?;
         socket.set_nonblocking(true)?;
         let io = tokio::net::UdpSocket::from_std(socket)?;
+        let rest = Rest::new(&catcher_socket)?;
         let shared = Arc::new(Shared {
             backlog: Mutex::new(Backlog {
                 queue: VecDeque::new(),
@@ -279,16 +306,19 @@ impl CatchingUdpSocket {
             held_back: AtomicBool::new(false),
             known_behind: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            rest_waker: Arc::clone(&rest.waker),
             caught: AtomicU64::new(0),
             catches: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             held: AtomicU64::new(0),
+            looks: AtomicU64::new(0),
+            rests: AtomicU64::new(0),
         });
         let watch = CatcherWatch(Arc::downgrade(&shared));
         let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
             .name("ferry-udp-catcher".to_string())
-            .spawn(move || run_catcher(weak, catcher_socket, catcher_state))?;
+            .spawn(move || run_catcher(weak, catcher_socket, catcher_state, rest))?;
         Ok((Arc::new(Self { io, state, shared }), watch, path))
     }
 }
@@ -325,11 +355,75 @@ fn datagram_waiting(socket: &std::net::UdpSocket) -> bool {
     !matches!(socket.peek(&mut first), Err(err) if err.kind() == io::ErrorKind::WouldBlock)
 }
 
-/// The catcher's loop: until the socket is dropped, look every tick and catch while behind.
-fn run_catcher(shared: Weak<Shared>, socket: std::net::UdpSocket, state: UdpIo) {
+/// The catcher's wait on a quiet socket: a readiness poll of its own on another copy of the
+/// socket, and a waker that ends the wait when the socket is dropped.
+struct Rest {
+    poll: mio::Poll,
+    events: mio::Events,
+    /// Registered for readability; also what the catcher peeks with before it rests.
+    socket: mio::net::UdpSocket,
+    /// Rung when the socket is dropped.
+    waker: Arc<mio::Waker>,
+}
+
+impl fmt::Debug for Rest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rest").finish_non_exhaustive()
+    }
+}
+
+const READABLE: mio::Token = mio::Token(0);
+const WAKE: mio::Token = mio::Token(1);
+
+impl Rest {
+    fn new(socket: &std::net::UdpSocket) -> io::Result<Self> {
+        let poll = mio::Poll::new()?;
+        let mut socket = mio::net::UdpSocket::from_std(socket.try_clone()?);
+        poll.registry()
+            .register(&mut socket, READABLE, mio::Interest::READABLE)?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
+        Ok(Self {
+            poll,
+            events: mio::Events::with_capacity(4),
+            socket,
+            waker,
+        })
+    }
+
+    /// Waits until a datagram arrives or the waker rings, unless one is waiting already. The
+    /// peek goes through mio's socket so that where readiness is armed by a read that found
+    /// nothing (Windows) the wait is armed; on Linux the registration is edge-triggered, and
+    /// an arrival since the last wait ends this one at once.
+    fn wait(&mut self) {
+        let mut first = [0u8; 1];
+        match self.socket.peek_from(&mut first) {
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                // An error here (an interrupted wait) only ends the rest early.
+                let _ = self.poll.poll(&mut self.events, None);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The catcher's loop: until the socket is dropped, look every tick and catch while behind;
+/// rest while the socket is quiet.
+fn run_catcher(shared: Weak<Shared>, socket: std::net::UdpSocket, state: UdpIo, mut rest: Rest) {
     let mut buffers: Vec<Vec<u8>> = Vec::new();
     let mut lookout = Lookout::default();
+    let mut resting = false;
+    // When the last rest began, if it was a quiet spell ([`QUIET_REST`]).
+    let mut quiet_spell_from: Option<Instant> = None;
     loop {
+        if resting {
+            if let Some(shared) = shared.upgrade() {
+                shared.rests.fetch_add(1, Ordering::Relaxed);
+            }
+            let began = system_now();
+            rest.wait();
+            let lasted = system_now().saturating_duration_since(began);
+            quiet_spell_from = (lasted >= QUIET_REST).then_some(began);
+        }
         std::thread::sleep(CATCH_TICK);
         let Some(shared) = shared.upgrade() else {
             return;
@@ -337,8 +431,21 @@ fn run_catcher(shared: Weak<Shared>, socket: std::net::UdpSocket, state: UdpIo) 
         if shared.closed.load(Ordering::Relaxed) {
             return;
         }
+        shared.looks.fetch_add(1, Ordering::Relaxed);
         let drained = shared.backlog().drained;
-        if !lookout.behind(drained, system_now(), || datagram_waiting(&socket)) {
+        let now = system_now();
+        let mut waiting = None;
+        let behind = lookout.behind(drained, now, || {
+            *waiting.get_or_insert_with(|| datagram_waiting(&socket))
+        });
+        // Quiet long enough, or back from a quiet spell with what ended it read (the endpoint
+        // read the socket empty since the spell began, when nothing was waiting): rest.
+        let back_from_quiet = quiet_spell_from
+            .take()
+            .is_some_and(|began| drained >= began);
+        let quiet = now.saturating_duration_since(drained) >= REST_AFTER || back_from_quiet;
+        resting = !behind && quiet && !*waiting.get_or_insert_with(|| datagram_waiting(&socket));
+        if !behind {
             continue;
         }
         let mut caught = 0u64;
@@ -470,10 +577,12 @@ impl CatchingUdpSocket {
 
 impl Drop for CatchingUdpSocket {
     /// Nothing is behind a socket that is gone: held calls go ahead (and find the endpoint
-    /// closed), and the catcher stops at its next look, closing its copy of the socket.
+    /// closed), and the catcher stops at its next look, closing its copies of the socket.
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Relaxed);
         self.shared.caught_up.notify_waiters();
+        // A resting catcher would wait for a datagram that may never come.
+        let _ = self.shared.rest_waker.wake();
     }
 }
 
@@ -831,10 +940,58 @@ mod tests {
             .expect("a new call goes ahead at once");
     }
 
+    /// Until the catcher has rested `at_least` times (bounded).
+    async fn rested(watch: &CatcherWatch, at_least: u64) {
+        let rested = tokio::time::timeout(Duration::from_secs(5), async {
+            while watch.counts().rests < at_least {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        assert!(
+            rested.is_ok(),
+            "the catcher did not rest within 5 s on a quiet socket: {:?}",
+            watch.counts()
+        );
+    }
+
+    #[tokio::test]
+    async fn on_a_quiet_socket_the_catcher_rests_and_a_datagram_wakes_it() {
+        let receiver = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let (socket, watch, _) = CatchingUdpSocket::new(receiver, false).expect("wrap");
+        rested(&watch, 1).await;
+        // At rest it does not look: a tick would be ten looks in these 100 ms.
+        let before = watch.counts().looks;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let looked = watch.counts().looks - before;
+        assert!(
+            looked <= 1,
+            "a resting catcher looked {looked} times in 100 ms"
+        );
+        // Datagrams that arrive while it rests and the endpoint does not read wake it, and it
+        // catches them as ever.
+        let to = socket.local_addr().expect("address");
+        let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind sender");
+        for seq in 0..2 {
+            sender.send_to(&datagram(seq), to).expect("send");
+        }
+        caught(&watch, 2).await;
+        // And once the endpoint has read them and the socket is quiet again, it rests again.
+        let rests = watch.counts().rests;
+        let received = tokio::time::timeout(Duration::from_secs(5), receive(&socket))
+            .await
+            .expect("the caught datagrams are read");
+        assert_eq!(received.len(), 2);
+        rested(&watch, rests + 1).await;
+    }
+
     #[tokio::test]
     async fn the_catcher_stops_with_its_socket() {
         let receiver = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let addr = receiver.local_addr().expect("address");
         let (socket, watch, _) = CatchingUdpSocket::new(receiver, false).expect("wrap");
+        // Resting, it waits on the socket: the drop must end that wait too.
+        rested(&watch, 1).await;
         let shared = Arc::downgrade(&socket.shared);
         drop(socket);
         // The catcher holds only a weak reference between looks, and none after its last.
@@ -849,5 +1006,16 @@ mod tests {
             "the catcher still held the socket's state after 5 s"
         );
         assert_eq!(watch.counts(), CatcherCounts::default());
+        // Its thread has ended, closing its copies of the socket: the port is free again.
+        let freed = tokio::time::timeout(Duration::from_secs(5), async {
+            while std::net::UdpSocket::bind(addr).is_err() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        assert!(
+            freed.is_ok(),
+            "the catcher's thread still held {addr} after 5 s"
+        );
     }
 }

@@ -60,13 +60,20 @@ try {
   await browser.close();
 }
 
-async function page(screenshot, peer, vault) {
+// A new tab on the status page, opened with the one-time code; the errors its console shows
+// are collected.
+async function openStatusPage() {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const tab = await context.newPage();
   const consoleErrors = [];
   tab.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
   tab.on("pageerror", (e) => consoleErrors.push(String(e)));
   await tab.goto(`http://${api}/ui#code=${code}`);
+  return { context, tab, consoleErrors };
+}
+
+async function page(screenshot, peer, vault) {
+  const { context, tab, consoleErrors } = await openStatusPage();
   const routeUp = `#routes tbody tr:has(td:text-is("up")):has(td:text-matches("^${peer}( ★)?$"))`;
   const vaultRow = `#vaults tbody tr:has(td:text-is("${vault}"))`;
   try {
@@ -209,12 +216,7 @@ async function other(session, stranger) {
 
 // One action on the status page, done as a person does it; see the top of the file.
 async function act(shots, action, ...args) {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  const tab = await context.newPage();
-  const consoleErrors = [];
-  tab.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
-  tab.on("pageerror", (e) => consoleErrors.push(String(e)));
-  await tab.goto(`http://${api}/ui#code=${code}`);
+  const { tab, consoleErrors } = await openStatusPage();
   await wait(tab, "the page to load", () => document.body.dataset.loaded === "true");
   const shot = (name) => tab.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
   const steps = { trust, follow, unfollow, untrust, "read-only": readOnly };

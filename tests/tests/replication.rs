@@ -168,3 +168,61 @@ fn a_replica_of_100k_records_converges_resumes_after_sigkill_and_applies_deletes
     assert_eq!(on_c, on_a, "the replica equals the owner, deletes included");
     assert_eq!(on_c.iter().filter(|(_, _, v)| v.is_none()).count(), 100);
 }
+
+/// `notes`' entry in `gateway`'s `ferry vault list --json`.
+fn vault_row(gateway: &Gateway) -> serde_json::Value {
+    let (_, vaults) = gateway.cli_json(&["vault", "list"]);
+    vaults
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "notes"))
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_replica_nobody_reads_asks_long_questions_gets_news_at_once_and_its_first_read_wakes_it() {
+    let a = Gateway::start("a");
+    let b = Gateway::start("b");
+    a.trust_each_other(&b);
+    assert!(a.cli(&["vault", "create", "notes"]).status.success());
+    let follow = b.cli(&["vault", "follow", "notes", "--owner", "a"]);
+    assert!(follow.status.success(), "{follow:?}");
+
+    // At rest a change still arrives as soon as it is committed: the owner answers the held
+    // question.
+    let (status, body) = a.put("notes", "k", b"v", &[]);
+    assert_eq!(status, 200, "{body}");
+    wait_for(
+        "the change to reach the replica",
+        Duration::from_secs(5),
+        || (replica_revision(&b) == 1).then_some(()),
+    );
+
+    // Nobody reads it here, so its question is a long one: no answer for well past the 800 ms
+    // of a replica in use (its catch-up then too old to answer reads first).
+    wait_for(
+        "the replica's question to be held past 2.5 s",
+        Duration::from_secs(20),
+        || {
+            let row = vault_row(&b);
+            let ago = row["sync"]["last_pull_ms_ago"].as_u64()?;
+            (ago > 2_500).then_some(())
+        },
+    );
+
+    // The first read asks the owner, and wakes the replica's job: within a few short
+    // questions it is fresh and answers reads itself.
+    let (status, value, _, source) = b.get("notes", "k");
+    assert_eq!(
+        (status, value.as_slice(), source.as_deref()),
+        (200, &b"v"[..], Some("owner"))
+    );
+    wait_for(
+        "the read replica to answer reads itself",
+        Duration::from_secs(5),
+        || {
+            let (status, _, _, source) = b.get("notes", "k");
+            (status == 200 && source.as_deref() == Some("local")).then_some(())
+        },
+    );
+}

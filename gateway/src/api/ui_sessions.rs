@@ -350,13 +350,7 @@ mod tests {
         }
     }
 
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.insert(*name, HeaderValue::from_static(value));
-        }
-        headers
-    }
+    use crate::api::ui::tests::headers;
 
     #[test]
     fn an_action_needs_an_acting_session_the_pages_origin_and_a_json_body() {

@@ -19,8 +19,10 @@ use super::Network;
 
 /// The longest the prober sleeps. It wakes at the instant the route table names (the next
 /// heartbeat due, the end of a silence allowance) or when the table rings because a heartbeat
-/// became due sooner (`RouteTable::on_sooner`); this is only a safety net.
-const TICK: Duration = Duration::from_secs(1);
+/// became due sooner (`RouteTable::on_sooner`); this is only a safety net, as long as the grid
+/// quiet heartbeats go out on (`QUIET_GRID`): a gateway at rest wakes for its peers when they
+/// are due, not every second.
+const TICK: Duration = ferry_core::health::QUIET_GRID;
 /// The most heartbeats in flight at once.
 const MAX_IN_FLIGHT: usize = 64;
 /// The least time a heartbeat waits for its answer. A heartbeat that times out only triggers

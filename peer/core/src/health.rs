@@ -35,8 +35,11 @@ pub const QUIET_INTERVAL: Duration = Duration::from_secs(15);
 /// gateway with many idle peers wakes once for a batch of them rather than once for each. A
 /// quiet heartbeat is so at most this much late: well inside its doubt window (two intervals).
 pub const QUIET_GRID: Duration = Duration::from_secs(5);
-/// A peer called within this long counts as in use.
-pub const ACTIVE_FOR: Duration = Duration::from_secs(10);
+/// A peer called within this long counts as in use. A call protects itself (its start makes
+/// the next heartbeat due within [`ACTIVE_INTERVAL`]), so this only keeps the fast heartbeats
+/// between an app's calls a few seconds apart; every second of it costs both gateways twenty
+/// heartbeats, which a laptop at rest pays in battery (issue 47: it was 10 s).
+pub const ACTIVE_FOR: Duration = Duration::from_secs(3);
 /// A route unused for this long counts as quiet.
 pub const QUIET_AFTER: Duration = Duration::from_secs(120);
 /// Silence of this many published intervals makes a route `Down`.

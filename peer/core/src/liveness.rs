@@ -21,8 +21,24 @@ pub const SILENT_AFTER: Duration = IDLE_TIMEOUT;
 pub const READ_LIVENESS: Duration = Duration::from_millis(
     QUIET_INTERVAL.as_millis() as u64 * DOUBT_INTERVALS as u64 + DOUBT_SLACK.as_millis() as u64,
 );
-/// How often a call waiting on a connection looks at its receive counter.
+/// How often a call waiting on a connection looks at its receive counter ([`Pace::Close`]).
 pub const SILENCE_CHECK: Duration = Duration::from_millis(25);
+
+/// How closely a call watches its connection for silence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// Every [`SILENCE_CHECK`] ([`SilenceWatch`]): a call someone waits on (a write, a read),
+    /// whose cut must be known within a few of the route's heartbeats.
+    Close,
+    /// Not at all: a long poll (a caught-up replica's question, held at the owner until news),
+    /// which nobody waits on. Looking forty times a second for the seconds it is held kept a
+    /// follower at rest awake for nothing, and looks of its own would cost every followed
+    /// vault wake-ups. Its cut ends it anyway: at the question's deadline, or sooner when
+    /// QUIC's idle timeout ([`IDLE_TIMEOUT`]) or the route's heartbeats close the connection;
+    /// the replica then asks again and catches up.
+    AtRest,
+}
+
 /// A call waiting on the connection its route's heartbeats use gives it up after this many of
 /// the route's published intervals of silence (150 ms while the peer is in use): the
 /// heartbeats' answers stopped, so the path is gone, and the write settles on another route.

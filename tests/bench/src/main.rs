@@ -12,6 +12,8 @@
 //! `cargo run --release -p ferry-bench -- liveness` measures what liveness costs: one gateway
 //! trusting 100 peers (real `ferry serve` processes on loopback), idle and with some in use,
 //! against bare quinn connections kept alive at the same intervals.
+//! `cargo run --release -p ferry-bench -- rest` measures two gateways at rest: one following a
+//! vault (then twenty) of the other, idle after a burst, against a bare quinn connection.
 //! `cargo run --release -p ferry-bench -- scale` measures Ferry as it grows: an idle gateway's
 //! memory, a vault of 10 million records beside one of 10,000 (reads, writes, pages, start-up,
 //! a replica's sync and catch-up, memory), and one gateway trusting 100 peers.
@@ -24,7 +26,8 @@
 //! - `writes`, `reads`: orchestration and options; `load`: the load generator and percentiles;
 //!   `overload`: the overload benchmark, with its own traffic, gateways and report;
 //!   `scale`: the scale benchmark, with its report; `memory`: resident memory from `/proc`;
-//!   `liveness`: the cost of heartbeats to many peers, with its floor and report;
+//!   `liveness`: the cost of heartbeats to many peers, with its floor and report; `rest`: a
+//!   pair at rest;
 //!   `slowloris`: an app beside a stranger holding the local API's connections, with its report;
 //!   `bare_relay`: the yardsticks; `ferry_procs`: the binary to measure and the gateways (`ferry_harness`, as the tests start them); `sqlite`: durable SQLite and the
 //!   floor; `cpu`: CPU per side from `/proc`; `report`, `reads_report`: the tables, with `figures`
@@ -51,6 +54,7 @@ mod propagation;
 mod reads;
 mod reads_report;
 mod report;
+mod rest;
 mod scale;
 mod slowloris;
 mod sqlite;
@@ -112,6 +116,13 @@ enum Bench {
     /// some in use, against bare quinn keep-alives at the same intervals. (`--layouts` is
     /// ignored.)
     Liveness {
+        #[command(flatten)]
+        flags: Flags,
+    },
+    /// What two gateways cost at rest: one following one vault (then twenty) of the other,
+    /// idle 60 s (`--quick`: 10 s) after a burst of writes, an app's change feed open, against
+    /// one bare quinn connection kept alive every 15 s. (`--layouts` is ignored.)
+    Rest {
         #[command(flatten)]
         flags: Flags,
     },
@@ -241,6 +252,16 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             let as_json = flags.json;
             let report =
                 liveness::run(&flags.options(liveness::Plan::quick, liveness::Plan::full))?;
+            if as_json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            report.clean()
+        }
+        Bench::Rest { flags } => {
+            let as_json = flags.json;
+            let report = rest::run(&flags.options(rest::Plan::quick, rest::Plan::full));
             if as_json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

@@ -13,7 +13,7 @@
 //! machine was). The floor ([`floor`]) is the same number of bare quinn connections kept alive
 //! at the same intervals, with one tiny request a second on each busy one.
 
-mod floor;
+pub mod floor;
 pub mod report;
 
 use std::path::Path;
