@@ -150,7 +150,10 @@ fn gateways_find_each_other_by_mdns_and_learn_lan_and_tailnet_routes() {
                     .then(|| started.elapsed())
             },
         );
-        assert!(took < Duration::from_secs(2), "discovery took {took:?}");
+        // A bound that fails clearly, not the figure: the figure (the median, printed below)
+        // is about 1.2 s here, and a CI run beside cold builds of other targets has taken
+        // 2.2 s in one run of three.
+        assert!(took < Duration::from_secs(5), "discovery took {took:?}");
         found.push(took);
         let (_, peers) = gateways[0].cli_json(&["peers"]);
         assert!(
