@@ -154,6 +154,9 @@ pub struct CapacityConfig {
     pub queue_depth: usize,
     /// Background writes queued or running at once, from every caller together (0: no bound).
     pub background_in_flight: u32,
+    /// The wait bound, in milliseconds: interactive writes held only as many as the owner
+    /// answers in this long at its pace (never fewer than 128); 0: no such bound.
+    pub interactive_wait_ms: u64,
 }
 
 impl Default for CapacityConfig {
@@ -169,6 +172,7 @@ impl Default for CapacityConfig {
             aging_ms: rules.aging.as_millis() as u64,
             queue_depth: rules.queue_depth,
             background_in_flight: rules.background_in_flight,
+            interactive_wait_ms: rules.interactive_wait.as_millis() as u64,
         }
     }
 }
@@ -187,6 +191,7 @@ impl CapacityConfig {
             aging: Duration::from_millis(self.aging_ms),
             queue_depth: self.queue_depth,
             background_in_flight: self.background_in_flight,
+            interactive_wait: Duration::from_millis(self.interactive_wait_ms),
         }
     }
 

@@ -107,6 +107,7 @@ pub struct Metrics {
     ticket_renewals: AtomicU64,
     /// Writes answered `busy` by this calling gateway for the owner's cap, never sent.
     caller_cap_here: AtomicU64,
+    saturated_here: AtomicU64,
     tickets_issued: AtomicU64,
     door_refusals: AtomicU64,
     calls_settled: AtomicU64,
@@ -188,6 +189,12 @@ impl Metrics {
     /// A write answered `busy` here for the owner's cap, as last learned; nothing was sent.
     pub fn caller_cap_here(&self) {
         self.caller_cap_here.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A write answered `busy` here for the owner's wait bound, as last learned; nothing was
+    /// sent.
+    pub fn saturated_here(&self) {
+        self.saturated_here.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn ticket_issued(&self) {
@@ -343,6 +350,11 @@ impl Metrics {
                 "ferry_caller_cap_here_total",
                 "Writes this calling gateway answered busy for the owner's cap, as the owner's last caller_cap refusal taught it; never sent.",
                 &self.caller_cap_here,
+            ),
+            (
+                "ferry_saturated_here_total",
+                "Interactive writes this calling gateway answered busy for the owner's wait bound, as the owner's last saturated refusal taught it; never sent.",
+                &self.saturated_here,
             ),
             (
                 "ferry_tickets_issued_total",

@@ -87,6 +87,7 @@ impl Writes {
             tickets: Mutex::new(TicketCache::default()),
             sending: Arc::new(Mutex::new(Sending {
                 gate: SendGate::default(),
+                owners: SendGate::for_wait_bound(),
                 recent: RecentIds::new(horizon_ms),
             })),
             settle_wake: parts.settle_wake,
@@ -219,7 +220,7 @@ impl Writes {
         }
         // Before anything is recorded: a write the owner would refuse for its cap is answered
         // here, and nothing is sent.
-        let mut out = match self.leave(&target, &call.app, call.request_id) {
+        let mut out = match self.leave(&target, &call.app, call.priority, call.request_id) {
             Ok(out) => out,
             Err(outcome) => return Ok((outcome, Some(target.label))),
         };
@@ -259,7 +260,7 @@ impl Writes {
         )
         .await;
         let outcome = self.resend_if_injected(&target, &call, outcome).await;
-        out.ended = ended_for_gate(&outcome);
+        out.outcome = Some(lesson_of(&outcome));
         drop(out);
         hold.publish(&outcome);
         self.reads
@@ -284,11 +285,42 @@ impl Writes {
     /// last `caller_cap` refusal says it would refuse it too and its id cannot have left
     /// before (a repeat always goes to the owner, whose journal knows what became of it), or
     /// `unavailable` (not sent) if the home's sent mark cannot be raised over its id.
-    fn leave(&self, target: &Target, app: &AppName, id: RequestId) -> Result<Out, WriteOutcome> {
+    fn leave(
+        &self,
+        target: &Target,
+        app: &AppName,
+        class: Priority,
+        id: RequestId,
+    ) -> Result<Out, WriteOutcome> {
         let key = (target.node, app.clone());
+        let now = self.clock.now();
         let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
         let may_repeat = sending.recent.may_have_left(&id, self.clock.unix_ms());
-        let Ok(sent) = sending.gate.leave(&key, may_repeat, self.clock.now()) else {
+        // The owner's wait bound holds interactive writes only, so only they are counted
+        // against what it last took from this gateway.
+        let owner_sent = match class {
+            Priority::Interactive => match sending.owners.leave(&target.node, may_repeat, now) {
+                Ok(sent) => Some(sent),
+                Err(_) => {
+                    drop(sending);
+                    self.metrics.saturated_here();
+                    return Err(WriteOutcome::not_sent(
+                        NotSentReason::Saturated,
+                        format!(
+                            "{} already holds as many of this gateway's writes as it last took while saturated; send it again with the same request id",
+                            target.label
+                        ),
+                    ));
+                }
+            },
+            Priority::Background => None,
+        };
+        let Ok(sent) = sending.gate.leave(&key, may_repeat, now) else {
+            if let Some(owner_sent) = owner_sent {
+                sending
+                    .owners
+                    .ended(&target.node, owner_sent, Ended::Other, now);
+            }
             drop(sending);
             self.metrics.caller_cap_here();
             return Err(WriteOutcome::not_sent(
@@ -302,9 +334,12 @@ impl Writes {
         // Before it leaves, the sent mark covers it: a later run must know it may have been
         // sent. An id the mark cannot cover is not sent at all.
         if let Err(err) = self.call_log.cover_sent(id.unix_ms()) {
-            sending
-                .gate
-                .ended(&key, sent, Ended::Other, self.clock.now());
+            sending.gate.ended(&key, sent, Ended::Other, now);
+            if let Some(owner_sent) = owner_sent {
+                sending
+                    .owners
+                    .ended(&target.node, owner_sent, Ended::Other, now);
+            }
             error!(%err, "the home's sent mark could not be written; writes to peers are not sent");
             return Err(WriteOutcome::not_sent(
                 NotSentReason::CannotRecord,
@@ -318,7 +353,8 @@ impl Writes {
             clock: self.clock.clone(),
             key,
             sent,
-            ended: Ended::Other,
+            owner_sent,
+            outcome: None,
         })
     }
 
@@ -424,41 +460,80 @@ impl Writes {
 /// What the send gate needs, under one lock.
 #[derive(Debug)]
 struct Sending {
+    /// Writes out per owner and app, against the owner's per-caller cap (`caller_cap`).
     gate: SendGate<(NodeId, AppName)>,
+    /// Interactive writes out per owner, every app together, against what the owner last
+    /// took from this gateway while saturated (its wait bound, `saturated`; lessons of a
+    /// second).
+    owners: SendGate<NodeId>,
     recent: RecentIds,
 }
 
-/// A write counted out in the send gate; counted back in when dropped, on every path.
+/// A write counted out in the send gates; counted back in when dropped, on every path.
 struct Out {
     sending: Arc<Mutex<Sending>>,
     clock: Arc<dyn Clock>,
     key: (NodeId, AppName),
     sent: Sent,
-    ended: Ended,
+    /// Its count in [`Sending::owners`], for an interactive write.
+    owner_sent: Option<Sent>,
+    /// What the owner's answer (if any) says of the gates' lessons; `None`: nothing.
+    outcome: Option<Lesson>,
 }
 
 impl Drop for Out {
     fn drop(&mut self) {
-        self.sending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .gate
-            .ended(&self.key, self.sent, self.ended, self.clock.now());
+        let now = self.clock.now();
+        let lesson = self.outcome.unwrap_or(Lesson::Nothing);
+        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+        let for_app = match lesson {
+            Lesson::Done => Ended::Done,
+            Lesson::CallerCap => Ended::RefusedForCap,
+            Lesson::Saturated | Lesson::Nothing => Ended::Other,
+        };
+        sending.gate.ended(&self.key, self.sent, for_app, now);
+        if let Some(owner_sent) = self.owner_sent {
+            let for_owner = match lesson {
+                Lesson::Done => Ended::Done,
+                Lesson::Saturated => Ended::RefusedForCap,
+                Lesson::CallerCap | Lesson::Nothing => Ended::Other,
+            };
+            sending
+                .owners
+                .ended(&self.key.0, owner_sent, for_owner, now);
+        }
     }
 }
 
-/// What the send gate learns from a write's outcome: the owner's `caller_cap` refusal lowers
-/// its lesson, a write carried out may raise it, nothing else says anything about the cap.
-fn ended_for_gate(outcome: &WriteOutcome) -> Ended {
+/// What a write's outcome teaches the send gates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lesson {
+    /// Carried out: whatever was out beside it, the owner took it.
+    Done,
+    /// Refused `busy` for the app's cap at the owner (`caller_cap`).
+    CallerCap,
+    /// Refused `busy` for the owner's wait bound (`saturated`).
+    Saturated,
+    /// Anything else says nothing about either bound.
+    Nothing,
+}
+
+/// What the send gates learn from a write's outcome: the owner's `caller_cap` refusal lowers
+/// the app's lesson, its `saturated` refusal the owner's, a write carried out may raise both,
+/// nothing else says anything about either bound.
+fn lesson_of(outcome: &WriteOutcome) -> Lesson {
     match outcome {
-        WriteOutcome::Answered(WriteAnswer::Done { .. }) => Ended::Done,
+        WriteOutcome::Answered(WriteAnswer::Done { .. }) => Lesson::Done,
         WriteOutcome::Answered(WriteAnswer::Refused(refusal))
-            if refusal.code == RefusalCode::Busy
-                && refusal.reason.as_deref() == Some(Refused::CallerCap.name()) =>
+            if refusal.code == RefusalCode::Busy =>
         {
-            Ended::RefusedForCap
+            match refusal.reason.as_deref() {
+                Some(reason) if reason == Refused::CallerCap.name() => Lesson::CallerCap,
+                Some(reason) if reason == Refused::Saturated.name() => Lesson::Saturated,
+                _ => Lesson::Nothing,
+            }
         }
-        _ => Ended::Other,
+        _ => Lesson::Nothing,
     }
 }
 

@@ -593,3 +593,101 @@ fn an_app_importing_a_hundred_thousand_records_through_its_own_gateway_is_never_
     assert_eq!(import.rate_limited, 0, "{import:?}");
     assert_eq!(import.done, 100_000, "{import:?}");
 }
+
+/// The owner's `saturated` refusals so far, every app together.
+fn saturated_at(owner: &Gateway) -> u64 {
+    owner
+        .try_metrics()
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with("ferry_owner_refusals_total{reason=\"saturated\""))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn an_owner_holding_its_wait_bound_refuses_the_rest_saturated_and_the_caller_keeps_to_it() {
+    // Every batch on `a` takes eight seconds, so its pace is a write or so a second and its
+    // wait bound is the floor, 128 interactive writes. No per-node cap: 129 app names of one
+    // machine stand for apps of many.
+    let (a, b) = pair_with_notes(
+        Gateway::start_with(
+            "a",
+            "[capacity]\nper_node = 0\n",
+            &[("FERRY_DANGEROUS_FAULT", "before_commit=stall:8000")],
+        ),
+        Gateway::start("b"),
+    );
+    let put = |app: String, key: String| {
+        b.request_as(
+            &app,
+            reqwest::Method::PUT,
+            &format!("/v1/vaults/notes/records/{key}"),
+        )
+        .header("x-ferry-request-id", fresh_request_id())
+        // Two batches of eight seconds each: room for both.
+        .header("x-ferry-timeout", "30")
+        .body("v")
+    };
+    // One write held at the owner first, so every write of the burst leaves b with another
+    // out: the refused one teaches b something whichever it is.
+    let (answers, answered) = std::sync::mpsc::channel();
+    let send = |request: reqwest::blocking::RequestBuilder| {
+        let answers = answers.clone();
+        std::thread::spawn(move || {
+            let response = request.send().unwrap();
+            let status = response.status().as_u16();
+            let _ = answers.send((status, response.json().unwrap_or(Value::Null)));
+        })
+    };
+    let mut writers = vec![send(put("first".into(), "first".into()))];
+    wait_for("the first write held at a", Duration::from_secs(10), || {
+        (in_flight(&a, "b", "first") == 1).then_some(())
+    });
+    writers.extend((0..128).map(|n| send(put(format!("app-{n}"), format!("k{n}")))));
+    // b learns from the refusal before it answers the app: once the app has it, b keeps to it.
+    let (status, refused) = answered
+        .recv_timeout(Duration::from_secs(20))
+        .expect("no answer within 20 s of 129 writes to an owner holding 128");
+    assert_eq!(status, 503, "the first answer is the refusal: {refused}");
+    assert_eq!(
+        (refused["error"].as_str(), refused["reason"].as_str()),
+        (Some("busy"), Some("saturated")),
+        "{refused}"
+    );
+    // While the owner holds its 128, b keeps to what the refusal taught it (for a second: sent
+    // at once) and answers the next write itself, nothing sent.
+    let next = fresh_request_id();
+    let (status, retry_after, body) = put_as(&b, "late", "late", &next, &[]);
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        (body["error"].as_str(), body["reason"].as_str()),
+        (Some("busy"), Some("saturated")),
+        "{body}"
+    );
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("nothing was sent")),
+        "{body}"
+    );
+    assert!(retry_after.is_some(), "busy without Retry-After: {body}");
+    assert_eq!(
+        saturated_at(&a),
+        1,
+        "the next write must not reach the owner"
+    );
+    assert_eq!(b.metric("ferry_saturated_here_total"), 1);
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    drop(answers);
+    let rest: Vec<(u16, Value)> = answered.iter().collect();
+    assert_eq!(rest.len(), 128);
+    let other: Vec<_> = rest.iter().filter(|(status, _)| *status != 200).collect();
+    assert!(other.is_empty(), "the 128 the owner took: {other:?}");
+    // Refused, it ran nowhere: sent again under its id with the owner's writes answered, it runs.
+    assert_eq!(a.journal_row(&next), None);
+    let (status, _, body) = put_as(&b, "late", "late", &next, &[]);
+    assert_eq!(status, 200, "{body}");
+}

@@ -193,7 +193,7 @@ pub struct ErrorBody {
     pub vault: Option<VaultName>,
     /// A finer reason: the door's (`expired`, ...), `not_carried_out`'s (`never_arrived`, ...),
     /// `unavailable`'s (`port_closed`, ...), `outcome_unknown`'s (`timed_out`, ...), or which of
-    /// the owner's rules `busy` and `rate_limited` came from (`caller_cap`, `queue_full`, ...).
+    /// the owner's rules `busy` and `rate_limited` came from (`caller_cap`, `queue_full`, `saturated`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// With `conflict`: the record's current revision (0: it does not exist).

@@ -404,13 +404,14 @@ fn answer(
             .reason(reason.as_str())
             .into_response(),
         ),
-        // The owner's cap, kept here: what the owner would have said, without the trip.
+        // The owner's cap or wait bound, kept here: what the owner would have said, without
+        // the trip.
         WriteOutcome::NotSent {
-            reason: NotSentReason::CallerCap,
+            reason: reason @ (NotSentReason::CallerCap | NotSentReason::Saturated),
             detail,
         } => {
             let refusal = Refusal {
-                reason: Some(NotSentReason::CallerCap.as_str().into()),
+                reason: Some(reason.as_str().into()),
                 ..Refusal::busy(format!("{detail}; nothing was sent"), capacity::BUSY_RETRY)
             };
             (

@@ -418,6 +418,7 @@ impl Executor {
             clock: clock.clone(),
             waiting: ClassQueue::new(&rules),
             service: ServiceTime::default(),
+            budget: budget.clone(),
             metrics,
             revisions: revisions.clone(),
         };
@@ -914,11 +915,20 @@ struct Work {
     waiting: ClassQueue<Job>,
     /// What a batch takes now: a write starts only if it can finish before its deadline.
     service: ServiceTime,
+    /// The gate, told each batch's pace for its wait bound.
+    budget: Arc<Budget>,
     metrics: Arc<Metrics>,
     revisions: Arc<Revisions>,
 }
 
 impl Work {
+    /// A batch with `writes` writes took `took`: the deadline check's service time and the
+    /// wait bound's pace.
+    fn ran(&mut self, writes: usize, took: Duration) {
+        self.service.observe(took);
+        self.budget.with_gate(|gate| gate.batch_ran(writes, took));
+    }
+
     /// A job from the channel: writes wait in their class; anything else joins the batch.
     fn intake(&mut self, job: Job, batch: &mut Vec<Job>) {
         match job {
@@ -1245,10 +1255,9 @@ fn run_thread(mut work: Work, mut queue: mpsc::Receiver<Job>) {
         fill(&mut work, &mut batch, &mut queue);
         work.pick(&mut batch);
         if !batch.is_empty() {
-            let started = work.clock.now();
+            let (started, writes) = (work.clock.now(), writes_in(&batch));
             work.take(&mut batch);
-            work.service
-                .observe(work.clock.now().saturating_duration_since(started));
+            work.ran(writes, work.clock.now().saturating_duration_since(started));
         }
     }
     debug!("owner executor stopped");
@@ -1266,13 +1275,20 @@ async fn run_task(mut work: Work, mut queue: mpsc::Receiver<Job>) {
         fill(&mut work, &mut batch, &mut queue);
         work.pick(&mut batch);
         if !batch.is_empty() {
-            let started = work.clock.now();
+            let (started, writes) = (work.clock.now(), writes_in(&batch));
             work.take_yielding(&mut batch).await;
-            work.service
-                .observe(work.clock.now().saturating_duration_since(started));
+            work.ran(writes, work.clock.now().saturating_duration_since(started));
         }
     }
     debug!("owner executor stopped");
+}
+
+/// The writes of a batch (the rest are settle queries and changes).
+fn writes_in(batch: &[Job]) -> usize {
+    batch
+        .iter()
+        .filter(|job| matches!(job, Job::Write { .. }))
+        .count()
 }
 
 /// How many journal rows one collection transaction deletes at most, so writes waiting behind

@@ -5,7 +5,9 @@
 //! Three pieces, each a plain state machine with time passed in:
 //! - [`Gate`]: at arrival, the per-caller cap (writes of one caller node and app queued or
 //!   running), the per-node cap (writes of every app of one caller node together), the bound of
-//!   the queue, and the rate limits (per caller, per node; off by default). The app is a name
+//!   the queue, the wait bound (no more interactive writes held than the owner answers in
+//!   [`CapacityRules::interactive_wait`] at the pace it has been running), and the rate limits
+//!   (per caller, per node; off by default). The app is a name
 //!   the caller chooses and the node is its TLS key, so the per-node bounds are what an app
 //!   that names itself anew for each write runs into. A refusal `busy` spends nothing of the
 //!   rate budget, and a request the owner later refuses `busy` (it waited past its deadline)
@@ -54,7 +56,23 @@ pub struct CapacityRules {
     /// but the queue's): a bounded share of the owner for bulk work, for an owner whose own
     /// time is what apps wait for.
     pub background_in_flight: u32,
+    /// The wait bound: interactive writes are held (queued or running) only as many as the
+    /// owner answers in this long at the pace its batches have been running, and never fewer
+    /// than [`WAIT_BOUND_FLOOR`]; past it an interactive write is refused `busy`
+    /// ([`Refused::Saturated`]), and the calling gateway holds its writes to this owner for a
+    /// while ([`send_gate`]). Zero: no such bound. An overloaded owner then admits what it can
+    /// carry instead of queueing it (`docs/decisions.md`, "The wait bound").
+    pub interactive_wait: Duration,
 }
+
+/// The wait bound never holds fewer interactive writes than this: eight machines at their
+/// whole default per-node share (16) at once. A person's work, and an owner that has not yet
+/// run a batch, never meet the bound; it holds only an owner far past its pace.
+pub const WAIT_BOUND_FLOOR: u32 = 128;
+/// The default of [`CapacityRules::interactive_wait`]: a few batches of a busy owner, far
+/// under any deadline an app sets, so the writes an overloaded owner holds are answered about
+/// as fast as at its full load.
+pub const INTERACTIVE_WAIT: Duration = Duration::from_millis(10);
 
 /// How many apps' worth of writes one calling node may hold at the owner when its cap is not
 /// set: enough for a few busy apps of one machine at once, few enough that a caller naming
@@ -82,6 +100,7 @@ impl Default for CapacityRules {
             aging: Duration::from_secs(10),
             queue_depth: 4096,
             background_in_flight: 0,
+            interactive_wait: INTERACTIVE_WAIT,
         }
     }
 }
@@ -102,6 +121,9 @@ pub enum Refused {
     /// `503 busy`: [`CapacityRules::background_in_flight`] background writes are already
     /// queued or running.
     BackgroundFull,
+    /// `503 busy`: the owner already holds as many interactive writes as it answers within
+    /// [`CapacityRules::interactive_wait`] at its pace.
+    Saturated,
     /// `429 rate_limited`: this caller node and app spent its rate budget.
     RateLimited,
     /// `429 rate_limited`: this caller node, all its apps together, spent its rate budget.
@@ -117,6 +139,7 @@ impl Refused {
             Self::CallerCap => "caller_cap",
             Self::NodeCap => "node_cap",
             Self::BackgroundFull => "background_full",
+            Self::Saturated => "saturated",
             Self::RateLimited => "rate_limited",
             Self::NodeRateLimited => "node_rate_limited",
         }
@@ -136,6 +159,9 @@ impl Refused {
             }
             Self::BackgroundFull => {
                 "the owner is already running as much background work as it takes at once"
+            }
+            Self::Saturated => {
+                "the owner already holds as many writes as it can answer promptly at its pace"
             }
             Self::RateLimited => "this app has sent more writes than the owner's rate limit allows",
             Self::NodeRateLimited => {
@@ -279,6 +305,47 @@ pub struct Gate<K: Caller> {
     queued: [usize; 2],
     /// Background writes admitted and not yet finished.
     background: u32,
+    /// Interactive writes admitted and not yet finished.
+    interactive: u32,
+    /// The pace of the owner's batches, for the wait bound.
+    pace: BatchPace,
+}
+
+/// The shortest batch whose pace [`BatchPace`] believes.
+pub const PACE_GRAIN: Duration = Duration::from_micros(50);
+
+/// Writes a second the owner's batches carried while they ran: an exponentially weighted
+/// average, 1/8 per batch. The wait bound multiplies it by its wait.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchPace {
+    writes_per_second: f64,
+}
+
+impl BatchPace {
+    /// One batch of `writes` ran in `took`. A batch that took less than [`PACE_GRAIN`] says
+    /// nothing: a clock's grain, a virtual clock that does not move while a batch runs (the
+    /// simulation's), or a batch answered without running (its marks could not be written).
+    pub fn observe(&mut self, writes: usize, took: Duration) {
+        if writes == 0 || took < PACE_GRAIN {
+            return;
+        }
+        let sample = writes as f64 / took.as_secs_f64();
+        self.writes_per_second = if self.writes_per_second == 0.0 {
+            sample
+        } else {
+            (self.writes_per_second * 7.0 + sample) / 8.0
+        };
+    }
+
+    pub fn writes_per_second(&self) -> f64 {
+        self.writes_per_second
+    }
+
+    /// How many writes the owner answers in `wait` at this pace, never fewer than the floor.
+    pub fn held_within(&self, wait: Duration) -> u32 {
+        let at_pace = (self.writes_per_second * wait.as_secs_f64()).min(u32::MAX as f64);
+        (at_pace as u32).max(WAIT_BOUND_FLOOR)
+    }
 }
 
 fn class_index(class: Priority) -> usize {
@@ -296,7 +363,20 @@ impl<K: Caller> Gate<K> {
             nodes: BTreeMap::new(),
             queued: [0, 0],
             background: 0,
+            interactive: 0,
+            pace: BatchPace::default(),
         }
+    }
+
+    /// A batch of `writes` ran in `took`: the pace the wait bound reckons with.
+    pub fn batch_ran(&mut self, writes: usize, took: Duration) {
+        self.pace.observe(writes, took);
+    }
+
+    /// How many interactive writes the wait bound lets the owner hold now; `None` without one.
+    pub fn interactive_bound(&self) -> Option<u32> {
+        (self.rules.enabled && !self.rules.interactive_wait.is_zero())
+            .then(|| self.pace.held_within(self.rules.interactive_wait))
     }
 
     pub fn rules(&self) -> &CapacityRules {
@@ -354,6 +434,13 @@ impl<K: Caller> Gate<K> {
         {
             return self.refuse(caller, Refused::BackgroundFull, BUSY_RETRY);
         }
+        if class == Priority::Interactive
+            && self
+                .interactive_bound()
+                .is_some_and(|bound| self.interactive >= bound)
+        {
+            return self.refuse(caller, Refused::Saturated, BUSY_RETRY);
+        }
         // Both budgets are checked before either is spent: a refused write spends nothing.
         let tat = match self.caller_rate().spend(state.held.tat, now) {
             Ok(tat) => tat,
@@ -377,8 +464,9 @@ impl<K: Caller> Gate<K> {
         node_entry.in_flight += 1;
         node_entry.tat = node_tat;
         self.queued[class_index(class)] += 1;
-        if class == Priority::Background {
-            self.background += 1;
+        match class {
+            Priority::Background => self.background += 1,
+            Priority::Interactive => self.interactive += 1,
         }
         Ok(())
     }
@@ -395,8 +483,9 @@ impl<K: Caller> Gate<K> {
                 .held
                 .in_flight += 1;
             self.nodes.entry(caller.node()).or_default().in_flight += 1;
-            if class == Priority::Background {
-                self.background += 1;
+            match class {
+                Priority::Background => self.background += 1,
+                Priority::Interactive => self.interactive += 1,
             }
         }
         self.queued[class_index(class)] += 1;
@@ -447,8 +536,9 @@ impl<K: Caller> Gate<K> {
         if !self.rules.enabled {
             return;
         }
-        if class == Priority::Background {
-            self.background = self.background.saturating_sub(1);
+        match class {
+            Priority::Background => self.background = self.background.saturating_sub(1),
+            Priority::Interactive => self.interactive = self.interactive.saturating_sub(1),
         }
         if let Some(state) = self.callers.get_mut(caller) {
             state.held.in_flight = state.held.in_flight.saturating_sub(1);

@@ -251,6 +251,10 @@ pub enum NotSentReason {
     /// (`ferry_core::capacity::send_gate`): answered `503 busy` here, as the owner would have.
     /// The same request id may be sent again.
     CallerCap,
+    /// The owner already holds as many of this gateway's interactive writes as it last took
+    /// while saturated (its wait bound, `ferry_core::capacity::send_gate`): answered `503 busy`
+    /// here, as the owner would have. The same request id may be sent again.
+    Saturated,
     /// This gateway could not write down what it needs before a write leaves (the call's
     /// record for settling, or the home's sent mark): a full or failing disk.
     CannotRecord,
@@ -269,6 +273,7 @@ impl NotSentReason {
             Self::DeadlineSpent => "deadline_spent",
             Self::VersionMismatch => "version_mismatch",
             Self::CallerCap => "caller_cap",
+            Self::Saturated => "saturated",
             Self::CannotRecord => "cannot_record",
         }
     }

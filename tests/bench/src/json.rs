@@ -64,7 +64,7 @@ pub fn reads(report: &ReadsReport) -> Result<String, serde_json::Error> {
 
 /// `ferry-bench overload --json`: the report as it is (it is made to be serialized).
 pub fn overload(
-    report: &crate::overload::report::OverloadReport,
+    report: &crate::overload::report::OverloadRuns,
 ) -> Result<String, serde_json::Error> {
     serde_json::to_string(report)
 }

@@ -40,6 +40,7 @@
 
 mod bare_relay;
 mod cpu;
+mod cpu_quota;
 mod ferry_procs;
 mod figures;
 #[cfg(test)]
@@ -79,6 +80,24 @@ struct Cli {
     command: Bench,
 }
 
+/// `ferry-bench overload --shape`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ShapeChoice {
+    Quota,
+    Shared,
+    Both,
+}
+
+impl ShapeChoice {
+    fn shapes(self) -> &'static [overload::Shape] {
+        match self {
+            Self::Quota => &[overload::Shape::Quota],
+            Self::Shared => &[overload::Shape::Shared],
+            Self::Both => &[overload::Shape::Quota, overload::Shape::Shared],
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Bench {
     /// Durable writes through Ferry (b -> QUIC -> a) against a bare relay and the SQLite floor.
@@ -104,13 +123,22 @@ enum Bench {
               value_parser = overload::parse_timeout)]
         write_timeout: f64,
         /// The most writes of the offered load out at once; arrivals past it are skipped and
-        /// counted. The default is the owner's queue bound.
-        #[arg(long, value_name = "N", default_value_t = 4096,
+        /// counted. The default is what callers with cores of their own keep out: the owner's
+        /// cap per app (4) times the offered load's 64 apps.
+        #[arg(long, value_name = "N", default_value_t = overload::MAX_OUTSTANDING as u32,
               value_parser = clap::value_parser!(u32).range(1..=65_536))]
         max_outstanding: u32,
         /// Also write the markdown report to this file (with `--json`: both from one run).
         #[arg(long, value_name = "FILE")]
         markdown: Option<PathBuf>,
+        /// The quota shape holds each owner to this many cores (a cgroup CPU quota; needs root).
+        #[arg(long, value_name = "CORES", default_value_t = overload::OWNER_CORES,
+              value_parser = overload::parse_cores)]
+        owner_cores: f64,
+        /// Which shapes to run: `quota` (the owners under a CPU quota; judged on every
+        /// target), `shared` (everything sharing the cores; judged on the promise), or both.
+        #[arg(long, value_enum, default_value_t = ShapeChoice::Both)]
+        shape: ShapeChoice,
     },
     /// What liveness costs: a gateway trusting many peers (100; `--quick`: 10), all idle, then
     /// some in use, against bare quinn keep-alives at the same intervals. (`--layouts` is
@@ -232,11 +260,15 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             write_timeout,
             max_outstanding,
             markdown,
+            owner_cores,
+            shape,
         } => {
             let as_json = flags.json;
             let mut options = flags.options(overload::Plan::quick, overload::Plan::full);
             options.plan.timeout = std::time::Duration::from_secs_f64(write_timeout);
             options.plan.max_outstanding = max_outstanding as usize;
+            options.plan.owner_cores = owner_cores;
+            options.plan.shapes = shape.shapes();
             let report = overload::run(&options)?;
             if let Some(path) = markdown {
                 std::fs::write(&path, report.render())?;

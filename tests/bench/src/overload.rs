@@ -10,6 +10,11 @@
 //! 4. polite apps alone, then beside one greedy app, on `a` then on `a-off`;
 //! 5. `a` filled with records, interactive writes alone, then while `d` catches up.
 //!
+//! All of it runs in two shapes ([`Shape`]), each with gateways of its own: the owners held to
+//! a quarter of a core by a CPU quota (the owner is the machine's limit, as when a small
+//! machine owns a vault bigger ones write to: judged on every target), then sharing the box
+//! with everything else (how one box behaves: judged on the promise alone).
+//!
 //! The figures and the targets are in [`report`]; progress goes to standard error.
 
 mod mesh;
@@ -25,7 +30,10 @@ use crate::load::LoadError;
 use crate::overload::report::MachineWatch;
 
 use mesh::{Mesh, MeshError, OwnerCounters, VAULT_CATCH_UP, VAULT_OFF, VAULT_ON};
-use report::{CatchUp, Figures, Level, OverloadReport, Pair, Peak, Phase, Rules, Setup};
+pub use report::Shape;
+use report::{
+    CatchUp, Figures, Level, OverloadReport, OverloadRuns, Pair, Peak, Phase, Rules, Setup,
+};
 use traffic::{Class, Group, Pace, Run, Spec, Tally};
 
 /// The apps of the peak and of the offered load, and the writers per app of the peak.
@@ -53,6 +61,16 @@ const CATCH_UP_LEAD: Duration = Duration::from_millis(500);
 /// How long the replica may take to reach the owner's last revision once the writes stopped.
 const FINAL_CONVERGE_BOUND: Duration = Duration::from_secs(30);
 
+/// The owners' CPU quota of the quota shape, in cores, unless `--owner-cores` says otherwise.
+pub const OWNER_CORES: f64 = 0.25;
+/// The shipped per-app cap at the owner (`per_caller`, as in [`mesh::CONFIG_ON`]).
+const OWNER_CAP_PER_APP: usize = 4;
+/// The open-loop generator's bound on writes out at once: what callers with cores of their own
+/// keep out. Each app's calling gateway holds it to the owner's cap once the owner said so
+/// (answering the excess itself, at once), so the apps of the offered load keep at most the cap
+/// each out at the owner; a bound above that only measures the generator's own queue.
+pub const MAX_OUTSTANDING: usize = OWNER_CAP_PER_APP * OFFERED_APPS;
+
 /// How much to run.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
@@ -75,6 +93,10 @@ pub struct Plan {
     pub catch_up_bound: Duration,
     /// The pause between phases, for the gateways to settle.
     pub pause: Duration,
+    /// The owners' CPU quota in the quota shape, in cores.
+    pub owner_cores: f64,
+    /// The shapes to run, in order.
+    pub shapes: &'static [Shape],
 }
 
 impl Plan {
@@ -85,11 +107,13 @@ impl Plan {
             levels: [2.0, 5.0, 10.0],
             timeout: Duration::from_secs(2),
             background_timeout: Duration::from_secs(30),
-            max_outstanding: 4096,
+            max_outstanding: MAX_OUTSTANDING,
             fill: 100_000,
             fill_bound: Duration::from_secs(180),
             catch_up_bound: Duration::from_secs(120),
             pause: Duration::from_millis(500),
+            owner_cores: OWNER_CORES,
+            shapes: &[Shape::Quota, Shape::Shared],
         }
     }
 
@@ -106,11 +130,19 @@ impl Plan {
         }
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self, shape: Shape) -> String {
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let owners = match shape {
+            Shape::Quota => format!(
+                "each owner (`a`, `a-off`) held to {} of a core by a CPU quota of its own, the \
+                 callers, the replica and the generator sharing the rest",
+                self.owner_cores
+            ),
+            Shape::Shared => "nothing held to a quota".to_string(),
+        };
         format!(
             "{} run on {cores} cores; five `ferry serve` processes and the load generator (one \
-             thread) share them. Each write: `PUT` of a {}-byte value under a fresh key, a fresh \
+             thread) share them, {owners}. Each write: `PUT` of a {}-byte value under a fresh key, a fresh \
              UUIDv7 `X-Ferry-Request-Id`, `X-Ferry-Timeout: {}` (background writes: {}), through \
              the local API of `b` or `c` (app `i` always through the same one), on keep-alive \
              HTTP/1.1. Windows of {:?}. Owner `a`: rules on, no rate limit (as shipped), the \
@@ -144,6 +176,18 @@ pub fn parse_timeout(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(seconds) if seconds > 0.0 && seconds <= 600.0 => Ok(seconds),
         _ => Err(format!("{text:?} is not a number of seconds in (0, 600]")),
+    }
+}
+
+/// `--owner-cores`: a quarter of a core (the kernel's smallest quota, 1 ms, of the 4 ms
+/// period) or more, up to the machine's cores.
+pub fn parse_cores(text: &str) -> Result<f64, String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    match text.parse::<f64>() {
+        Ok(c) if (0.25..=cores).contains(&c) => Ok(c),
+        _ => Err(format!(
+            "{text:?} is not a number of cores in [0.25, {cores}]"
+        )),
     }
 }
 
@@ -183,31 +227,61 @@ fn progress(what: &str) {
     ));
 }
 
-/// Runs everything and returns the report.
-pub fn run(options: &Options) -> Result<OverloadReport, OverloadError> {
+/// Runs every shape of the plan and returns the report. A shape whose quota cannot be set
+/// (not root, no cpu controller) is reported as not run, and its targets as unjudged.
+pub fn run(options: &Options) -> Result<OverloadRuns, OverloadError> {
     let plan = options.plan;
     let (binary, ready) = ferry_procs::prepare_binary(options.ferry_binary.clone(), options.build);
     ready.map_err(OverloadError::Binary)?;
+    let mut runs = OverloadRuns::default();
+    for &shape in plan.shapes {
+        progress(&format!("the {} shape", shape.name()));
+        match run_shape(&plan, &binary, shape) {
+            Ok(report) => runs.add(report),
+            Err(OverloadError::Mesh(MeshError::Quota(err))) if shape == Shape::Quota => {
+                let why = format!("the owners could not be held to a CPU quota: {err}");
+                crate::progress(&format!(
+                    "NOT RUN: the quota shape, whose figures are judged: {why}"
+                ));
+                runs.not_run(shape, why);
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(runs.judged(plan.quick))
+}
+
+/// One shape, on gateways of its own.
+fn run_shape(
+    plan: &Plan,
+    binary: &std::path::Path,
+    shape: Shape,
+) -> Result<OverloadReport, OverloadError> {
     let watch = MachineWatch::start();
     progress("starting five ferry serve processes (a, a-off, b, c, d)");
-    let mesh = Mesh::start(&binary)?;
+    let owner_cores = (shape == Shape::Quota).then_some(plan.owner_cores);
+    let mesh = Mesh::start(binary, owner_cores)?;
     let bench = Bench {
-        plan,
+        plan: *plan,
         mesh: &mesh,
         keys: std::cell::Cell::new(0),
     };
     let measured = bench.everything();
     let udp_drops = mesh.udp_drops();
+    let throttling = mesh.throttling();
+    let owner_quota = mesh.quotas.first().map(|quota| quota.describe());
     progress("stopping the gateways");
     let notes = mesh.stop();
     progress("done");
     let (peak, unloaded, levels, flood, greedy, catch_up) = measured?;
     Ok(OverloadReport::new(
         Setup {
-            quick: plan.quick,
-            plan: plan.describe(),
+            shape,
+            plan: plan.describe(shape),
             timeout: plan.timeout,
             max_outstanding: plan.max_outstanding,
+            owner_quota,
+            owner_throttling: throttling,
         },
         peak,
         unloaded,

@@ -18,6 +18,15 @@
 //! reverse for long. Such a refusal is a write that was not sent, and the same id may be sent
 //! again.
 //!
+//! The same gate, keyed by owner alone, keeps the owner's wait bound
+//! ([`super::CapacityRules::interactive_wait`]): an interactive write refused `saturated` that
+//! left while `n` other interactive writes of this gateway (every app together) were out to
+//! that owner says the owner, as loaded now, takes at most `n` of them, for a moment
+//! ([`SATURATED_LESSON_LASTS`]: its room is shared with its other callers). Holding to that here
+//! answers the excess on the calling machine's cores, not on the owner's, which are the ones
+//! short: an owner that refused the excess itself spent its time receiving and answering
+//! writes it then did not run (`docs/decisions.md`, "The wait bound").
+//!
 //! Only for an id that cannot have left before ([`RecentIds`]): `busy` says "not carried out",
 //! and a repeat of an id whose first copy left (an app whose HTTP client gave up and sends the
 //! id again, or that resends after `outcome_unknown`) may have been carried out, so it always
@@ -42,6 +51,10 @@ type FastKeyed = foldhash::fast::RandomState;
 
 /// How long a refusal's lesson holds before the caller sends past it again to learn afresh.
 pub const LESSON_LASTS: Duration = Duration::from_secs(10);
+/// How long a `saturated` refusal's lesson holds ([`SendGate::for_wait_bound`]): the owner's
+/// room is shared by all its callers and moves with their load, so this gateway keeps to what
+/// it was last told for a second, not for the ten a per-app cap (a fixed number) is kept.
+pub const SATURATED_LESSON_LASTS: Duration = Duration::from_secs(1);
 
 /// How many (owner, app) pairs the gate keeps; past it, the ones with nothing out and nothing
 /// learned are forgotten first, then it stops learning (it never refuses for want of room).
@@ -67,7 +80,8 @@ pub struct Sent {
 /// What became of a write that left, as far as the gate cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
-    /// The owner refused it `busy` with the reason `caller_cap`.
+    /// The owner refused it `busy` for the bound this gate keeps (`caller_cap` for the per-app
+    /// cap, `saturated` for the wait bound).
     RefusedForCap,
     /// The owner carried it out: it passed the cap.
     Done,
@@ -79,12 +93,31 @@ pub enum Ended {
 #[derive(Debug)]
 pub struct SendGate<K> {
     pairs: HashMap<K, Pair, FastKeyed>,
+    /// The owner's refusal this gate learns from and answers with.
+    refuses_as: Refused,
+    /// How long a lesson holds.
+    lesson: Duration,
 }
 
+/// The per-app cap's gate: `caller_cap`, lessons of [`LESSON_LASTS`].
 impl<K> Default for SendGate<K> {
     fn default() -> Self {
         Self {
             pairs: HashMap::default(),
+            refuses_as: Refused::CallerCap,
+            lesson: LESSON_LASTS,
+        }
+    }
+}
+
+impl<K> SendGate<K> {
+    /// The wait bound's gate, keyed by owner: `saturated`, lessons of
+    /// [`SATURATED_LESSON_LASTS`].
+    pub fn for_wait_bound() -> Self {
+        Self {
+            pairs: HashMap::default(),
+            refuses_as: Refused::Saturated,
+            lesson: SATURATED_LESSON_LASTS,
         }
     }
 }
@@ -111,7 +144,7 @@ impl<K: Hash + Eq + Clone> SendGate<K> {
                 pair.learned = None;
             } else if pair.out >= cap && !may_repeat {
                 return Err(Refusal {
-                    why: Refused::CallerCap,
+                    why: self.refuses_as,
                     retry_after: BUSY_RETRY,
                 });
             }
@@ -141,7 +174,7 @@ impl<K: Hash + Eq + Clone> SendGate<K> {
                     Some((cap, until)) if until > now => cap.min(sent.others_out),
                     _ => sent.others_out,
                 };
-                pair.learned = Some((cap, now + LESSON_LASTS));
+                pair.learned = Some((cap, now + self.lesson));
             }
             Ended::RefusedForCap | Ended::Other => {}
             // Carried out with `others_out` out: the cap is above that (a lesson from a moment
@@ -277,6 +310,29 @@ mod tests {
             gate.leave(&"a", false, now + LESSON_LASTS).is_ok(),
             "an expired lesson refuses nothing"
         );
+    }
+
+    #[test]
+    fn the_wait_bounds_gate_answers_saturated_and_forgets_within_a_second() {
+        let mut gate = SendGate::for_wait_bound();
+        let now = Instant::now();
+        let first = gate
+            .leave(&"owner", false, now)
+            .expect("nothing learned yet");
+        let second = gate
+            .leave(&"owner", false, now)
+            .expect("nothing learned yet");
+        // Refused with one other out: the owner takes one of ours now.
+        gate.ended(&"owner", second, Ended::RefusedForCap, now);
+        let refused = gate.leave(&"owner", false, now).expect_err("one is out");
+        assert_eq!(refused.why, Refused::Saturated);
+        // A repeat of an id that may have left is never refused here.
+        let repeat = gate.leave(&"owner", true, now).expect("a repeat goes");
+        gate.ended(&"owner", repeat, Ended::Other, now);
+        assert!(gate
+            .leave(&"owner", false, now + SATURATED_LESSON_LASTS)
+            .is_ok());
+        gate.ended(&"owner", first, Ended::Done, now);
     }
 
     #[test]

@@ -50,6 +50,7 @@ fn the_601st_write_of_a_minute_is_rate_limited_and_the_budget_refills() {
         per_node: 0,
         rate_per_minute: 600,
         queue_depth: usize::MAX,
+        interactive_wait: Duration::ZERO,
         ..CapacityRules::default()
     };
     let mut gate = Gate::new(rules);
@@ -398,5 +399,93 @@ fn by_default_an_app_writing_one_after_another_is_never_rate_limited() {
         assert!(gate.arrive(&app, I, later(now), now).is_ok(), "write {n}");
         gate.dequeued(I);
         gate.finished(&app, I);
+    }
+}
+
+#[test]
+fn the_wait_bound_holds_interactive_writes_to_what_the_owner_answers_in_its_wait() {
+    // Thousands of apps with one write each: no cap of a caller or a node holds them.
+    let rules = CapacityRules {
+        per_node: 0,
+        ..CapacityRules::default()
+    };
+    let mut gate = Gate::new(rules);
+    let now = Instant::now();
+    // Before any batch ran there is no pace: the floor holds.
+    assert_eq!(gate.interactive_bound(), Some(WAIT_BOUND_FLOOR));
+    // Batches of 300 writes in 10 ms: 30,000 writes a second, 300 of them in the 10 ms wait.
+    for _ in 0..64 {
+        gate.batch_ran(300, Duration::from_millis(10));
+    }
+    assert_eq!(gate.interactive_bound(), Some(300));
+    for app in 0..300usize {
+        gate.arrive(&app, I, later(now), now).unwrap();
+    }
+    let refused = gate.arrive(&300usize, I, later(now), now).unwrap_err();
+    assert_eq!(refused.why, Refused::Saturated);
+    assert_eq!(refused.answer().code, RefusalCode::Busy);
+    assert_eq!(refused.answer().reason.as_deref(), Some("saturated"));
+    // Background work is not held by it (its own bound and the aging are its rules)...
+    gate.arrive(&301usize, B, later(now), now).unwrap();
+    // ...and an interactive write finished makes room for one more.
+    gate.dequeued(I);
+    gate.finished(&0usize, I);
+    gate.arrive(&302usize, I, later(now), now).unwrap();
+    // A slower owner holds fewer, never fewer than the floor.
+    for _ in 0..64 {
+        gate.batch_ran(10, Duration::from_millis(10));
+    }
+    assert_eq!(gate.interactive_bound(), Some(WAIT_BOUND_FLOOR));
+}
+
+#[test]
+fn a_batch_that_took_no_time_teaches_the_pace_nothing() {
+    let mut pace = BatchPace::default();
+    // A virtual clock that stood still while the batch ran, or a batch answered unrun.
+    pace.observe(200, Duration::ZERO);
+    pace.observe(200, PACE_GRAIN / 2);
+    assert_eq!(pace.writes_per_second(), 0.0);
+    assert_eq!(pace.held_within(INTERACTIVE_WAIT), WAIT_BOUND_FLOOR);
+    pace.observe(100, Duration::from_millis(10));
+    assert_eq!(pace.writes_per_second(), 10_000.0);
+}
+
+#[test]
+fn a_person_writing_never_meets_the_wait_bound_however_slow_the_owner() {
+    let mut gate = Gate::new(CapacityRules::default());
+    let now = Instant::now();
+    // A very slow owner: one write a second.
+    for _ in 0..64 {
+        gate.batch_ran(1, Duration::from_secs(1));
+    }
+    // Eight machines with four apps each at their whole cap, 128 writes: all admitted.
+    for node in 0..8usize {
+        for app in ["notes", "photos", "mail", "tasks"] {
+            for _ in 0..4 {
+                gate.arrive(&(node, app), I, later(now), now).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn with_no_wait_set_or_the_rules_off_there_is_no_wait_bound() {
+    for rules in [
+        CapacityRules {
+            interactive_wait: Duration::ZERO,
+            per_node: 0,
+            ..CapacityRules::default()
+        },
+        CapacityRules {
+            enabled: false,
+            ..CapacityRules::default()
+        },
+    ] {
+        let mut gate = Gate::new(rules);
+        let now = Instant::now();
+        assert_eq!(gate.interactive_bound(), None);
+        for app in 0..1000usize {
+            gate.arrive(&app, I, later(now), now).unwrap();
+        }
     }
 }

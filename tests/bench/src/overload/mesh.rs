@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::cpu_quota::{CpuQuota, QuotaError, Throttling};
 use crate::ferry_procs::{self, Gateway, GatewayError};
 use crate::load::{self, LoadError};
 use crate::overload::report::SocketDrops;
@@ -47,6 +48,8 @@ pub enum MeshError {
     Proc(#[from] GatewayError),
     #[error(transparent)]
     Http(#[from] LoadError),
+    #[error("holding the owners to a CPU quota: {0}")]
+    Quota(#[from] QuotaError),
     #[error(
         "{caller} still cannot write to vault {vault} after {READY_BOUND:?} (last answer: \
          {last}); it may never have learned the route to the owner or that the owner holds the \
@@ -79,14 +82,28 @@ pub struct Mesh {
     pub c: Gateway,
     /// Trusts `a` and is trusted by it; follows [`VAULT_CATCH_UP`] when asked.
     pub d: Gateway,
+    /// The owners' CPU quotas (`a`'s, then `a-off`'s), if they run under one. Declared after
+    /// the gateways, so they are dropped (and their groups removed) after the processes.
+    pub quotas: Vec<CpuQuota>,
 }
 
 impl Mesh {
-    /// Starts every gateway, sets up trust and the vaults, and waits (bounded) until `b` and
-    /// `c` can write to both owners' vaults.
-    pub fn start(binary: &Path) -> Result<Self, MeshError> {
+    /// Starts every gateway, each owner under its own quota of `owner_cores` if given, sets up
+    /// trust and the vaults, and waits (bounded) until `b` and `c` can write to both owners'
+    /// vaults.
+    pub fn start(binary: &Path, owner_cores: Option<f64>) -> Result<Self, MeshError> {
         let a = ferry_procs::start(binary, "a", Some(CONFIG_ON))?;
         let a_off = ferry_procs::start(binary, "a-off", Some(CONFIG_OFF))?;
+        let mut quotas = Vec::new();
+        if let Some(cores) = owner_cores {
+            for owner in [&a, &a_off] {
+                let quota = CpuQuota::create(&format!("ferry-bench-{}", owner.label), cores)?;
+                if let Some(pid) = owner.process_id() {
+                    quota.admit(pid)?;
+                }
+                quotas.push(quota);
+            }
+        }
         let b = ferry_procs::start(binary, "b", None)?;
         let c = ferry_procs::start(binary, "c", None)?;
         let d = ferry_procs::start(binary, "d", None)?;
@@ -101,7 +118,14 @@ impl Mesh {
         a.cli_stdout(&["vault", "create", VAULT_ON])?;
         a.cli_stdout(&["vault", "create", VAULT_CATCH_UP])?;
         a_off.cli_stdout(&["vault", "create", VAULT_OFF])?;
-        let mesh = Self { a, a_off, b, c, d };
+        let mesh = Self {
+            a,
+            a_off,
+            b,
+            c,
+            d,
+            quotas,
+        };
         for caller in [&mesh.b, &mesh.c] {
             mesh.wait_until_writes(caller, &mesh.a, VAULT_ON)?;
             mesh.wait_until_writes(caller, &mesh.a, VAULT_CATCH_UP)?;
@@ -186,6 +210,15 @@ impl Mesh {
                     dials_joined: counter("ferry_peer_dials_joined_total"),
                 })
             })
+            .collect()
+    }
+
+    /// How each owner's quota held it back so far, by label (empty without quotas).
+    pub fn throttling(&self) -> BTreeMap<String, Throttling> {
+        [&self.a, &self.a_off]
+            .into_iter()
+            .zip(&self.quotas)
+            .filter_map(|(owner, quota)| Some((owner.label.clone(), quota.throttling()?)))
             .collect()
     }
 
