@@ -6,9 +6,9 @@
 //! change reaches an online replica about one round trip after it is made, whether the
 //! question is short ([`LONG_POLL`], while apps read the replica here, which keeps it fresh
 //! enough to answer them itself, or changes stream in) or long ([`LONG_POLL_AT_REST`], a
-//! minute after the last read and 10 s after the last change: one question a vault every 4 minutes
-//! instead of more than one a second, which on a laptop is battery). A read of a replica at rest cuts its long question
-//! short ([`SyncBoard::read_at`]).
+//! minute after the last read and 10 s after the last change: one question a vault every
+//! 4 minutes instead of more than one a second, which on a laptop is battery). A read of a
+//! replica at rest cuts its long question short ([`SyncBoard::read_at`]).
 //!
 //! The `SyncBoard` (`sync_board.rs`) keeps each replica's progress: its cursor, the owner's
 //! revision, when it last pulled (the heartbeat) and last caught up, for `ferry vault list` and
@@ -49,10 +49,10 @@ const PULL_INTERVAL: Duration = Duration::from_millis(500);
 /// `replica_fresh_ms` (2 s by default), a caught-up replica keeps answering its reads itself.
 const LONG_POLL: Duration = Duration::from_millis(800);
 /// The question of a caught-up replica nobody reads here and whose vault is quiet
-/// (`sync_board::READ_KEEPS_WARM`, `NEWS_KEEPS_WARM`):
-/// within the owner's cap (`ferry_peer::door::MAX_READ_WAIT`; an older owner's cap, 5 s, cuts it
-/// shorter). Such a replica is not fresh enough to answer reads first (they ask the owner,
-/// the replica answering only when the owner cannot), and the first read wakes its job.
+/// (`sync_board::READ_KEEPS_WARM`, `NEWS_KEEPS_WARM`), within the owner's cap
+/// (`ferry_peer::door::MAX_READ_WAIT`; an older owner's cap, 5 s, cuts it shorter). Such a
+/// replica is not fresh enough to answer reads first (they ask the owner, the replica
+/// answering only when the owner cannot), and the first read wakes its job.
 const LONG_POLL_AT_REST: Duration = Duration::from_secs(240);
 /// The wait after a failed pull before the next.
 const RETRY_AFTER: Duration = Duration::from_secs(1);

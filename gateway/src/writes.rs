@@ -260,7 +260,7 @@ impl Writes {
         )
         .await;
         let outcome = self.resend_if_injected(&target, &call, outcome).await;
-        out.outcome = Some(lesson_of(&outcome));
+        out.lesson = lesson_of(&outcome);
         drop(out);
         hold.publish(&outcome);
         self.reads
@@ -282,8 +282,9 @@ impl Writes {
     }
 
     /// Counts a write of `app` out to `target`, or answers it `busy` (not sent) if the owner's
-    /// last `caller_cap` refusal says it would refuse it too and its id cannot have left
-    /// before (a repeat always goes to the owner, whose journal knows what became of it), or
+    /// last `caller_cap` refusal (or, for an interactive write, its last `saturated` one) says
+    /// it would refuse it too and its id cannot have left before (a repeat always goes to the
+    /// owner, whose journal knows what became of it), or
     /// `unavailable` (not sent) if the home's sent mark cannot be raised over its id.
     fn leave(
         &self,
@@ -316,11 +317,7 @@ impl Writes {
             Priority::Background => None,
         };
         let Ok(sent) = sending.gate.leave(&key, may_repeat, now) else {
-            if let Some(owner_sent) = owner_sent {
-                sending
-                    .owners
-                    .ended(&target.node, owner_sent, Ended::Other, now);
-            }
+            sending.ended(&key, None, owner_sent, Lesson::Nothing, now);
             drop(sending);
             self.metrics.caller_cap_here();
             return Err(WriteOutcome::not_sent(
@@ -334,12 +331,7 @@ impl Writes {
         // Before it leaves, the sent mark covers it: a later run must know it may have been
         // sent. An id the mark cannot cover is not sent at all.
         if let Err(err) = self.call_log.cover_sent(id.unix_ms()) {
-            sending.gate.ended(&key, sent, Ended::Other, now);
-            if let Some(owner_sent) = owner_sent {
-                sending
-                    .owners
-                    .ended(&target.node, owner_sent, Ended::Other, now);
-            }
+            sending.ended(&key, Some(sent), owner_sent, Lesson::Nothing, now);
             error!(%err, "the home's sent mark could not be written; writes to peers are not sent");
             return Err(WriteOutcome::not_sent(
                 NotSentReason::CannotRecord,
@@ -354,7 +346,7 @@ impl Writes {
             key,
             sent,
             owner_sent,
-            outcome: None,
+            lesson: Lesson::Nothing,
         })
     }
 
@@ -469,6 +461,36 @@ struct Sending {
     recent: RecentIds,
 }
 
+impl Sending {
+    /// A write counted out for `key` (in the app's gate if `sent`, in the owner's if
+    /// `owner_sent`) is counted back in, each gate learning what `lesson` says of its bound.
+    fn ended(
+        &mut self,
+        key: &(NodeId, AppName),
+        sent: Option<Sent>,
+        owner_sent: Option<Sent>,
+        lesson: Lesson,
+        now: Instant,
+    ) {
+        if let Some(sent) = sent {
+            let for_app = match lesson {
+                Lesson::Done => Ended::Done,
+                Lesson::CallerCap => Ended::RefusedForCap,
+                Lesson::Saturated | Lesson::Nothing => Ended::Other,
+            };
+            self.gate.ended(key, sent, for_app, now);
+        }
+        if let Some(owner_sent) = owner_sent {
+            let for_owner = match lesson {
+                Lesson::Done => Ended::Done,
+                Lesson::Saturated => Ended::RefusedForCap,
+                Lesson::CallerCap | Lesson::Nothing => Ended::Other,
+            };
+            self.owners.ended(&key.0, owner_sent, for_owner, now);
+        }
+    }
+}
+
 /// A write counted out in the send gates; counted back in when dropped, on every path.
 struct Out {
     sending: Arc<Mutex<Sending>>,
@@ -477,31 +499,23 @@ struct Out {
     sent: Sent,
     /// Its count in [`Sending::owners`], for an interactive write.
     owner_sent: Option<Sent>,
-    /// What the owner's answer (if any) says of the gates' lessons; `None`: nothing.
-    outcome: Option<Lesson>,
+    /// What the owner's answer (if any) says of the gates' bounds.
+    lesson: Lesson,
 }
 
 impl Drop for Out {
     fn drop(&mut self) {
         let now = self.clock.now();
-        let lesson = self.outcome.unwrap_or(Lesson::Nothing);
-        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
-        let for_app = match lesson {
-            Lesson::Done => Ended::Done,
-            Lesson::CallerCap => Ended::RefusedForCap,
-            Lesson::Saturated | Lesson::Nothing => Ended::Other,
-        };
-        sending.gate.ended(&self.key, self.sent, for_app, now);
-        if let Some(owner_sent) = self.owner_sent {
-            let for_owner = match lesson {
-                Lesson::Done => Ended::Done,
-                Lesson::Saturated => Ended::RefusedForCap,
-                Lesson::CallerCap | Lesson::Nothing => Ended::Other,
-            };
-            sending
-                .owners
-                .ended(&self.key.0, owner_sent, for_owner, now);
-        }
+        self.sending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .ended(
+                &self.key,
+                Some(self.sent),
+                self.owner_sent,
+                self.lesson,
+                now,
+            );
     }
 }
 

@@ -940,19 +940,13 @@ impl Caller {
                 },
             };
             let silence = self.silence_of(target.node, route.addr, &conn);
-            // A long poll is watched at rest: nobody waits on it (`Pace::AtRest`).
-            let pace = if wait.is_zero() {
-                Pace::Close
-            } else {
-                Pace::AtRest
-            };
             match exchange(
                 &conn,
                 frame,
                 attempt_deadline,
                 &silence,
                 &self.endpoint,
-                pace,
+                Pace::of_read(wait),
             )
             .await
             {

@@ -39,6 +39,18 @@ pub enum Pace {
     AtRest,
 }
 
+impl Pace {
+    /// How a read asking the owner to hold it up to `wait` for news is watched: a long poll
+    /// at rest, any other read closely.
+    pub fn of_read(wait: Duration) -> Self {
+        if wait.is_zero() {
+            Self::Close
+        } else {
+            Self::AtRest
+        }
+    }
+}
+
 /// A call waiting on the connection its route's heartbeats use gives it up after this many of
 /// the route's published intervals of silence (150 ms while the peer is in use): the
 /// heartbeats' answers stopped, so the path is gone, and the write settles on another route.
@@ -207,6 +219,12 @@ pub fn connect_timeout(deadline: Instant, now: Instant, tuning: &CallTuning) -> 
 #[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_poll_is_watched_at_rest_and_any_other_read_closely() {
+        assert_eq!(Pace::of_read(Duration::ZERO), Pace::Close);
+        assert_eq!(Pace::of_read(Duration::from_millis(800)), Pace::AtRest);
+    }
 
     #[test]
     fn a_write_needs_fresh_proof_and_a_read_takes_older() {

@@ -719,25 +719,20 @@ fn judge_quota(report: Option<&OverloadReport>) -> Vec<Judged> {
     let flood = report.and_then(|r| OverloadReport::pair(&r.flood, Rules::On));
     let greedy = report.and_then(|r| OverloadReport::pair(&r.greedy, Rules::On));
     let interactive_p99 = |p: &Phase| p.group("interactive").p99_us;
-    [
+    let goodput = [
+        (2.0, "goodput_2x_share_of_peak"),
+        (5.0, "goodput_5x_share_of_peak"),
+        (10.0, "goodput_10x_share_of_peak"),
+    ]
+    .map(|(multiple, name)| {
         Judged::new(
-            "goodput_2x_share_of_peak",
+            name,
             Unit::Share,
             Bound::AtLeast(GOODPUT_SHARE_TARGET),
-            share(2.0),
-        ),
-        Judged::new(
-            "goodput_5x_share_of_peak",
-            Unit::Share,
-            Bound::AtLeast(GOODPUT_SHARE_TARGET),
-            share(5.0),
-        ),
-        Judged::new(
-            "goodput_10x_share_of_peak",
-            Unit::Share,
-            Bound::AtLeast(GOODPUT_SHARE_TARGET),
-            share(10.0),
-        ),
+            share(multiple),
+        )
+    });
+    let latency = [
         Judged::new(
             "p99_10x_over_peak_p99",
             Unit::Ratio,
@@ -791,14 +786,16 @@ fn judge_quota(report: Option<&OverloadReport>) -> Vec<Judged> {
                     .saturating_sub(r.catch_up.replica_revision_at_end) as f64
             }),
         ),
-    ]
-    .into_iter()
-    .chain(judge_promise(
-        report,
-        "outcome_unknown_rules_on",
-        "unavailable_rules_on",
-    ))
-    .collect()
+    ];
+    goodput
+        .into_iter()
+        .chain(latency)
+        .chain(judge_promise(
+            report,
+            "outcome_unknown_rules_on",
+            "unavailable_rules_on",
+        ))
+        .collect()
 }
 
 /// The shared shape's targets: the promise alone.
