@@ -415,6 +415,14 @@ impl Settlement {
     pub async fn settle_in_background(self: Arc<Self>) {
         let mut stopping = self.lifecycle.stopping();
         loop {
+            // A write that ends unknown hands its row to the call log's writer and rings the
+            // wake before the row is committed: read the log only once what it was handed is
+            // in, or an idle settler could find nothing and sleep its minute with a call
+            // unknown (seen in CI: a frozen owner's call not settled within 20 s).
+            if self.lifecycle.is_stopping() {
+                return;
+            }
+            self.call_log.flush().await;
             let unknown = self
                 .vaults
                 .reader()
