@@ -154,8 +154,11 @@ pub struct CapacityConfig {
     pub queue_depth: usize,
     /// Background writes queued or running at once, from every caller together (0: no bound).
     pub background_in_flight: u32,
+    /// Background writes queued or running at once while interactive writes are waiting on
+    /// the owner, from every caller together (0: no such bound).
+    pub background_beside_interactive: u32,
     /// The wait bound, in milliseconds: interactive writes held only as many as the owner
-    /// answers in this long at its pace (never fewer than 128); 0: no such bound.
+    /// answers in this long at its pace (never fewer than 64); 0: no such bound.
     pub interactive_wait_ms: u64,
 }
 
@@ -172,6 +175,7 @@ impl Default for CapacityConfig {
             aging_ms: rules.aging.as_millis() as u64,
             queue_depth: rules.queue_depth,
             background_in_flight: rules.background_in_flight,
+            background_beside_interactive: rules.background_beside_interactive,
             interactive_wait_ms: rules.interactive_wait.as_millis() as u64,
         }
     }
@@ -191,6 +195,7 @@ impl CapacityConfig {
             aging: Duration::from_millis(self.aging_ms),
             queue_depth: self.queue_depth,
             background_in_flight: self.background_in_flight,
+            background_beside_interactive: self.background_beside_interactive,
             interactive_wait: Duration::from_millis(self.interactive_wait_ms),
         }
     }

@@ -108,6 +108,7 @@ pub struct Metrics {
     /// Writes answered `busy` by this calling gateway for the owner's cap, never sent.
     caller_cap_here: AtomicU64,
     saturated_here: AtomicU64,
+    background_full_here: AtomicU64,
     tickets_issued: AtomicU64,
     door_refusals: AtomicU64,
     calls_settled: AtomicU64,
@@ -195,6 +196,10 @@ impl Metrics {
     /// sent.
     pub fn saturated_here(&self) {
         self.saturated_here.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn background_full_here(&self) {
+        self.background_full_here.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn ticket_issued(&self) {
@@ -355,6 +360,11 @@ impl Metrics {
                 "ferry_saturated_here_total",
                 "Interactive writes this calling gateway answered busy for the owner's wait bound, as the owner's last saturated refusal taught it; never sent.",
                 &self.saturated_here,
+            ),
+            (
+                "ferry_background_full_here_total",
+                "Background writes this calling gateway answered busy for the owner's bound on background work beside interactive writes, as the owner's last background_full refusal taught it; never sent.",
+                &self.background_full_here,
             ),
             (
                 "ferry_tickets_issued_total",

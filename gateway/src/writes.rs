@@ -87,7 +87,7 @@ impl Writes {
             tickets: Mutex::new(TicketCache::default()),
             sending: Arc::new(Mutex::new(Sending {
                 gate: SendGate::default(),
-                owners: SendGate::for_wait_bound(),
+                owners: SendGate::for_owner_bounds(),
                 recent: RecentIds::new(horizon_ms),
             })),
             settle_wake: parts.settle_wake,
@@ -297,24 +297,37 @@ impl Writes {
         let now = self.clock.now();
         let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
         let may_repeat = sending.recent.may_have_left(&id, self.clock.unix_ms());
-        // The owner's wait bound holds interactive writes only, so only they are counted
-        // against what it last took from this gateway.
-        let owner_sent = match class {
-            Priority::Interactive => match sending.owners.leave(&target.node, may_repeat, now) {
-                Ok(sent) => Some(sent),
-                Err(_) => {
-                    drop(sending);
-                    self.metrics.saturated_here();
-                    return Err(WriteOutcome::not_sent(
-                        NotSentReason::Saturated,
-                        format!(
-                            "{} already holds as many of this gateway's writes as it last took while saturated; send it again with the same request id",
-                            target.label
-                        ),
-                    ));
-                }
-            },
-            Priority::Background => None,
+        // Counted per owner and class against what the owner last took of this gateway's
+        // writes of that class: interactive ones against its wait bound (`saturated`),
+        // background ones against its bound beside interactive writes (`background_full`).
+        let owner_sent = match sending.owners.leave(&(target.node, class), may_repeat, now) {
+            Ok(sent) => OwnerSent { class, sent },
+            Err(_) => {
+                drop(sending);
+                let (reason, what) = match class {
+                    Priority::Interactive => {
+                        self.metrics.saturated_here();
+                        (
+                            NotSentReason::Saturated,
+                            "writes as it last took while saturated",
+                        )
+                    }
+                    Priority::Background => {
+                        self.metrics.background_full_here();
+                        (
+                            NotSentReason::BackgroundFull,
+                            "background writes as it last took beside interactive ones",
+                        )
+                    }
+                };
+                return Err(WriteOutcome::not_sent(
+                    reason,
+                    format!(
+                        "{} already holds as many of this gateway's {what}; send it again with the same request id",
+                        target.label
+                    ),
+                ));
+            }
         };
         let Ok(sent) = sending.gate.leave(&key, may_repeat, now) else {
             sending.ended(&key, None, owner_sent, Lesson::Nothing, now);
@@ -454,21 +467,29 @@ impl Writes {
 struct Sending {
     /// Writes out per owner and app, against the owner's per-caller cap (`caller_cap`).
     gate: SendGate<(NodeId, AppName)>,
-    /// Interactive writes out per owner, every app together, against what the owner last
-    /// took from this gateway while saturated (its wait bound, `saturated`; lessons of a
-    /// second).
-    owners: SendGate<NodeId>,
+    /// Writes out per owner and class, every app together, against what the owner last took
+    /// of them from this gateway: interactive ones while it was saturated (its wait bound,
+    /// `saturated`), background ones beside interactive writes (`background_full`); lessons
+    /// of a second that grow back while the owner carries them.
+    owners: SendGate<(NodeId, Priority)>,
     recent: RecentIds,
 }
 
+/// A write's count in the owner's gate: its key there and what the gate handed out.
+#[derive(Debug, Clone, Copy)]
+struct OwnerSent {
+    class: Priority,
+    sent: Sent,
+}
+
 impl Sending {
-    /// A write counted out for `key` (in the app's gate if `sent`, in the owner's if
-    /// `owner_sent`) is counted back in, each gate learning what `lesson` says of its bound.
+    /// A write counted out for `key` (in the app's gate if `sent`, in the owner's) is counted
+    /// back in, each gate learning what `lesson` says of its bound.
     fn ended(
         &mut self,
         key: &(NodeId, AppName),
         sent: Option<Sent>,
-        owner_sent: Option<Sent>,
+        owner_sent: OwnerSent,
         lesson: Lesson,
         now: Instant,
     ) {
@@ -476,18 +497,17 @@ impl Sending {
             let for_app = match lesson {
                 Lesson::Done => Ended::Done,
                 Lesson::CallerCap => Ended::RefusedForCap,
-                Lesson::Saturated | Lesson::Nothing => Ended::Other,
+                Lesson::OwnerBound | Lesson::Nothing => Ended::Other,
             };
             self.gate.ended(key, sent, for_app, now);
         }
-        if let Some(owner_sent) = owner_sent {
-            let for_owner = match lesson {
-                Lesson::Done => Ended::Done,
-                Lesson::Saturated => Ended::RefusedForCap,
-                Lesson::CallerCap | Lesson::Nothing => Ended::Other,
-            };
-            self.owners.ended(&key.0, owner_sent, for_owner, now);
-        }
+        let for_owner = match lesson {
+            Lesson::Done => Ended::Done,
+            Lesson::OwnerBound => Ended::RefusedForCap,
+            Lesson::CallerCap | Lesson::Nothing => Ended::Other,
+        };
+        self.owners
+            .ended(&(key.0, owner_sent.class), owner_sent.sent, for_owner, now);
     }
 }
 
@@ -497,8 +517,8 @@ struct Out {
     clock: Arc<dyn Clock>,
     key: (NodeId, AppName),
     sent: Sent,
-    /// Its count in [`Sending::owners`], for an interactive write.
-    owner_sent: Option<Sent>,
+    /// Its count in [`Sending::owners`].
+    owner_sent: OwnerSent,
     /// What the owner's answer (if any) says of the gates' bounds.
     lesson: Lesson,
 }
@@ -526,14 +546,16 @@ enum Lesson {
     Done,
     /// Refused `busy` for the app's cap at the owner (`caller_cap`).
     CallerCap,
-    /// Refused `busy` for the owner's wait bound (`saturated`).
-    Saturated,
+    /// Refused `busy` for a bound of the owner's on this gateway's writes of the class, every
+    /// app together: its wait bound (`saturated`, interactive writes) or its background bound
+    /// (`background_full`).
+    OwnerBound,
     /// Anything else says nothing about either bound.
     Nothing,
 }
 
 /// What the send gates learn from a write's outcome: the owner's `caller_cap` refusal lowers
-/// the app's lesson, its `saturated` refusal the owner's, a write carried out may raise both,
+/// the app's lesson, its `saturated` or `background_full` refusal the owner's for the class, a write carried out may raise both,
 /// nothing else says anything about either bound.
 fn lesson_of(outcome: &WriteOutcome) -> Lesson {
     match outcome {
@@ -543,7 +565,12 @@ fn lesson_of(outcome: &WriteOutcome) -> Lesson {
         {
             match refusal.reason.as_deref() {
                 Some(reason) if reason == Refused::CallerCap.name() => Lesson::CallerCap,
-                Some(reason) if reason == Refused::Saturated.name() => Lesson::Saturated,
+                Some(reason)
+                    if reason == Refused::Saturated.name()
+                        || reason == Refused::BackgroundFull.name() =>
+                {
+                    Lesson::OwnerBound
+                }
                 _ => Lesson::Nothing,
             }
         }

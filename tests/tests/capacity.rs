@@ -594,22 +594,33 @@ fn an_app_importing_a_hundred_thousand_records_through_its_own_gateway_is_never_
     assert_eq!(import.done, 100_000, "{import:?}");
 }
 
-/// The owner's `saturated` refusals so far, every app together.
-fn saturated_at(owner: &Gateway) -> u64 {
+/// The owner's refusals for `reason` so far, every app together.
+fn refused_at(owner: &Gateway, reason: &str) -> u64 {
+    let prefix = format!("ferry_owner_refusals_total{{reason=\"{reason}\"");
     owner
         .try_metrics()
         .unwrap()
         .lines()
-        .filter(|line| line.starts_with("ferry_owner_refusals_total{reason=\"saturated\""))
+        .filter(|line| line.starts_with(&prefix))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
 
-#[test]
-fn an_owner_holding_its_wait_bound_refuses_the_rest_saturated_and_the_caller_keeps_to_it() {
+/// The wait bound while `a` has run no batch: its floor.
+const FLOOR: usize = ferry_core::capacity::WAIT_BOUND_FLOOR as usize;
+/// The background writes `a` holds while interactive ones wait on it.
+const BESIDE: usize = ferry_core::capacity::BACKGROUND_BESIDE_INTERACTIVE as usize;
+
+/// One bound of the owner's on every app of a calling gateway together, kept by that gateway:
+/// `first` (an interactive write) held at a stalled `a`, then `burst` writes of `class` from
+/// apps of their own through `b`, of which `a` takes `taken` and refuses one `reason`; `b`
+/// learns from that refusal and answers the next write of the class itself, nothing sent
+/// (counted in `here_metric`); refused, that write ran nowhere, and sent again once the owner's
+/// writes are answered, it runs.
+fn an_owner_bound_kept_by_the_caller(class: &str, taken: usize, reason: &str, here_metric: &str) {
     // Every batch on `a` takes eight seconds, so its pace is a write or so a second and its
-    // wait bound is the floor, 128 interactive writes. No per-node cap: 129 app names of one
-    // machine stand for apps of many.
+    // wait bound is the floor. No per-node cap: the burst's app names, of one machine, stand
+    // for apps of many.
     let (a, b) = pair_with_notes(
         Gateway::start_with(
             "a",
@@ -618,19 +629,21 @@ fn an_owner_holding_its_wait_bound_refuses_the_rest_saturated_and_the_caller_kee
         ),
         Gateway::start("b"),
     );
-    let put = |app: String, key: String| {
+    let put = |app: String, key: String, class: &str| {
         b.request_as(
             &app,
             reqwest::Method::PUT,
             &format!("/v1/vaults/notes/records/{key}"),
         )
         .header("x-ferry-request-id", fresh_request_id())
+        .header("x-ferry-class", class)
         // Two batches of eight seconds each: room for both.
         .header("x-ferry-timeout", "30")
         .body("v")
     };
-    // One write held at the owner first, so every write of the burst leaves b with another
-    // out: the refused one teaches b something whichever it is.
+    // One interactive write held at the owner first, so every write of the burst leaves b with
+    // another out (the refused one teaches b something whichever it is), and interactive
+    // writes are waiting on the owner.
     let (answers, answered) = std::sync::mpsc::channel();
     let send = |request: reqwest::blocking::RequestBuilder| {
         let answers = answers.clone();
@@ -640,29 +653,40 @@ fn an_owner_holding_its_wait_bound_refuses_the_rest_saturated_and_the_caller_kee
             let _ = answers.send((status, response.json().unwrap_or(Value::Null)));
         })
     };
-    let mut writers = vec![send(put("first".into(), "first".into()))];
+    let mut writers = vec![send(put("first".into(), "first".into(), "interactive"))];
     wait_for("the first write held at a", Duration::from_secs(10), || {
         (in_flight(&a, "b", "first") == 1).then_some(())
     });
-    writers.extend((0..128).map(|n| send(put(format!("app-{n}"), format!("k{n}")))));
+    let burst = if class == "interactive" {
+        taken
+    } else {
+        taken + 1
+    };
+    writers.extend((0..burst).map(|n| send(put(format!("app-{n}"), format!("k{n}"), class))));
     // b learns from the refusal before it answers the app: once the app has it, b keeps to it.
     let (status, refused) = answered
         .recv_timeout(Duration::from_secs(20))
-        .expect("no answer within 20 s of 129 writes to an owner holding 128");
+        .unwrap_or_else(|_| {
+            panic!(
+                "no answer within 20 s of {} writes to an owner taking {taken}",
+                burst + 1
+            )
+        });
     assert_eq!(status, 503, "the first answer is the refusal: {refused}");
     assert_eq!(
         (refused["error"].as_str(), refused["reason"].as_str()),
-        (Some("busy"), Some("saturated")),
+        (Some("busy"), Some(reason)),
         "{refused}"
     );
-    // While the owner holds its 128, b keeps to what the refusal taught it (for a second: sent
-    // at once) and answers the next write itself, nothing sent.
+    // While the owner holds what it takes, b keeps to what the refusal taught it (for a
+    // second: sent at once) and answers the next write itself, nothing sent.
     let next = fresh_request_id();
-    let (status, retry_after, body) = put_as(&b, "late", "late", &next, &[]);
+    let (status, retry_after, body) =
+        put_as(&b, "late", "late", &next, &[("x-ferry-class", class)]);
     assert_eq!(status, 503, "{body}");
     assert_eq!(
         (body["error"].as_str(), body["reason"].as_str()),
-        (Some("busy"), Some("saturated")),
+        (Some("busy"), Some(reason)),
         "{body}"
     );
     assert!(
@@ -673,21 +697,45 @@ fn an_owner_holding_its_wait_bound_refuses_the_rest_saturated_and_the_caller_kee
     );
     assert!(retry_after.is_some(), "busy without Retry-After: {body}");
     assert_eq!(
-        saturated_at(&a),
+        refused_at(&a, reason),
         1,
         "the next write must not reach the owner"
     );
-    assert_eq!(b.metric("ferry_saturated_here_total"), 1);
+    assert_eq!(b.metric(here_metric), 1);
     for writer in writers {
         writer.join().unwrap();
     }
     drop(answers);
     let rest: Vec<(u16, Value)> = answered.iter().collect();
-    assert_eq!(rest.len(), 128);
+    assert_eq!(rest.len(), burst);
     let other: Vec<_> = rest.iter().filter(|(status, _)| *status != 200).collect();
-    assert!(other.is_empty(), "the 128 the owner took: {other:?}");
+    assert!(other.is_empty(), "the writes the owner took: {other:?}");
     // Refused, it ran nowhere: sent again under its id with the owner's writes answered, it runs.
     assert_eq!(a.journal_row(&next), None);
-    let (status, _, body) = put_as(&b, "late", "late", &next, &[]);
+    let (status, _, body) = put_as(&b, "late", "late", &next, &[("x-ferry-class", class)]);
     assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn an_owner_holding_its_wait_bound_refuses_the_rest_saturated_and_the_caller_keeps_to_it() {
+    // The first interactive write and FLOOR - 1 more are held; the burst's last is refused.
+    an_owner_bound_kept_by_the_caller(
+        "interactive",
+        FLOOR,
+        "saturated",
+        "ferry_saturated_here_total",
+    );
+}
+
+#[test]
+fn background_work_beside_waiting_interactive_writes_is_held_to_its_share_and_the_caller_keeps_to_it(
+) {
+    // Beside the first (interactive) write, BESIDE background writes are held and one more is
+    // refused `background_full`.
+    an_owner_bound_kept_by_the_caller(
+        "background",
+        BESIDE,
+        "background_full",
+        "ferry_background_full_here_total",
+    );
 }

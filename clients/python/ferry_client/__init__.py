@@ -5,10 +5,10 @@ Every write ends as exactly one of these, and the type says which (SPEC 5):
 - ``Done``: the owner carried it out (``revision``).
 - ``Refused``: the owner answered and did not carry it out (``conflict``, ``busy``, ...).
   ``busy`` and ``rate_limited`` may be sent again with the same request id after
-  ``retry_after_s``. (A ``busy`` with reason ``caller_cap`` or ``saturated`` and a detail
-  ending "nothing was sent" came from the local gateway, which keeps the owner's cap for this
-  app or what the saturated owner last took: not carried out either, and sent again the same
-  way.)
+  ``retry_after_s``. (A ``busy`` with reason ``caller_cap``, ``saturated`` or
+  ``background_full`` and a detail ending "nothing was sent" came from the local gateway,
+  which keeps the owner's cap for this app, or what the loaded owner last took of this
+  machine's writes of the class: not carried out either, and sent again the same way.)
 - ``NotCarriedOut``: the request left, the connection broke, and the owner confirmed it never
   ran and never will: send it again under a new request id.
 - ``Unavailable``: the local gateway did not send it (no route, owner down): nothing was sent.

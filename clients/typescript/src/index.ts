@@ -6,10 +6,11 @@
 //   done              the owner carried it out.
 //   refused           the owner answered and did not carry it out (`conflict`, `busy`, ...);
 //                     `busy` and `rate_limited` may be sent again with the same request id.
-//                     (A `busy` with reason `caller_cap` or `saturated` whose detail ends
-//                     "nothing was sent" came from the local gateway, which keeps the owner's
-//                     cap for this app or what the saturated owner last took: not carried out
-//                     either, and sent again the same way.)
+//                     (A `busy` with reason `caller_cap`, `saturated` or `background_full`
+//                     whose detail ends "nothing was sent" came from the local gateway, which
+//                     keeps the owner's cap for this app, or what the loaded owner last took
+//                     of this machine's writes of the class: not carried out either, and sent
+//                     again the same way.)
 //   not_carried_out   the request left, the connection broke, and the owner confirmed it never
 //                     ran and never will: send it again under a new request id.
 //   unavailable       the local gateway did not send it: nothing was sent.

@@ -12,10 +12,11 @@ pub enum WriteResult {
     Done { revision: u64, request_id: String },
     /// The owner answered and did not carry it out (`conflict`, `busy`, `ticket_refused`,
     /// ...). `busy` and `rate_limited` may be sent again with the same request id after
-    /// `retry_after`. A `busy` with reason `caller_cap` or `saturated` whose detail ends
-    /// "nothing was sent" was answered by the local gateway on the owner's behalf (it knows the
-    /// owner's cap for this app, or what the saturated owner last took); it too was not carried
-    /// out, and is sent again the same way.
+    /// `retry_after`. A `busy` with reason `caller_cap`, `saturated` or `background_full`
+    /// whose detail ends "nothing was sent" was answered by the local gateway on the owner's
+    /// behalf (it knows the owner's cap for this app, or what the loaded owner last took of
+    /// this machine's writes of the class); it too was not carried out, and is sent again the
+    /// same way.
     Refused {
         status: u16,
         code: ErrorCode,

@@ -407,7 +407,10 @@ fn answer(
         // The owner's cap or wait bound, kept here: what the owner would have said, without
         // the trip.
         WriteOutcome::NotSent {
-            reason: reason @ (NotSentReason::CallerCap | NotSentReason::Saturated),
+            reason:
+                reason @ (NotSentReason::CallerCap
+                | NotSentReason::Saturated
+                | NotSentReason::BackgroundFull),
             detail,
         } => {
             let refusal = Refusal {

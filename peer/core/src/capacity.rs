@@ -56,6 +56,15 @@ pub struct CapacityRules {
     /// but the queue's): a bounded share of the owner for bulk work, for an owner whose own
     /// time is what apps wait for.
     pub background_in_flight: u32,
+    /// Background writes queued or running at once while interactive writes are about (held,
+    /// or one arrived within [`INTERACTIVE_LINGERS`]), from every caller together; 0: no such
+    /// bound. Past it a background write is refused `busy` (`background_full`), and the calling
+    /// gateway holds its background writes to this owner for a while ([`send_gate`]). An owner
+    /// whose own time is short serves its writes about in the order they reach it, so each
+    /// background write it holds beside an app's interactive one delays that one; this keeps
+    /// the interactive writes' wait near what it is without the background work
+    /// (`docs/decisions.md`, "Background beside interactive writes").
+    pub background_beside_interactive: u32,
     /// The wait bound: interactive writes are held (queued or running) only as many as the
     /// owner answers in this long at the pace its batches have been running, and never fewer
     /// than [`WAIT_BOUND_FLOOR`]; past it an interactive write is refused `busy`
@@ -65,10 +74,18 @@ pub struct CapacityRules {
     pub interactive_wait: Duration,
 }
 
-/// The wait bound never holds fewer interactive writes than this: eight machines at their
+/// The wait bound never holds fewer interactive writes than this: four machines at their
 /// whole default per-node share (16) at once. A person's work, and an owner that has not yet
-/// run a batch, never meet the bound; it holds only an owner far past its pace.
-pub const WAIT_BOUND_FLOOR: u32 = 128;
+/// run a batch, never meet the bound; it holds only an owner past its pace.
+pub const WAIT_BOUND_FLOOR: u32 = 96;
+/// The default of [`CapacityRules::background_beside_interactive`]: one machine's whole
+/// default per-node share. One app's import never meets it (its own cap is 4); it holds only
+/// when many apps' background work crowds an owner that interactive writes are waiting on.
+pub const BACKGROUND_BESIDE_INTERACTIVE: u32 = 16;
+/// How long after an interactive write arrived the owner still counts interactive writes as
+/// about, for [`CapacityRules::background_beside_interactive`]: a few of a busy app's writes
+/// apart, so an app that writes in steps is not taken for gone between them.
+pub const INTERACTIVE_LINGERS: Duration = Duration::from_millis(100);
 /// The default of [`CapacityRules::interactive_wait`]: a few batches of a busy owner, far
 /// under any deadline an app sets, so the writes an overloaded owner holds are answered about
 /// as fast as at its full load.
@@ -100,6 +117,7 @@ impl Default for CapacityRules {
             aging: Duration::from_secs(10),
             queue_depth: 4096,
             background_in_flight: 0,
+            background_beside_interactive: BACKGROUND_BESIDE_INTERACTIVE,
             interactive_wait: INTERACTIVE_WAIT,
         }
     }
@@ -119,7 +137,8 @@ pub enum Refused {
     /// [`CapacityRules::per_node`] writes queued or running.
     NodeCap,
     /// `503 busy`: [`CapacityRules::background_in_flight`] background writes are already
-    /// queued or running.
+    /// queued or running, or [`CapacityRules::background_beside_interactive`] while
+    /// interactive writes are about.
     BackgroundFull,
     /// `503 busy`: the owner already holds as many interactive writes as it answers within
     /// [`CapacityRules::interactive_wait`] at its pace.
@@ -158,7 +177,8 @@ impl Refused {
                  at the owner as it may"
             }
             Self::BackgroundFull => {
-                "the owner is already running as much background work as it takes at once"
+                "the owner is already running as much background work as it takes at once \
+                 (less while interactive writes are waiting on it)"
             }
             Self::Saturated => {
                 "the owner already holds as many writes as it can answer promptly at its pace"
@@ -307,6 +327,8 @@ pub struct Gate<K: Caller> {
     background: u32,
     /// Interactive writes admitted and not yet finished.
     interactive: u32,
+    /// When the last interactive write arrived (admitted or not).
+    interactive_arrived: Option<Instant>,
     /// The pace of the owner's batches, for the wait bound.
     pace: BatchPace,
 }
@@ -364,6 +386,7 @@ impl<K: Caller> Gate<K> {
             queued: [0, 0],
             background: 0,
             interactive: 0,
+            interactive_arrived: None,
             pace: BatchPace::default(),
         }
     }
@@ -377,6 +400,23 @@ impl<K: Caller> Gate<K> {
     pub fn interactive_bound(&self) -> Option<u32> {
         (self.rules.enabled && !self.rules.interactive_wait.is_zero())
             .then(|| self.pace.held_within(self.rules.interactive_wait))
+    }
+
+    /// How many background writes the owner holds at once now; `None` without a bound.
+    pub fn background_bound(&self, now: Instant) -> Option<u32> {
+        let about = self.interactive > 0
+            || self
+                .interactive_arrived
+                .is_some_and(|at| now.saturating_duration_since(at) < INTERACTIVE_LINGERS);
+        let beside = self.rules.background_beside_interactive;
+        [
+            self.rules.background_in_flight,
+            if about { beside } else { 0 },
+        ]
+        .into_iter()
+        .filter(|&bound| bound > 0)
+        .min()
+        .filter(|_| self.rules.enabled)
     }
 
     pub fn rules(&self) -> &CapacityRules {
@@ -419,6 +459,9 @@ impl<K: Caller> Gate<K> {
             self.queued[class_index(class)] += 1;
             return Ok(());
         }
+        if class == Priority::Interactive {
+            self.interactive_arrived = Some(now);
+        }
         let node = caller.node();
         let state = self.callers.get(caller).copied().unwrap_or_default();
         let node_held = self.nodes.get(&node).copied().unwrap_or_default();
@@ -429,8 +472,9 @@ impl<K: Caller> Gate<K> {
             return self.refuse(caller, Refused::NodeCap, BUSY_RETRY);
         }
         if class == Priority::Background
-            && self.rules.background_in_flight > 0
-            && self.background >= self.rules.background_in_flight
+            && self
+                .background_bound(now)
+                .is_some_and(|bound| self.background >= bound)
         {
             return self.refuse(caller, Refused::BackgroundFull, BUSY_RETRY);
         }

@@ -17,6 +17,8 @@
 //! - [`capacity`]: whether the owner takes and starts a request (its budget: the deadline, the
 //!   per-caller cap, the rate limit, the two classes with aging).
 //! - [`settle`]: what the answers of every gateway that could have received an id add up to.
+//! - [`outbox`]: which queued write is sent next and what becomes of each (SPEC 10a; not yet
+//!   driven by the gateway).
 //! - [`clock`]: the clock seam.
 //! - [`rng`]: the seeded random numbers of the tests, the simulation and the benchmarks.
 //! - [`bugs`]: known-wrong behaviours a test may switch on (feature `bug-injection`).
@@ -28,6 +30,7 @@ pub mod clock;
 pub mod discovered;
 pub mod health;
 pub mod liveness;
+pub mod outbox;
 pub mod outcome;
 pub mod read;
 pub mod rng;

@@ -255,6 +255,10 @@ pub enum NotSentReason {
     /// while saturated (its wait bound, `ferry_core::capacity::send_gate`): answered `503 busy`
     /// here, as the owner would have. The same request id may be sent again.
     Saturated,
+    /// The owner already holds as many of this gateway's background writes as it last took
+    /// beside interactive ones (`ferry_core::capacity::send_gate`): answered `503 busy` here,
+    /// as the owner would have. The same request id may be sent again.
+    BackgroundFull,
     /// This gateway could not write down what it needs before a write leaves (the call's
     /// record for settling, or the home's sent mark): a full or failing disk.
     CannotRecord,
@@ -274,6 +278,7 @@ impl NotSentReason {
             Self::VersionMismatch => "version_mismatch",
             Self::CallerCap => "caller_cap",
             Self::Saturated => "saturated",
+            Self::BackgroundFull => "background_full",
             Self::CannotRecord => "cannot_record",
         }
     }

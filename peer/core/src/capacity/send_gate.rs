@@ -18,7 +18,7 @@
 //! reverse for long. Such a refusal is a write that was not sent, and the same id may be sent
 //! again.
 //!
-//! The same gate, keyed by owner alone, keeps the owner's wait bound
+//! The same gate, keyed by owner (and class) instead, keeps the owner's wait bound
 //! ([`super::CapacityRules::interactive_wait`]): an interactive write refused `saturated` that
 //! left while `n` other interactive writes of this gateway (every app together) were out to
 //! that owner says the owner, as loaded now, takes at most `n` of them, for a moment
@@ -26,6 +26,18 @@
 //! answers the excess on the calling machine's cores, not on the owner's, which are the ones
 //! short: an owner that refused the excess itself spent its time receiving and answering
 //! writes it then did not run (`docs/decisions.md`, "The wait bound").
+//!
+//! Keyed by owner and class, it keeps the owner's background bound beside interactive
+//! writes ([`super::CapacityRules::background_beside_interactive`]) the same way: a background
+//! write refused `background_full` while `n` others of this gateway were out says the owner
+//! takes at most `n` of them now.
+//!
+//! An owner's room moves with its load, so these two lessons also grow back while it carries
+//! what they let out: each time as many writes as the lesson allows are carried out with the
+//! gate full, it allows one more (as a congestion window grows by one a round trip), until the
+//! owner refuses again or the lesson expires. Without that, a lesson only ever fell within its
+//! second (each refusal sets it to the least that was out), and held the callers under what
+//! the owner could take (`docs/decisions.md`, "The wait bound").
 //!
 //! Only for an id that cannot have left before ([`RecentIds`]): `busy` says "not carried out",
 //! and a repeat of an id whose first copy left (an app whose HTTP client gave up and sends the
@@ -51,7 +63,7 @@ type FastKeyed = foldhash::fast::RandomState;
 
 /// How long a refusal's lesson holds before the caller sends past it again to learn afresh.
 pub const LESSON_LASTS: Duration = Duration::from_secs(10);
-/// How long a `saturated` refusal's lesson holds ([`SendGate::for_wait_bound`]): the owner's
+/// How long a `saturated` refusal's lesson holds ([`SendGate::for_owner_bounds`]): the owner's
 /// room is shared by all its callers and moves with their load, so this gateway keeps to what
 /// it was last told for a second, not for the ten a per-app cap (a fixed number) is kept.
 pub const SATURATED_LESSON_LASTS: Duration = Duration::from_secs(1);
@@ -66,6 +78,8 @@ struct Pair {
     out: u32,
     /// The cap learned from the owner's last `caller_cap` refusal, and until when it holds.
     learned: Option<(u32, Instant)>,
+    /// Writes carried out with the gate full since the learned cap last grew.
+    carried_at_cap: u32,
 }
 
 /// A write that may leave: the gate's count of it, to hand back with its outcome.
@@ -97,6 +111,9 @@ pub struct SendGate<K> {
     refuses_as: Refused,
     /// How long a lesson holds.
     lesson: Duration,
+    /// Whether a lesson grows back while the owner carries what it lets out (the owner-wide
+    /// bounds, which move with load; not the per-app cap, a fixed number).
+    grows: bool,
 }
 
 /// The per-app cap's gate: `caller_cap`, lessons of [`LESSON_LASTS`].
@@ -106,18 +123,21 @@ impl<K> Default for SendGate<K> {
             pairs: HashMap::default(),
             refuses_as: Refused::CallerCap,
             lesson: LESSON_LASTS,
+            grows: false,
         }
     }
 }
 
 impl<K> SendGate<K> {
-    /// The wait bound's gate, keyed by owner: `saturated`, lessons of
-    /// [`SATURATED_LESSON_LASTS`].
-    pub fn for_wait_bound() -> Self {
+    /// The owner-wide bounds' gate, keyed by owner and class: `saturated` for interactive
+    /// writes, `background_full` for background ones (the caller names which when it refuses),
+    /// lessons of [`SATURATED_LESSON_LASTS`] that grow back while the owner carries them.
+    pub fn for_owner_bounds() -> Self {
         Self {
             pairs: HashMap::default(),
             refuses_as: Refused::Saturated,
             lesson: SATURATED_LESSON_LASTS,
+            grows: true,
         }
     }
 }
@@ -175,6 +195,7 @@ impl<K: Hash + Eq + Clone> SendGate<K> {
                     _ => sent.others_out,
                 };
                 pair.learned = Some((cap, now + self.lesson));
+                pair.carried_at_cap = 0;
             }
             Ended::RefusedForCap | Ended::Other => {}
             // Carried out with `others_out` out: the cap is above that (a lesson from a moment
@@ -183,6 +204,13 @@ impl<K: Hash + Eq + Clone> SendGate<K> {
                 if let Some((cap, until)) = pair.learned {
                     if sent.others_out >= cap {
                         pair.learned = Some((sent.others_out + 1, until));
+                    } else if self.grows && sent.others_out + 1 >= cap {
+                        // Carried out with the gate full: a lesson's worth of them, one more.
+                        pair.carried_at_cap += 1;
+                        if pair.carried_at_cap >= cap {
+                            pair.carried_at_cap = 0;
+                            pair.learned = Some((cap + 1, until));
+                        }
                     }
                 }
             }
@@ -314,7 +342,7 @@ mod tests {
 
     #[test]
     fn the_wait_bounds_gate_answers_saturated_and_forgets_within_a_second() {
-        let mut gate = SendGate::for_wait_bound();
+        let mut gate = SendGate::for_owner_bounds();
         let now = Instant::now();
         let first = gate
             .leave(&"owner", false, now)
@@ -333,6 +361,58 @@ mod tests {
             .leave(&"owner", false, now + SATURATED_LESSON_LASTS)
             .is_ok());
         gate.ended(&"owner", first, Ended::Done, now);
+    }
+
+    #[test]
+    fn an_owner_bounds_lesson_grows_back_while_the_owner_carries_what_it_lets_out() {
+        let now = Instant::now();
+        // Taught a cap of 2 (the second of the two carried out with the gate full counts), then
+        // every write carried out: after a lesson's worth carried with the gate full (2), the
+        // gate lets 3 out; after 3 more, 4.
+        let taught = |gate: &mut SendGate<&'static str>| {
+            let sent = leave_n(gate, 3, now);
+            gate.ended(&"a", sent[2], Ended::RefusedForCap, now);
+            gate.ended(&"a", sent[0], Ended::Done, now);
+            gate.ended(&"a", sent[1], Ended::Done, now);
+        };
+        let allowed = |gate: &mut SendGate<&'static str>| {
+            let mut out = Vec::new();
+            while let Ok(sent) = gate.leave(&"a", false, now) {
+                out.push(sent);
+            }
+            out
+        };
+        let mut gate = SendGate::for_owner_bounds();
+        taught(&mut gate);
+        for (round, expect) in [(0, 2), (1, 3), (2, 3), (3, 3), (4, 4)] {
+            let out = allowed(&mut gate);
+            assert_eq!(out.len(), expect, "round {round}");
+            // Only the one that left last left with the gate full (others_out + 1 = cap).
+            for sent in out {
+                gate.ended(&"a", sent, Ended::Done, now);
+            }
+        }
+        // A refusal sets it back to what was out, and the count starts over.
+        let out = allowed(&mut gate);
+        let last = *out.last().expect("some out");
+        gate.ended(&"a", last, Ended::RefusedForCap, now);
+        assert_eq!(
+            allowed(&mut gate).len(),
+            0,
+            "{} out, cap {}",
+            out.len() - 1,
+            out.len() - 1
+        );
+        // The per-app cap is a fixed number: its lesson does not grow.
+        let mut fixed = SendGate::default();
+        taught(&mut fixed);
+        for _ in 0..6 {
+            let out = allowed(&mut fixed);
+            assert_eq!(out.len(), 2);
+            for sent in out {
+                fixed.ended(&"a", sent, Ended::Done, now);
+            }
+        }
     }
 
     #[test]
