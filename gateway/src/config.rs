@@ -158,7 +158,7 @@ pub struct CapacityConfig {
     /// the owner, from every caller together (0: no such bound).
     pub background_beside_interactive: u32,
     /// The wait bound, in milliseconds: interactive writes held only as many as the owner
-    /// answers in this long at its pace (never fewer than 64); 0: no such bound.
+    /// answers in this long at its pace (never fewer than 96); 0: no such bound.
     pub interactive_wait_ms: u64,
 }
 

@@ -612,7 +612,8 @@ const FLOOR: usize = ferry_core::capacity::WAIT_BOUND_FLOOR as usize;
 const BESIDE: usize = ferry_core::capacity::BACKGROUND_BESIDE_INTERACTIVE as usize;
 
 /// One bound of the owner's on every app of a calling gateway together, kept by that gateway:
-/// `first` (an interactive write) held at a stalled `a`, then `burst` writes of `class` from
+/// `first` (an interactive write, and for background a first write of the class) held at a
+/// stalled `a`, then `burst` writes of `class` from
 /// apps of their own through `b`, of which `a` takes `taken` and refuses one `reason`; `b`
 /// learns from that refusal and answers the next write of the class itself, nothing sent
 /// (counted in `here_metric`); refused, that write ran nowhere, and sent again once the owner's
@@ -657,11 +658,21 @@ fn an_owner_bound_kept_by_the_caller(class: &str, taken: usize, reason: &str, he
     wait_for("the first write held at a", Duration::from_secs(10), || {
         (in_flight(&a, "b", "first") == 1).then_some(())
     });
-    let burst = if class == "interactive" {
-        taken
-    } else {
-        taken + 1
-    };
+    // The first write of the class held too, so every write of the burst leaves b with another
+    // of its class out: the lessons are kept per class.
+    if class != "interactive" {
+        writers.push(send(put(
+            "first-of-class".into(),
+            "first-of-class".into(),
+            class,
+        )));
+        wait_for(
+            "the first write of the class held at a",
+            Duration::from_secs(10),
+            || (in_flight(&a, "b", "first-of-class") == 1).then_some(()),
+        );
+    }
+    let burst = taken;
     writers.extend((0..burst).map(|n| send(put(format!("app-{n}"), format!("k{n}"), class))));
     // b learns from the refusal before it answers the app: once the app has it, b keeps to it.
     let (status, refused) = answered
@@ -702,12 +713,28 @@ fn an_owner_bound_kept_by_the_caller(class: &str, taken: usize, reason: &str, he
         "the next write must not reach the owner"
     );
     assert_eq!(b.metric(here_metric), 1);
+    // A lesson of one class holds back nothing of the other: an interactive write beside the
+    // background lesson is sent, and runs once the stalled batch is through.
+    if class != "interactive" {
+        writers.push(send(put(
+            "other-class".into(),
+            "other-class".into(),
+            "interactive",
+        )));
+    }
     for writer in writers {
         writer.join().unwrap();
     }
     drop(answers);
     let rest: Vec<(u16, Value)> = answered.iter().collect();
-    assert_eq!(rest.len(), burst);
+    // Every write but the refused one: the first, the first of the class, the burst's taken
+    // ones and the other class's.
+    let expected = if class == "interactive" {
+        burst
+    } else {
+        burst + 2
+    };
+    assert_eq!(rest.len(), expected);
     let other: Vec<_> = rest.iter().filter(|(status, _)| *status != 200).collect();
     assert!(other.is_empty(), "the writes the owner took: {other:?}");
     // Refused, it ran nowhere: sent again under its id with the owner's writes answered, it runs.
@@ -730,8 +757,8 @@ fn an_owner_holding_its_wait_bound_refuses_the_rest_saturated_and_the_caller_kee
 #[test]
 fn background_work_beside_waiting_interactive_writes_is_held_to_its_share_and_the_caller_keeps_to_it(
 ) {
-    // Beside the first (interactive) write, BESIDE background writes are held and one more is
-    // refused `background_full`.
+    // Beside the first (interactive) write, BESIDE background writes are held (the first of the
+    // class and BESIDE - 1 of the burst) and the burst's last is refused `background_full`.
     an_owner_bound_kept_by_the_caller(
         "background",
         BESIDE,

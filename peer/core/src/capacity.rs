@@ -74,7 +74,7 @@ pub struct CapacityRules {
     pub interactive_wait: Duration,
 }
 
-/// The wait bound never holds fewer interactive writes than this: four machines at their
+/// The wait bound never holds fewer interactive writes than this: six machines at their
 /// whole default per-node share (16) at once. A person's work, and an owner that has not yet
 /// run a batch, never meet the bound; it holds only an owner past its pace.
 pub const WAIT_BOUND_FLOOR: u32 = 96;

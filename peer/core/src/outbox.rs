@@ -7,7 +7,14 @@
 //! write never overtakes its earlier one. A write leaves `queued` exactly once, by whichever of
 //! the sender ([`Outbox::start`]), the app's cancel ([`Outbox::cancel`]) and its expiry
 //! ([`Outbox::expire`]) comes first; the driver makes each such move one transaction, so
-//! `cancelled` and `expired` are only ever said of a write that was never handed to the sender.
+//! `cancelled` and `expired` are only ever said of a write of which nothing ran: never handed to
+//! the sender, or handed and refused `busy` or `rate_limited` (the owner certifies nothing ran
+//! and journals nothing), whose wire id is then never sent again.
+//!
+//! An app's request id is queued at most once, ever: the driver refuses to queue an id that may
+//! already have left (sent directly: [`crate::capacity::send_gate::RecentIds`] and the sent
+//! mark), and once a fate is forgotten ([`Outbox::forget`]) every id stamped up to the forgotten
+//! one is refused, since a second row would get a second wire id.
 //!
 //! Each queued write is sent under a **wire id** the sender mints when it first starts it and
 //! keeps for good (`docs/outbox.md`, "Two ids"): an owner's `busy` or `rate_limited` (nothing ran)
@@ -34,6 +41,10 @@ pub struct OutboxRules {
     pub total_bytes: u64,
     /// The longest `max_age` an app may ask for.
     pub longest_max_age_ms: u64,
+    /// How long a wire id stays good to send again after a `busy`: under the owner's journal
+    /// retention (7 days by default), which refuses older ids as stale. A queued write whose
+    /// wire id is older expires (nothing of it ran).
+    pub wire_id_lasts_ms: u64,
 }
 
 impl Default for OutboxRules {
@@ -45,6 +56,7 @@ impl Default for OutboxRules {
             total_writes: 100_000,
             total_bytes: 1 << 30,
             longest_max_age_ms: 30 * 24 * 3600 * 1000,
+            wire_id_lasts_ms: 6 * 24 * 3600 * 1000,
         }
     }
 }
@@ -120,6 +132,8 @@ pub enum QueueRefused {
     IdInUse,
     /// The `max_age` asked for is zero or longer than the rules allow.
     BadMaxAge,
+    /// The id is stamped no later than a write whose fate was forgotten: it may be that write.
+    Forgotten,
 }
 
 /// What [`Outbox::cancel`] says.
@@ -166,6 +180,8 @@ pub struct Outbox<A: Ord + Clone, V: Ord + Clone> {
     /// Per app: writes and bytes waiting.
     per_app: BTreeMap<A, (u32, u64)>,
     total: (u32, u64),
+    /// Ids stamped at or before this may have had a fate that was forgotten.
+    forgotten_up_to_ms: u64,
 }
 
 impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
@@ -177,14 +193,21 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
             not_before_ms: BTreeMap::new(),
             per_app: BTreeMap::new(),
             total: (0, 0),
+            forgotten_up_to_ms: 0,
         }
     }
 
-    /// The outbox as its store left it: `entries` in queue order. A write that was `Sending`
+    /// The outbox as its store left it: `entries` in queue order, and the stamp up to which
+    /// fates were forgotten ([`Outbox::forgotten_up_to_ms`]). A write that was `Sending`
     /// when the gateway stopped may have left: it stays `Sending`, for the driver to settle by
     /// its wire id ([`Outbox::to_settle`]); it is never started again.
-    pub fn restore(rules: OutboxRules, entries: impl IntoIterator<Item = Entry<A, V>>) -> Self {
+    pub fn restore(
+        rules: OutboxRules,
+        entries: impl IntoIterator<Item = Entry<A, V>>,
+        forgotten_up_to_ms: u64,
+    ) -> Self {
         let mut outbox = Self::new(rules);
+        outbox.forgotten_up_to_ms = forgotten_up_to_ms;
         for entry in entries {
             if !matches!(entry.state, State::Final(_)) {
                 outbox.hold(&entry.app, entry.bytes);
@@ -215,6 +238,9 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
             } else {
                 Err(QueueRefused::IdInUse)
             };
+        }
+        if self.forgotten_up_to_ms > 0 && id.unix_ms() <= self.forgotten_up_to_ms {
+            return Err(QueueRefused::Forgotten);
         }
         let max_age_ms = max_age_ms.unwrap_or(DEFAULT_MAX_AGE_MS);
         if max_age_ms == 0 || max_age_ms > self.rules.longest_max_age_ms {
@@ -270,13 +296,19 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
         }
     }
 
-    /// Queued writes past their `max_age` expire (nothing of them was sent, or what was sent
-    /// was refused `busy`): their ids.
+    /// Queued writes past their `max_age`, or whose wire id is too old to send again, expire
+    /// (nothing of them ran): their ids.
     pub fn expire(&mut self, now_ms: u64) -> Vec<RequestId> {
+        let lasts = self.rules.wire_id_lasts_ms;
         let due: Vec<RequestId> = self
             .entries
             .values()
-            .filter(|e| e.state == State::Queued && e.expires_at_ms <= now_ms)
+            .filter(|e| {
+                e.state == State::Queued
+                    && (e.expires_at_ms <= now_ms
+                        || e.wire
+                            .is_some_and(|w| w.unix_ms().saturating_add(lasts) <= now_ms))
+            })
             .map(|e| e.id)
             .collect();
         for id in &due {
@@ -352,16 +384,23 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
         self.entries.get(id)
     }
 
-    /// Forgets a write with a final state (the driver keeps fates as long as it promises to).
+    /// Forgets a write with a final state (the driver keeps fates as long as it promises to);
+    /// from then on no id stamped up to it is queued ([`QueueRefused::Forgotten`]).
     pub fn forget(&mut self, id: &RequestId) -> bool {
         if matches!(
             self.entries.get(id).map(|e| &e.state),
             Some(State::Final(_))
         ) {
             self.entries.remove(id);
+            self.forgotten_up_to_ms = self.forgotten_up_to_ms.max(id.unix_ms());
             return true;
         }
         false
+    }
+
+    /// The stamp up to which fates were forgotten, for the store to keep.
+    pub fn forgotten_up_to_ms(&self) -> u64 {
+        self.forgotten_up_to_ms
     }
 
     /// The lanes with writes waiting, each with its ids in queue order.

@@ -516,8 +516,8 @@ fn a_person_writing_never_meets_the_wait_bound_however_slow_the_owner() {
     for _ in 0..64 {
         gate.batch_ran(1, Duration::from_secs(1));
     }
-    // Four machines with four apps each at their whole cap, 64 writes: all admitted.
-    for node in 0..4usize {
+    // Six machines with four apps each at their whole cap, 96 writes: all admitted.
+    for node in 0..6usize {
         for app in ["notes", "photos", "mail", "tasks"] {
             for _ in 0..4 {
                 gate.arrive(&(node, app), I, later(now), now).unwrap();

@@ -174,6 +174,7 @@ fn after_a_restart_a_write_that_may_have_left_is_settled_never_started_again() {
             entry(sending, Some(wire), State::Sending),
             entry(queued, None, State::Queued),
         ],
+        0,
     );
     assert_eq!(outbox.to_settle(), vec![(sending, wire)]);
     let mut wires = ids();
@@ -185,6 +186,68 @@ fn after_a_restart_a_write_that_may_have_left_is_settled_never_started_again() {
     let next = outbox.start(3, up, &mut wires);
     assert_eq!(next.iter().map(|s| s.id).collect::<Vec<_>>(), vec![queued]);
     assert_eq!(outbox.waiting(), (1, 10));
+}
+
+/// A UUIDv7-shaped id stamped at `unix_ms`.
+fn stamped(unix_ms: u64, n: u8) -> RequestId {
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&unix_ms.to_be_bytes()[2..]);
+    bytes[15] = n;
+    RequestId::from_bytes(bytes)
+}
+
+#[test]
+fn an_id_is_queued_once_ever_even_after_its_fate_is_forgotten() {
+    let mut outbox = Box_::new(OutboxRules::default());
+    let (old, same_ms, later) = (stamped(1_000, 1), stamped(1_000, 2), stamped(1_001, 3));
+    outbox.queue("notes", "v", old, 10, None, 0).unwrap();
+    assert_eq!(outbox.cancel(&old), Cancel::Cancelled);
+    assert!(outbox.forget(&old));
+    assert_eq!(
+        outbox.queue("notes", "v", old, 10, None, 5),
+        Err(QueueRefused::Forgotten),
+        "a second row would get a second wire id"
+    );
+    assert_eq!(
+        outbox.queue("notes", "v", same_ms, 10, None, 5),
+        Err(QueueRefused::Forgotten)
+    );
+    assert_eq!(
+        outbox.queue("notes", "v", later, 10, None, 5),
+        Ok(Queued::New)
+    );
+    // The horizon survives a restart through the store.
+    let kept = outbox.forgotten_up_to_ms();
+    let mut restored = Box_::restore(OutboxRules::default(), Vec::new(), kept);
+    assert_eq!(
+        restored.queue("notes", "v", old, 10, None, 6),
+        Err(QueueRefused::Forgotten)
+    );
+}
+
+#[test]
+fn a_write_whose_wire_id_would_be_stale_at_the_owner_expires_instead_of_being_sent() {
+    let rules = OutboxRules {
+        wire_id_lasts_ms: 1_000,
+        ..OutboxRules::default()
+    };
+    let mut outbox = Box_::new(rules);
+    let write = stamped(10, 1);
+    outbox.queue("notes", "v", write, 10, None, 10).unwrap();
+    let wire = stamped(20, 2);
+    let start = outbox.start(20, up, || wire);
+    assert_eq!(start[0].wire, wire);
+    outbox.ended(
+        &write,
+        Ended::NotRun {
+            retry_after_ms: 5_000,
+        },
+        30,
+    );
+    // Its wire id was minted at 20 and lasts 1 s: by 1,020 it may no longer be sent.
+    assert!(outbox.expire(1_019).is_empty());
+    assert_eq!(outbox.expire(1_020), vec![write]);
+    assert!(outbox.start(10_000, up, || stamped(10_000, 3)).is_empty());
 }
 
 /// Random traces of queues, starts, ends, cancels, expiries and restarts: every lane's
@@ -211,11 +274,31 @@ fn random_traces_keep_the_outboxs_rules() {
                     let (app, vault) = (apps[rng.index(2)], vaults[rng.index(2)]);
                     let write = id();
                     let age = 50 + rng.below(2_000);
-                    outbox.queue(app, vault, write, 1, Some(age), now).unwrap();
+                    let bytes = 1 + rng.below(1_000);
+                    outbox
+                        .queue(app, vault, write, bytes, Some(age), now)
+                        .unwrap();
                     queued_order.entry((app, vault)).or_default().push(write);
                 }
                 2 => {
+                    let before: BTreeMap<RequestId, State> = queued_order
+                        .values()
+                        .flatten()
+                        .filter_map(|w| Some((*w, outbox.entry(w)?.state.clone())))
+                        .collect();
                     for start in outbox.start(now, |_| rng.below(4) > 0, &mut wires) {
+                        assert_eq!(
+                            before[&start.id],
+                            State::Queued,
+                            "seed {seed}: started from {:?}",
+                            before[&start.id]
+                        );
+                        let lane = &queued_order[&(start.app, start.vault)];
+                        assert!(
+                            lane.iter()
+                                .all(|w| *w == start.id || before[w] != State::Sending),
+                            "seed {seed}: a second write of one lane sending"
+                        );
                         assert_eq!(*wire_of.entry(start.id).or_insert(start.wire), start.wire);
                         let order = started_order.entry((start.app, start.vault)).or_default();
                         if order.last() != Some(&start.id) {
@@ -262,7 +345,8 @@ fn random_traces_keep_the_outboxs_rules() {
                         .flatten()
                         .filter_map(|write| outbox.entry(write).cloned())
                         .collect();
-                    outbox = Box_::restore(OutboxRules::default(), rows);
+                    let forgotten = outbox.forgotten_up_to_ms();
+                    outbox = Box_::restore(OutboxRules::default(), rows, forgotten);
                     let mut settle: Vec<RequestId> =
                         outbox.to_settle().into_iter().map(|(id, _)| id).collect();
                     settle.sort();
@@ -282,8 +366,18 @@ fn random_traces_keep_the_outboxs_rules() {
                     "seed {seed}: {positions:?}"
                 );
             }
-            let waiting = outbox.lanes().map(|(_, ids)| ids.len() as u32).sum::<u32>();
-            assert_eq!(outbox.waiting().0, waiting, "seed {seed}");
+            let waiting: Vec<&Entry<&str, &str>> = outbox
+                .lanes()
+                .flat_map(|(_, ids)| ids.iter())
+                .filter_map(|w| outbox.entry(w))
+                .collect();
+            assert!(waiting.iter().all(|e| !matches!(e.state, State::Final(_))));
+            let bytes = waiting.iter().map(|e| e.bytes).sum::<u64>();
+            assert_eq!(
+                outbox.waiting(),
+                (waiting.len() as u32, bytes),
+                "seed {seed}"
+            );
         }
         for write in queued_order.values().flatten() {
             if let Some(State::Final(Fate::Cancelled | Fate::Expired)) =
