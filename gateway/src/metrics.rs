@@ -198,6 +198,8 @@ impl Metrics {
         self.saturated_here.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A background write answered `busy` here for the owner's bound beside interactive
+    /// writes, as last learned; nothing was sent.
     pub fn background_full_here(&self) {
         self.background_full_here.fetch_add(1, Ordering::Relaxed);
     }

@@ -282,9 +282,10 @@ impl Writes {
     }
 
     /// Counts a write of `app` out to `target`, or answers it `busy` (not sent) if the owner's
-    /// last `caller_cap` refusal (or, for an interactive write, its last `saturated` one) says
-    /// it would refuse it too and its id cannot have left before (a repeat always goes to the
-    /// owner, whose journal knows what became of it), or
+    /// last `caller_cap` refusal, or its last `saturated` (`background_full`) refusal of this
+    /// gateway's interactive (background) writes, says it would refuse it too and its id cannot
+    /// have left before (a repeat always goes to the owner, whose journal knows what became of
+    /// it), or
     /// `unavailable` (not sent) if the home's sent mark cannot be raised over its id.
     fn leave(
         &self,
@@ -555,8 +556,8 @@ enum Lesson {
 }
 
 /// What the send gates learn from a write's outcome: the owner's `caller_cap` refusal lowers
-/// the app's lesson, its `saturated` or `background_full` refusal the owner's for the class, a write carried out may raise both,
-/// nothing else says anything about either bound.
+/// the app's lesson, its `saturated` or `background_full` refusal the owner's for the class, a
+/// write carried out may raise both, nothing else says anything about either bound.
 fn lesson_of(outcome: &WriteOutcome) -> Lesson {
     match outcome {
         WriteOutcome::Answered(WriteAnswer::Done { .. }) => Lesson::Done,

@@ -48,6 +48,24 @@ fn put_as(
     (status, retry_after, response.json().unwrap_or(Value::Null))
 }
 
+/// A [`put_as`] answer that is `503 busy` for `reason`, given by the calling gateway itself
+/// (its detail ends "nothing was sent"), with a `Retry-After`.
+fn assert_busy_here(status: u16, retry_after: Option<u64>, body: &Value, reason: &str) {
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        (body["error"].as_str(), body["reason"].as_str()),
+        (Some("busy"), Some(reason)),
+        "{body}"
+    );
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("nothing was sent")),
+        "{body}"
+    );
+    assert!(retry_after.is_some(), "busy without Retry-After: {body}");
+}
+
 /// The owner's count of writes in flight for `node`/`app`, from its `/v1/status`.
 fn in_flight(owner: &Gateway, node: &str, app: &str) -> u64 {
     let status = owner.get_json("/v1/status");
@@ -207,17 +225,8 @@ fn once_the_owner_refused_an_apps_fifth_write_its_own_gateway_answers_the_next_b
     // The sixth is answered the same by b, which never sends it.
     let sixth = fresh_request_id();
     let (status, retry_after, body) = put_as(&b, "greedy", "h5", &sixth, &[]);
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(body["error"], "busy", "{body}");
-    assert_eq!(body["reason"], "caller_cap", "{body}");
+    assert_busy_here(status, retry_after, &body, "caller_cap");
     assert_eq!(body["request_id"], sixth.as_str(), "{body}");
-    assert!(
-        body["detail"]
-            .as_str()
-            .is_some_and(|d| d.ends_with("nothing was sent")),
-        "{body}"
-    );
-    assert!(retry_after.is_some(), "busy without Retry-After: {body}");
     assert_eq!(refusals(), 1, "the sixth must not reach the owner");
     assert_eq!(b.metric("ferry_caller_cap_here_total"), 1);
     // Another app of b is not held back by greedy's lesson.
@@ -694,19 +703,7 @@ fn an_owner_bound_kept_by_the_caller(class: &str, taken: usize, reason: &str, he
     let next = fresh_request_id();
     let (status, retry_after, body) =
         put_as(&b, "late", "late", &next, &[("x-ferry-class", class)]);
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(
-        (body["error"].as_str(), body["reason"].as_str()),
-        (Some("busy"), Some(reason)),
-        "{body}"
-    );
-    assert!(
-        body["detail"]
-            .as_str()
-            .is_some_and(|d| d.ends_with("nothing was sent")),
-        "{body}"
-    );
-    assert!(retry_after.is_some(), "busy without Retry-After: {body}");
+    assert_busy_here(status, retry_after, &body, reason);
     assert_eq!(
         refused_at(&a, reason),
         1,

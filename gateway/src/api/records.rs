@@ -404,8 +404,8 @@ fn answer(
             .reason(reason.as_str())
             .into_response(),
         ),
-        // The owner's cap or wait bound, kept here: what the owner would have said, without
-        // the trip.
+        // The owner's cap, wait bound or background bound, kept here: what the owner would
+        // have said, without the trip.
         WriteOutcome::NotSent {
             reason:
                 reason @ (NotSentReason::CallerCap

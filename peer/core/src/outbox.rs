@@ -104,6 +104,17 @@ pub struct Entry<A, V> {
     pub bytes: u64,
 }
 
+impl<A, V> Entry<A, V> {
+    /// Past its `max_age`, or holding a wire id older than `wire_id_lasts_ms` (which the owner
+    /// would refuse as stale): if still queued, it expires rather than being sent.
+    fn past_due(&self, wire_id_lasts_ms: u64, now_ms: u64) -> bool {
+        self.expires_at_ms <= now_ms
+            || self
+                .wire
+                .is_some_and(|w| w.unix_ms().saturating_add(wire_id_lasts_ms) <= now_ms)
+    }
+}
+
 /// Which bound a write would pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bound {
@@ -160,12 +171,10 @@ pub struct Start<A, V> {
 pub enum Ended {
     /// A final state from the owner (or a settle of the wire id).
     Final(Fate),
-    /// The owner refused it `busy` or `rate_limited`: nothing ran. Back to its place, keeping
-    /// its wire id; its lane sends nothing before `retry_after_ms`.
+    /// Nothing of it ran: the owner refused it `busy` or `rate_limited`, or nothing left at all
+    /// (no route after all, the gateway stopping). Back to its place, keeping its wire id; its
+    /// lane sends nothing before `retry_after_ms`.
     NotRun { retry_after_ms: u64 },
-    /// Nothing left at all (no route after all, the gateway stopping): back to its place, and
-    /// its lane waits `retry_after_ms`.
-    NotSent { retry_after_ms: u64 },
 }
 
 /// The outbox: every queued write not yet forgotten, and the lanes of those still waiting.
@@ -209,15 +218,7 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
         let mut outbox = Self::new(rules);
         outbox.forgotten_up_to_ms = forgotten_up_to_ms;
         for entry in entries {
-            if !matches!(entry.state, State::Final(_)) {
-                outbox.hold(&entry.app, entry.bytes);
-                outbox
-                    .lanes
-                    .entry((entry.app.clone(), entry.vault.clone()))
-                    .or_default()
-                    .push_back(entry.id);
-            }
-            outbox.entries.insert(entry.id, entry);
+            outbox.enlist(entry);
         }
         outbox
     }
@@ -263,24 +264,16 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
         if let Some((_, bound)) = full.into_iter().find(|(over, _)| *over) {
             return Err(QueueRefused::Full(bound));
         }
-        self.hold(&app, bytes);
-        self.lanes
-            .entry((app.clone(), vault.clone()))
-            .or_default()
-            .push_back(id);
-        self.entries.insert(
+        self.enlist(Entry {
+            app,
+            vault,
             id,
-            Entry {
-                app,
-                vault,
-                id,
-                wire: None,
-                state: State::Queued,
-                queued_at_ms: now_ms,
-                expires_at_ms: now_ms.saturating_add(max_age_ms),
-                bytes,
-            },
-        );
+            wire: None,
+            state: State::Queued,
+            queued_at_ms: now_ms,
+            expires_at_ms: now_ms.saturating_add(max_age_ms),
+            bytes,
+        });
         Ok(Queued::New)
     }
 
@@ -303,12 +296,7 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
         let due: Vec<RequestId> = self
             .entries
             .values()
-            .filter(|e| {
-                e.state == State::Queued
-                    && (e.expires_at_ms <= now_ms
-                        || e.wire
-                            .is_some_and(|w| w.unix_ms().saturating_add(lasts) <= now_ms))
-            })
+            .filter(|e| e.state == State::Queued && e.past_due(lasts, now_ms))
             .map(|e| e.id)
             .collect();
         for id in &due {
@@ -318,15 +306,17 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
     }
 
     /// What to send now: the head of every lane whose vault's owner has a proven route
-    /// (`route_up`), that is queued and not told to wait. Each becomes `Sending` under its wire
-    /// id, minted by `mint` the first time. Expired writes are expired first.
+    /// (`route_up`), that is queued, not told to wait and not past due. Each becomes `Sending`
+    /// under its wire id, minted by `mint` the first time. A head past due waits for
+    /// [`Outbox::expire`], which the driver calls first and whose fates it records; this looks
+    /// at the heads only, since it runs at every send's end.
     pub fn start(
         &mut self,
         now_ms: u64,
         mut route_up: impl FnMut(&V) -> bool,
         mut mint: impl FnMut() -> RequestId,
     ) -> Vec<Start<A, V>> {
-        self.expire(now_ms);
+        let lasts = self.rules.wire_id_lasts_ms;
         let mut starts = Vec::new();
         for (lane, ids) in &self.lanes {
             if self.not_before_ms.get(lane).is_some_and(|&t| t > now_ms) || !route_up(&lane.1) {
@@ -335,7 +325,7 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
             let Some(entry) = ids.front().and_then(|id| self.entries.get_mut(id)) else {
                 continue;
             };
-            if entry.state != State::Queued {
+            if entry.state != State::Queued || entry.past_due(lasts, now_ms) {
                 continue;
             }
             let wire = *entry.wire.get_or_insert_with(&mut mint);
@@ -361,7 +351,7 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
         }
         match ended {
             Ended::Final(fate) => self.finish(id, fate),
-            Ended::NotRun { retry_after_ms } | Ended::NotSent { retry_after_ms } => {
+            Ended::NotRun { retry_after_ms } => {
                 entry.state = State::Queued;
                 let lane = (entry.app.clone(), entry.vault.clone());
                 self.not_before_ms
@@ -413,12 +403,20 @@ impl<A: Ord + Clone, V: Ord + Clone> Outbox<A, V> {
         self.total
     }
 
-    fn hold(&mut self, app: &A, bytes: u64) {
-        let held = self.per_app.entry(app.clone()).or_default();
-        held.0 += 1;
-        held.1 = held.1.saturating_add(bytes);
-        self.total.0 += 1;
-        self.total.1 = self.total.1.saturating_add(bytes);
+    /// `entry` joins the outbox, at the back of its lane and holding its room unless final.
+    fn enlist(&mut self, entry: Entry<A, V>) {
+        if !matches!(entry.state, State::Final(_)) {
+            let held = self.per_app.entry(entry.app.clone()).or_default();
+            held.0 += 1;
+            held.1 = held.1.saturating_add(entry.bytes);
+            self.total.0 += 1;
+            self.total.1 = self.total.1.saturating_add(entry.bytes);
+            self.lanes
+                .entry((entry.app.clone(), entry.vault.clone()))
+                .or_default()
+                .push_back(entry.id);
+        }
+        self.entries.insert(entry.id, entry);
     }
 
     /// `id` takes its final state: out of its lane, its room given back.

@@ -323,10 +323,12 @@ impl Bench<'_> {
             vec![self.closed("interactive", "light", LIGHT_APPS, 1, Class::Interactive)],
         )?;
 
-        // Each offered load is measured right after a peak of its own, which it multiplies and
-        // is judged against: the owner's peak under its quota drifts by tens of percent from
-        // one minute to the next on this shared host, and a ratio of two windows minutes apart
-        // measured that drift more than the rules (`docs/decisions.md`, "At the limit").
+        // Each offered load is measured right after a peak of its own: it multiplies the
+        // rules-off one, and the rules-on owner is judged against its own. An owner's peak
+        // under its quota drifts by tens of percent from one minute to the next on this shared
+        // host, and the two owners apart, so a ratio against a window minutes away, or against
+        // the other owner, measured that drift more than the rules (`docs/decisions.md`, "At
+        // the limit").
         let mut levels = Vec::new();
         for multiple in plan.levels {
             progress(&format!("peak again before {multiple}x the peak"));

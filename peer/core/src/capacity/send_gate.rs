@@ -63,9 +63,10 @@ type FastKeyed = foldhash::fast::RandomState;
 
 /// How long a refusal's lesson holds before the caller sends past it again to learn afresh.
 pub const LESSON_LASTS: Duration = Duration::from_secs(10);
-/// How long a `saturated` refusal's lesson holds ([`SendGate::for_owner_bounds`]): the owner's
-/// room is shared by all its callers and moves with their load, so this gateway keeps to what
-/// it was last told for a second, not for the ten a per-app cap (a fixed number) is kept.
+/// How long a lesson of the owner-wide bounds (`saturated`, `background_full`) holds
+/// ([`SendGate::for_owner_bounds`]): the owner's room is shared by all its callers and moves
+/// with their load, so this gateway keeps to what it was last told for a second, not for the
+/// ten a per-app cap (a fixed number) is kept.
 pub const SATURATED_LESSON_LASTS: Duration = Duration::from_secs(1);
 
 /// How many (owner, app) pairs the gate keeps; past it, the ones with nothing out and nothing
@@ -95,7 +96,7 @@ pub struct Sent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
     /// The owner refused it `busy` for the bound this gate keeps (`caller_cap` for the per-app
-    /// cap, `saturated` for the wait bound).
+    /// cap, `saturated` or `background_full` for the owner-wide bounds).
     RefusedForCap,
     /// The owner carried it out: it passed the cap.
     Done,
